@@ -19,7 +19,6 @@ import (
 	"strings"
 
 	"github.com/pressly/goose/v3"
-	"github.com/pressly/goose/v3/lock"
 )
 
 //go:embed sql/migrations/*.sql
@@ -76,17 +75,14 @@ func Install(ctx context.Context, db *sql.DB) error {
 		return fmt.Errorf("install: connect: %w", err)
 	}
 	defer conn.Close()
-	locker, err := lock.NewPostgresSessionLocker(
-		lock.WithLockID(installLockID),
-		lock.WithLockTimeout(1, 3600), // wait up to an hour for another deploy
-	)
-	if err != nil {
-		return fmt.Errorf("install: locker: %w", err)
-	}
-	if err := locker.SessionLock(ctx, conn); err != nil {
+	// A blocking session-level advisory lock (the key goose's Postgres session locker
+	// uses): concurrent installers queue on it instead of polling once a second.
+	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", installLockID); err != nil {
 		return fmt.Errorf("install: lock: %w", err)
 	}
-	defer func() { _ = locker.SessionUnlock(context.WithoutCancel(ctx), conn) }()
+	defer func() {
+		_, _ = conn.ExecContext(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", installLockID)
+	}()
 
 	provider, err := newProvider(db)
 	if err != nil {

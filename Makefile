@@ -1,0 +1,35 @@
+# Synchro developer tasks. `make` (or `make help`) lists them.
+
+GO         ?= go
+TEST_FLAGS ?= -count=1 -timeout 15m
+BENCH_ARGS ?=
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: dev
+dev: ## Run a private PostgreSQL with Synchro and a demo schema (./.synchro-dev)
+	$(GO) run ./cmd/synchro dev
+
+.PHONY: test
+test: ## Run every test (starts its own PostgreSQL; no server needed)
+	$(GO) test $(TEST_FLAGS) ./...
+
+.PHONY: generate
+generate: ## Regenerate gen/ from queries/ with sqlc
+	$(GO) tool sqlc generate
+
+.PHONY: verify
+verify: ## Check generated code, vet, go.mod tidiness and formatting
+	$(GO) tool sqlc diff
+	$(GO) vet ./...
+	$(GO) mod tidy -diff
+	@unformatted="$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go'))"; \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+
+.PHONY: bench
+bench: ## Run the benchmark harness (BENCH_ARGS are passed through)
+	$(GO) run ./cmd/synchro-bench $(BENCH_ARGS)
