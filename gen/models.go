@@ -8,12 +8,75 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+type SynchroEffect struct {
+	StreamGeneration int64
+	Scope            string
+	CommitLsn        interface{}
+	EventOrdinal     int32
+	EffectOrdinal    int32
+	TableID          string
+	RelationID       int64
+	Pk               string
+	Op               string
+	Version          pgtype.Text
+	Image            []byte
+	CreatedAt        pgtype.Timestamptz
+}
+
+type SynchroEvent struct {
+	StreamGeneration   int64
+	CommitLsn          interface{}
+	EventOrdinal       int32
+	RelationID         int64
+	Op                 string
+	Pk                 string
+	Version            string
+	FenceID            pgtype.UUID
+	RegistryGeneration int64
+}
+
+type SynchroMembership struct {
+	Scope      string
+	RelationID int64
+	Pk         string
+}
+
 type SynchroMutationOutcome struct {
 	ClientID    string
 	MutationID  pgtype.UUID
 	ContentHash []byte
 	Outcome     []byte
 	DecidedAt   pgtype.Timestamptz
+}
+
+type SynchroPoison struct {
+	StreamGeneration int64
+	CommitLsn        interface{}
+	FailureClass     string
+	RelationID       pgtype.Int8
+	Attempts         int32
+	FirstSeen        pgtype.Timestamptz
+	LastSeen         pgtype.Timestamptz
+	RetryRequested   bool
+}
+
+type SynchroProgress struct {
+	Singleton             bool
+	StreamGeneration      int64
+	GenerationStartLsn    interface{}
+	MaterializedCommitLsn interface{}
+	ProcessedEndLsn       interface{}
+	AcknowledgedEndLsn    interface{}
+	RegistryGeneration    pgtype.Int8
+	UpdatedAt             pgtype.Timestamptz
+}
+
+type SynchroProjection struct {
+	RelationID int64
+	Pk         string
+	PkInt      pgtype.Int8
+	Version    string
+	Image      []byte
 }
 
 type SynchroPushContext struct {
@@ -24,10 +87,23 @@ type SynchroPushContext struct {
 	Pk         string
 }
 
+type SynchroQuarantine struct {
+	StreamGeneration int64
+	CommitLsn        interface{}
+	FailureClass     string
+	RelationID       pgtype.Int8
+	Attempts         int32
+	FirstSeen        pgtype.Timestamptz
+	LastSeen         pgtype.Timestamptz
+	RetryRequested   bool
+	ResolvedAt       pgtype.Timestamptz
+}
+
 type SynchroRegistration struct {
-	Generation int64
-	RelationID int64
-	Columns    []string
+	Generation  int64
+	RelationID  int64
+	Columns     []string
+	ColumnTypes []pgtype.Uint32
 }
 
 type SynchroRegistry struct {
@@ -73,6 +149,30 @@ type SynchroRowVersion struct {
 	FenceCmin  pgtype.Uint32
 }
 
+type SynchroRuleValue struct {
+	RelationID int64
+	ColumnName string
+	Value      string
+	Pk         string
+}
+
+type SynchroRunner struct {
+	Singleton             bool
+	Owner                 string
+	Pid                   int32
+	BackendPid            int32
+	SlotName              string
+	Publication           string
+	DatabaseName          string
+	StartedAt             pgtype.Timestamptz
+	HeartbeatAt           pgtype.Timestamptz
+	HeartbeatInterval     pgtype.Interval
+	RegistryGeneration    pgtype.Int8
+	MaterializedCommitLsn interface{}
+	ReceivedLsn           interface{}
+	State                 string
+}
+
 type SynchroScopePrefix struct {
 	ScopePrefix    string
 	RuleGeneration int64
@@ -98,6 +198,27 @@ type SynchroServerKey struct {
 type SynchroSetting struct {
 	Name  string
 	Value string
+}
+
+type SynchroStreamGeneration struct {
+	StreamGeneration   int64
+	Token              pgtype.UUID
+	SlotName           string
+	Plugin             string
+	DatabaseName       string
+	GenerationStartLsn interface{}
+	State              string
+	CreatedAt          pgtype.Timestamptz
+}
+
+type SynchroTxn struct {
+	StreamGeneration int64
+	CommitLsn        interface{}
+	EndLsn           interface{}
+	Xid              int64
+	CommitTime       pgtype.Timestamptz
+	EventCount       int32
+	MaterializedAt   pgtype.Timestamptz
 }
 
 type SynchroWriteFence struct {

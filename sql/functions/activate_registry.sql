@@ -15,6 +15,7 @@ DECLARE
   prev bigint;
   r record;
   chk record;
+  nonempty boolean;
   pub text;
   rels text;
 BEGIN
@@ -91,6 +92,23 @@ BEGIN
      ORDER BY rel.relation_id
   LOOP
     PERFORM synchro._install_triggers(r.relation_id);
+    -- Registered column types, so capture tells a retyped column (drift) apart.
+    UPDATE synchro.registration reg
+       SET column_types = ARRAY(
+             SELECT a.atttypid FROM unnest(reg.columns) WITH ORDINALITY c(name, n)
+               JOIN pg_attribute a ON a.attrelid = r.relid AND a.attname = c.name
+              ORDER BY c.n)
+     WHERE reg.generation = g AND reg.relation_id = r.relation_id;
+    IF r.is_new AND EXISTS (SELECT 1 FROM synchro.progress) THEN
+      -- A running stream has no projection of this relation's rows. Until projection
+      -- bootstrap exists, only an empty relation can join a running stream (its rows
+      -- then all arrive through the WAL after this activation).
+      EXECUTE format('SELECT EXISTS (SELECT 1 FROM ONLY %I.%I)', r.schema_name, r.table_name) INTO nonempty;
+      IF nonempty THEN
+        RAISE EXCEPTION 'activation refused: relation_id % is not empty and the stream is running; projection bootstrap is required',
+          r.relation_id USING ERRCODE = 'SY400';
+      END IF;
+    END IF;
     IF r.is_new THEN
       -- Rows that never passed a fence still need a version for rebuild and push CAS.
       EXECUTE format(

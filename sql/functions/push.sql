@@ -50,12 +50,16 @@ BEGIN
     BEGIN
       -- Lock the source row first, then the reservation: the order a direct write
       -- takes them (row, then fence), so the two never deadlock each other.
-      IF m ->> 'op' = 'insert' THEN
-        EXECUTE format('SELECT to_jsonb(t) FROM ONLY %s t WHERE %s', tgt, keypred) INTO cur USING m ->> 'key';
-      ELSE
+      IF m ->> 'op' <> 'insert' THEN
         EXECUTE format('SELECT to_jsonb(t) FROM ONLY %s t WHERE %s FOR UPDATE', tgt, keypred) INTO cur USING m ->> 'key';
       END IF;
       SELECT * INTO ent FROM synchro._push_enter(client_id, (m ->> 'id')::uuid, (m ->> 'relation_id')::bigint, m ->> 'key');
+      IF m ->> 'op' = 'insert' THEN
+        -- An insert locks no source row (it needs no UPDATE privilege), so read the row
+        -- only once the reservation is locked: a direct write holds that lock until it
+        -- commits, so the row read here is the row of the version in ent.
+        EXECUTE format('SELECT to_jsonb(t) FROM ONLY %s t WHERE %s', tgt, keypred) INTO cur USING m ->> 'key';
+      END IF;
       written := NULL;
       outcome := NULL;
 

@@ -1,0 +1,29 @@
+-- Membership of the rows in pg_temp.synchro_w_impacted under the scope rules of one
+-- registry generation, from the commit-ordered projections only (never live tables):
+-- fills pg_temp.synchro_w_scopes with (relation_id, pk, scope). A row's scopes are the
+-- union of its table's rules; a NULL value gives no scope.
+CREATE OR REPLACE FUNCTION synchro._evaluate_membership(reg_gen bigint) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  DELETE FROM pg_temp.synchro_w_scopes;
+  INSERT INTO pg_temp.synchro_w_scopes (relation_id, pk, scope)
+  SELECT i.relation_id, i.pk, r.scope_prefix || (p.image ->> r.column_name::text)
+    FROM pg_temp.synchro_w_impacted i
+    JOIN synchro.projection p ON p.relation_id = i.relation_id AND p.pk = i.pk
+    JOIN synchro.scope_rule r ON r.generation = reg_gen AND r.relation_id = i.relation_id
+   WHERE r.via_relation_id IS NULL AND p.image ->> r.column_name::text IS NOT NULL
+  UNION
+  SELECT i.relation_id, i.pk, r.scope_prefix || (d.image ->> r.via_scope::text)
+    FROM pg_temp.synchro_w_impacted i
+    JOIN synchro.projection p ON p.relation_id = i.relation_id AND p.pk = i.pk
+    JOIN synchro.scope_rule r ON r.generation = reg_gen AND r.relation_id = i.relation_id
+    JOIN synchro.rule_value v ON v.relation_id = r.via_relation_id AND v.column_name = r.via_match
+                             AND v.value = p.image ->> r.column_name::text
+    JOIN synchro.projection d ON d.relation_id = v.relation_id AND d.pk = v.pk
+   WHERE r.via_relation_id IS NOT NULL AND d.image ->> r.via_scope::text IS NOT NULL;
+END
+$$;
+
+REVOKE ALL ON FUNCTION synchro._evaluate_membership(bigint) FROM PUBLIC;

@@ -1,0 +1,24 @@
+-- Re-indexes the scope-rule columns (synced column_name, dependency via_match) of the
+-- projection rows listed in pg_temp.synchro_w_final (relation_id, pk): what membership
+-- evaluation looks up to find the rows a dependency change impacts.
+CREATE OR REPLACE FUNCTION synchro._refresh_rule_values(reg_gen bigint) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  DELETE FROM synchro.rule_value v
+   USING pg_temp.synchro_w_final f
+   WHERE v.relation_id = f.relation_id AND v.pk = f.pk;
+  INSERT INTO synchro.rule_value (relation_id, column_name, value, pk)
+  SELECT DISTINCT f.relation_id, c.col, p.image ->> c.col::text, f.pk
+    FROM pg_temp.synchro_w_final f
+    JOIN synchro.projection p ON p.relation_id = f.relation_id AND p.pk = f.pk
+    JOIN (SELECT r.relation_id, r.column_name AS col FROM synchro.scope_rule r WHERE r.generation = reg_gen
+          UNION
+          SELECT r.via_relation_id, r.via_match FROM synchro.scope_rule r
+           WHERE r.generation = reg_gen AND r.via_relation_id IS NOT NULL) c ON c.relation_id = f.relation_id
+   WHERE p.image ->> c.col::text IS NOT NULL;
+END
+$$;
+
+REVOKE ALL ON FUNCTION synchro._refresh_rule_values(bigint) FROM PUBLIC;

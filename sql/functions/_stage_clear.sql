@@ -1,0 +1,23 @@
+-- Empties the session's staging and work tables between source transactions that
+-- share one database commit (ON COMMIT DELETE ROWS empties them at commit anyway).
+CREATE OR REPLACE FUNCTION synchro._stage_clear(big boolean) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF big THEN
+    -- A large transaction: TRUNCATE beats deleting row by row.
+    TRUNCATE pg_temp.synchro_stage, pg_temp.synchro_w_rows, pg_temp.synchro_w_final, pg_temp.synchro_w_impacted,
+             pg_temp.synchro_w_scopes, pg_temp.synchro_w_depvals;
+    RETURN;
+  END IF;
+  DELETE FROM pg_temp.synchro_stage;
+  DELETE FROM pg_temp.synchro_w_rows;
+  DELETE FROM pg_temp.synchro_w_final;
+  DELETE FROM pg_temp.synchro_w_impacted;
+  DELETE FROM pg_temp.synchro_w_scopes;
+  DELETE FROM pg_temp.synchro_w_depvals;
+END
+$$;
+
+REVOKE ALL ON FUNCTION synchro._stage_clear(boolean) FROM PUBLIC;

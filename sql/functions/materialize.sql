@@ -1,0 +1,368 @@
+-- synchro.materialize: the only path by which a change becomes pull-visible.
+--
+-- One call per committed source transaction, in commit order, after the runner staged
+-- the transaction's decoded events in pg_temp.synchro_stage (same database
+-- transaction). Everything below commits atomically with the caller's transaction:
+-- transaction and event replay identities, fence reconciliation, projections, rule
+-- indexes, membership, pull effects, write-fence coverage and the progress row.
+--
+-- Poison (a blocking failure the runner quarantines) raises SYP01..SYP07; the message
+-- names the class and never carries values:
+--   SYP01 fence_mismatch  SYP02 truncate  SYP03 relation_drift  SYP04 unknown_relation
+--   SYP05 message_format  SYP06 stream_order  SYP07 toast_missing
+-- DETAIL carries relation_id=<n> when a relation is known.
+CREATE OR REPLACE FUNCTION synchro.materialize(
+  stream_generation bigint, commit_lsn pg_lsn, end_lsn pg_lsn, xid bigint, commit_time timestamptz)
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+-- Row images render the same whatever the server's defaults.
+SET "TimeZone" TO 'UTC'
+SET "DateStyle" TO 'ISO'
+SET "IntervalStyle" TO 'postgres'
+SET extra_float_digits TO 3
+AS $$
+DECLARE
+  gen       bigint := materialize.stream_generation;
+  clsn      pg_lsn := materialize.commit_lsn;
+  p         synchro.progress;
+  reg_start bigint;
+  reg_end   bigint;
+  act       record;
+  act_seqs  int[] := '{}';
+  act_gens  bigint[] := '{}';
+  bad       record;
+  rel       record;
+  t         record;
+  col       text;
+  val       jsonb;
+  n_events  int;
+  n_fences  int;
+BEGIN
+  SELECT * INTO p FROM synchro.progress FOR UPDATE;
+  IF NOT FOUND OR p.stream_generation <> gen THEN
+    RAISE EXCEPTION 'poison: stream_order' USING ERRCODE = 'SYP06', DETAIL = 'not the active stream generation';
+  END IF;
+  -- Replay of a durable transaction: same result, nothing new.
+  IF EXISTS (SELECT 1 FROM synchro.txn x WHERE x.stream_generation = gen AND x.commit_lsn = clsn) THEN
+    PERFORM synchro._stage_clear(true);
+    RETURN 'duplicate';
+  END IF;
+  -- Serial commit order, and nothing below the processed boundary can be new.
+  IF clsn <= coalesce(p.materialized_commit_lsn, p.generation_start_lsn) OR clsn < p.processed_end_lsn
+     OR materialize.end_lsn <= clsn THEN
+    RAISE EXCEPTION 'poison: stream_order' USING ERRCODE = 'SYP06', DETAIL = 'commit position out of order';
+  END IF;
+
+  SELECT count(*) FILTER (WHERE s.kind IN ('I', 'U', 'D', 'T')),
+         count(*) FILTER (WHERE s.kind = 'M' AND s.prefix = 'synchro.fence')
+    INTO n_events, n_fences
+    FROM pg_temp.synchro_stage s;
+  IF n_events > 5000 THEN
+    -- Big transactions: give the planner real statistics for the joins below.
+    ANALYZE pg_temp.synchro_stage;
+  END IF;
+
+  -- Messages: only the documented synchro prefixes exist.
+  IF EXISTS (SELECT 1 FROM pg_temp.synchro_stage s
+              WHERE s.kind = 'M' AND s.prefix NOT IN ('synchro.fence', 'synchro.registry')) THEN
+    RAISE EXCEPTION 'poison: message_format' USING ERRCODE = 'SYP05', DETAIL = 'unknown synchro message prefix';
+  END IF;
+
+  -- Registry activations in source order: each must follow the generation in effect.
+  reg_start := p.registry_generation;
+  reg_end := reg_start;
+  FOR act IN SELECT s.seq, s.content FROM pg_temp.synchro_stage s
+              WHERE s.kind = 'M' AND s.prefix = 'synchro.registry' ORDER BY s.seq LOOP
+    IF (act.content ->> 'generation') IS NULL
+       OR NOT EXISTS (SELECT 1 FROM synchro.registry_generation g
+                       WHERE g.generation = (act.content ->> 'generation')::bigint AND g.state IN ('active', 'retired'))
+       OR (act.content ->> 'previous')::bigint IS DISTINCT FROM reg_end THEN
+      RAISE EXCEPTION 'poison: message_format' USING ERRCODE = 'SYP05', DETAIL = 'registry activation out of order';
+    END IF;
+    reg_end := (act.content ->> 'generation')::bigint;
+    act_seqs := act_seqs || act.seq;
+    act_gens := act_gens || reg_end;
+  END LOOP;
+
+  -- TRUNCATE of a registered relation has no row-by-row meaning: it blocks capture.
+  SELECT r.relation_id INTO bad
+    FROM pg_temp.synchro_stage s CROSS JOIN LATERAL unnest(s.truncated) AS tr(relid)
+    JOIN synchro.relation r ON r.relid = tr.relid
+   WHERE s.kind = 'T'
+   LIMIT 1;
+  IF FOUND THEN
+    RAISE EXCEPTION 'poison: truncate' USING ERRCODE = 'SYP02', DETAIL = format('relation_id=%s', bad.relation_id);
+  END IF;
+
+  -- Relation identity: every relation the transaction touches, as the WAL describes
+  -- it, must be exactly the registered one (qualified name, DEFAULT identity on the
+  -- registered key, registered columns with their registered types).
+  FOR rel IN
+    SELECT DISTINCT ON (s.relid) s.relid, s.nspname, s.relname, s.replident, s.col_names, s.col_types, s.col_keys,
+           r.relation_id, r.schema_name, r.table_name, r.key_column, reg.columns, reg.column_types
+      FROM pg_temp.synchro_stage s
+      LEFT JOIN synchro.relation r ON r.relid = s.relid
+      LEFT JOIN LATERAL (
+        SELECT g.columns, g.column_types FROM synchro.registration g
+         WHERE g.relation_id = r.relation_id AND g.generation <= coalesce(reg_end, 0)
+         ORDER BY g.generation DESC LIMIT 1) reg ON true
+     WHERE s.kind = 'R'
+     ORDER BY s.relid, s.seq
+  LOOP
+    IF rel.relation_id IS NULL OR rel.columns IS NULL THEN
+      RAISE EXCEPTION 'poison: unknown_relation' USING ERRCODE = 'SYP04';
+    END IF;
+    IF rel.nspname IS DISTINCT FROM rel.schema_name::text OR rel.relname IS DISTINCT FROM rel.table_name::text
+       OR rel.replident IS DISTINCT FROM 'd'
+       OR ARRAY(SELECT c.name FROM unnest(rel.col_names, rel.col_keys) AS c(name, is_key) WHERE c.is_key)
+          IS DISTINCT FROM ARRAY[rel.key_column::text]
+       OR EXISTS (SELECT 1 FROM unnest(rel.columns, rel.column_types) AS rc(name, typ)
+                   WHERE NOT EXISTS (SELECT 1 FROM unnest(rel.col_names, rel.col_types) AS wc(name, typ)
+                                      WHERE wc.name = rc.name::text AND wc.typ = rc.typ)) THEN
+      RAISE EXCEPTION 'poison: relation_drift' USING ERRCODE = 'SYP03', DETAIL = format('relation_id=%s', rel.relation_id);
+    END IF;
+  END LOOP;
+
+  -- Row events, each with the registry generation selected by its source position.
+  INSERT INTO pg_temp.synchro_w_rows (seq, event_ordinal, op, relation_id, registration_kind, table_id,
+                                      key_column, key_type, pk, reg_gen, new_row, toast, grp_rank)
+  SELECT s.seq, s.event_ordinal,
+         CASE s.kind WHEN 'I' THEN 'insert' WHEN 'U' THEN 'update' ELSE 'delete' END,
+         r.relation_id, r.registration_kind, r.table_id, r.key_column, r.key_type,
+         CASE WHEN s.kind = 'D' THEN s.old_row ->> r.key_column::text ELSE s.new_row ->> r.key_column::text END,
+         CASE WHEN cardinality(act_seqs) = 0 THEN reg_start
+              ELSE coalesce((SELECT a.g FROM unnest(act_seqs, act_gens) AS a(sq, g)
+                              WHERE a.sq < s.seq ORDER BY a.sq DESC LIMIT 1), reg_start) END,
+         s.new_row, s.toast,
+         row_number() OVER (PARTITION BY r.relation_id,
+                            CASE WHEN s.kind = 'D' THEN s.old_row ->> r.key_column::text ELSE s.new_row ->> r.key_column::text END
+                            ORDER BY s.seq)
+    FROM pg_temp.synchro_stage s
+    LEFT JOIN synchro.relation r ON r.relid = s.relid
+   WHERE s.kind IN ('I', 'U', 'D');
+  IF n_events > 5000 THEN
+    ANALYZE pg_temp.synchro_w_rows;
+  END IF;
+
+  SELECT w.relation_id INTO bad FROM pg_temp.synchro_w_rows w
+   WHERE w.relation_id IS NULL
+      OR NOT EXISTS (SELECT 1 FROM synchro.registration g WHERE g.generation = w.reg_gen AND g.relation_id = w.relation_id)
+      OR NOT EXISTS (SELECT 1 FROM pg_temp.synchro_stage s JOIN synchro.relation r ON r.relid = s.relid
+                      WHERE s.kind = 'R' AND r.relation_id = w.relation_id)
+   LIMIT 1;
+  IF FOUND THEN
+    RAISE EXCEPTION 'poison: unknown_relation' USING ERRCODE = 'SYP04', DETAIL = format('relation_id=%s', bad.relation_id);
+  END IF;
+  SELECT w.relation_id INTO bad FROM pg_temp.synchro_w_rows w
+    LEFT JOIN pg_temp.synchro_stage s ON s.seq = w.seq
+   WHERE w.pk IS NULL
+      OR (w.op = 'update' AND s.old_row IS NOT NULL AND s.old_row ->> w.key_column::text IS DISTINCT FROM w.pk)
+   LIMIT 1;
+  IF FOUND THEN
+    -- A key change (or a row without its key) cannot be paired with any fence.
+    RAISE EXCEPTION 'poison: fence_mismatch' USING ERRCODE = 'SYP01', DETAIL = format('relation_id=%s', bad.relation_id);
+  END IF;
+
+  -- Fence reconciliation: per row identity, the k-th row event in source order pairs
+  -- with the fence of the k-th lowest registered-DML ordinal, and must agree on kind,
+  -- relation identity, operation and keys.
+  WITH f AS (
+    SELECT (s.content ->> 'relation_id')::bigint AS rid, s.content ->> 'kind' AS kind,
+           s.content ->> 'schema' AS sch, s.content ->> 'table' AS tbl, s.content ->> 'op' AS op,
+           s.content ->> 'old_key' AS old_key, s.content ->> 'new_key' AS new_key,
+           s.content ->> 'version' AS version, (s.content ->> 'fence_id')::uuid AS fid,
+           (s.content ->> 'ordinal')::bigint AS ord, s.content ->> 'table_id' AS tid,
+           coalesce(s.content ->> 'new_key', s.content ->> 'old_key') AS k
+      FROM pg_temp.synchro_stage s
+     WHERE s.kind = 'M' AND s.prefix = 'synchro.fence'),
+  fr AS (SELECT f.*, row_number() OVER (PARTITION BY f.rid, f.k ORDER BY f.ord) AS rnk FROM f)
+  UPDATE pg_temp.synchro_w_rows w
+     SET fence_id = fr.fid, version = fr.version
+    FROM fr, synchro.relation r
+   WHERE fr.rid = w.relation_id AND fr.k = w.pk AND fr.rnk = w.grp_rank
+     AND r.relation_id = w.relation_id
+     AND fr.kind = w.registration_kind AND fr.op = w.op
+     AND fr.sch = r.schema_name::text AND fr.tbl = r.table_name::text
+     AND fr.tid IS NOT DISTINCT FROM w.table_id
+     AND CASE w.op
+           WHEN 'insert' THEN fr.old_key IS NULL AND fr.new_key = w.pk
+           WHEN 'update' THEN fr.old_key = w.pk AND fr.new_key = w.pk
+           ELSE fr.old_key = w.pk AND fr.new_key IS NULL END
+     AND fr.version IS NOT NULL AND fr.fid IS NOT NULL;
+
+  SELECT w.relation_id INTO bad FROM pg_temp.synchro_w_rows w WHERE w.fence_id IS NULL LIMIT 1;
+  IF FOUND THEN
+    -- A row event without its fence: a bypassed trigger, a forged or reordered fence.
+    RAISE EXCEPTION 'poison: fence_mismatch' USING ERRCODE = 'SYP01', DETAIL = format('relation_id=%s', bad.relation_id);
+  END IF;
+  IF n_fences <> (SELECT count(*) FROM pg_temp.synchro_w_rows)
+     OR n_fences <> (SELECT count(DISTINCT w.fence_id) FROM pg_temp.synchro_w_rows w) THEN
+    -- A fence without its row event, or one fence paired twice.
+    RAISE EXCEPTION 'poison: fence_mismatch' USING ERRCODE = 'SYP01', DETAIL = 'unpaired or duplicate fence';
+  END IF;
+  SELECT e.relation_id INTO bad FROM synchro.event e JOIN pg_temp.synchro_w_rows w ON w.fence_id = e.fence_id LIMIT 1;
+  IF FOUND THEN
+    RAISE EXCEPTION 'poison: fence_mismatch' USING ERRCODE = 'SYP01', DETAIL = format('relation_id=%s', bad.relation_id);
+  END IF;
+
+  -- Transaction-local projected state: the last event of each row decides.
+  INSERT INTO pg_temp.synchro_w_final (relation_id, pk, pk_int, registration_kind, table_id, op, new_row, toast,
+                                       version, event_ordinal)
+  SELECT DISTINCT ON (w.relation_id, w.pk) w.relation_id, w.pk,
+         CASE WHEN w.key_type <> 'string' THEN w.pk::bigint END,
+         w.registration_kind, w.table_id, w.op, w.new_row, w.toast, w.version, w.event_ordinal
+    FROM pg_temp.synchro_w_rows w
+   ORDER BY w.relation_id, w.pk, w.seq DESC;
+
+  -- Unchanged TOAST values come from the row's previous image: an earlier event of
+  -- this transaction, else the prior projection. Rare, so row by row.
+  FOR t IN SELECT f.relation_id, f.pk, f.toast, reg.columns
+             FROM pg_temp.synchro_w_final f
+             JOIN LATERAL (SELECT g.columns FROM synchro.registration g
+                            WHERE g.relation_id = f.relation_id AND g.generation <= reg_end
+                            ORDER BY g.generation DESC LIMIT 1) reg ON true
+            WHERE f.op <> 'delete' AND cardinality(f.toast) > 0 LOOP
+    FOREACH col IN ARRAY t.toast LOOP
+      CONTINUE WHEN NOT (col = ANY (t.columns::text[]));
+      SELECT w.new_row -> col INTO val FROM pg_temp.synchro_w_rows w
+       WHERE w.relation_id = t.relation_id AND w.pk = t.pk AND w.new_row ? col
+       ORDER BY w.seq DESC LIMIT 1;
+      IF NOT FOUND THEN
+        SELECT pr.image -> col INTO val FROM synchro.projection pr
+         WHERE pr.relation_id = t.relation_id AND pr.pk = t.pk AND pr.image ? col;
+        IF NOT FOUND THEN
+          RAISE EXCEPTION 'poison: toast_missing' USING ERRCODE = 'SYP07', DETAIL = format('relation_id=%s', t.relation_id);
+        END IF;
+      END IF;
+      UPDATE pg_temp.synchro_w_final f SET new_row = f.new_row || jsonb_build_object(col, val)
+       WHERE f.relation_id = t.relation_id AND f.pk = t.pk;
+    END LOOP;
+  END LOOP;
+
+  -- Row images exactly as to_jsonb() renders the registered columns of that row.
+  FOR rel IN
+    SELECT DISTINCT f.relation_id, r.schema_name, r.table_name, reg.columns
+      FROM pg_temp.synchro_w_final f
+      JOIN synchro.relation r ON r.relation_id = f.relation_id
+      JOIN LATERAL (SELECT g.columns FROM synchro.registration g
+                     WHERE g.relation_id = f.relation_id AND g.generation <= reg_end
+                     ORDER BY g.generation DESC LIMIT 1) reg ON true
+     WHERE f.op <> 'delete'
+  LOOP
+    EXECUTE format(
+      'UPDATE pg_temp.synchro_w_final f '
+      'SET image = synchro._row_image(to_jsonb(jsonb_populate_record(NULL::%I.%I, f.new_row)), $1) '
+      'WHERE f.relation_id = $2 AND f.op <> $3', rel.schema_name, rel.table_name)
+    USING rel.columns, rel.relation_id, 'delete';
+  END LOOP;
+
+  -- Dependency rule values before and after: the synced rows they reach are impacted.
+  INSERT INTO pg_temp.synchro_w_depvals (relation_id, column_name, value, event_ordinal)
+  SELECT v.relation_id, v.column_name, v.value, f.event_ordinal
+    FROM pg_temp.synchro_w_final f
+    JOIN synchro.rule_value v ON v.relation_id = f.relation_id AND v.pk = f.pk
+   WHERE f.registration_kind = 'capture_dependency';
+
+  DELETE FROM synchro.projection pr USING pg_temp.synchro_w_final f
+   WHERE f.op = 'delete' AND pr.relation_id = f.relation_id AND pr.pk = f.pk;
+  INSERT INTO synchro.projection AS pr (relation_id, pk, pk_int, version, image)
+  SELECT f.relation_id, f.pk, f.pk_int, f.version, f.image FROM pg_temp.synchro_w_final f WHERE f.op <> 'delete'
+  ON CONFLICT (relation_id, pk) DO UPDATE SET version = excluded.version, image = excluded.image;
+  PERFORM synchro._refresh_rule_values(reg_end);
+
+  INSERT INTO pg_temp.synchro_w_depvals (relation_id, column_name, value, event_ordinal)
+  SELECT v.relation_id, v.column_name, v.value, f.event_ordinal
+    FROM pg_temp.synchro_w_final f
+    JOIN synchro.rule_value v ON v.relation_id = f.relation_id AND v.pk = f.pk
+   WHERE f.registration_kind = 'capture_dependency';
+
+  -- A rule change activated in this transaction: re-index and re-evaluate the changed
+  -- prefixes for every row. No incremental effects: cursors and rebuild tokens of
+  -- those prefixes are stale (their membership-rule generation changed).
+  IF reg_end IS DISTINCT FROM reg_start THEN
+    PERFORM synchro._reevaluate_prefixes(reg_start, reg_end);
+  END IF;
+
+  -- Impacted synced rows: touched by an event, or reached through a changed
+  -- dependency row. Each effect belongs to the last source event that impacted it.
+  INSERT INTO pg_temp.synchro_w_impacted (relation_id, pk, event_ordinal, touched)
+  SELECT f.relation_id, f.pk, f.event_ordinal, true
+    FROM pg_temp.synchro_w_final f WHERE f.registration_kind = 'synced';
+  INSERT INTO pg_temp.synchro_w_impacted AS i (relation_id, pk, event_ordinal, touched)
+  SELECT v.relation_id, v.pk, max(d.event_ordinal), false
+    FROM pg_temp.synchro_w_depvals d
+    JOIN synchro.scope_rule r ON r.generation = reg_end AND r.via_relation_id = d.relation_id AND r.via_match = d.column_name
+    JOIN synchro.rule_value v ON v.relation_id = r.relation_id AND v.column_name = r.column_name AND v.value = d.value
+   GROUP BY v.relation_id, v.pk
+  ON CONFLICT (relation_id, pk) DO UPDATE SET event_ordinal = greatest(i.event_ordinal, excluded.event_ordinal);
+
+  PERFORM synchro._evaluate_membership(reg_end);
+
+  -- Net pull effects per scope: upsert when the row is in the scope and was touched
+  -- (or just entered it); delete when it left the scope or was deleted. effect_ordinal
+  -- counts within (event, scope) in canonical (table_id, typed key, operation) order.
+  INSERT INTO synchro.effect (stream_generation, scope, commit_lsn, event_ordinal, effect_ordinal,
+                              table_id, relation_id, pk, op, version, image)
+  SELECT gen, e.scope, clsn, i.event_ordinal,
+         (row_number() OVER (PARTITION BY e.scope, i.event_ordinal
+                             ORDER BY r.table_id COLLATE "C",
+                                      CASE WHEN r.key_type <> 'string' THEN e.pk::bigint END,
+                                      e.pk COLLATE "C", e.op))::int - 1,
+         r.table_id, e.relation_id, e.pk, e.op,
+         CASE WHEN e.op = 'upsert' THEN pr.version END,
+         CASE WHEN e.op = 'upsert' THEN pr.image END
+    FROM (
+      SELECT n.scope, n.relation_id, n.pk, 'upsert' AS op
+        FROM pg_temp.synchro_w_scopes n
+        JOIN pg_temp.synchro_w_impacted i2 ON i2.relation_id = n.relation_id AND i2.pk = n.pk
+       WHERE i2.touched
+          OR NOT EXISTS (SELECT 1 FROM synchro.membership m
+                          WHERE m.scope = n.scope AND m.relation_id = n.relation_id AND m.pk = n.pk)
+      UNION ALL
+      SELECT m.scope, m.relation_id, m.pk, 'delete'
+        FROM synchro.membership m
+        JOIN pg_temp.synchro_w_impacted i3 ON i3.relation_id = m.relation_id AND i3.pk = m.pk
+       WHERE NOT EXISTS (SELECT 1 FROM pg_temp.synchro_w_scopes n
+                          WHERE n.scope = m.scope AND n.relation_id = m.relation_id AND n.pk = m.pk)
+    ) e
+    JOIN pg_temp.synchro_w_impacted i ON i.relation_id = e.relation_id AND i.pk = e.pk
+    JOIN synchro.relation r ON r.relation_id = e.relation_id
+    LEFT JOIN synchro.projection pr ON pr.relation_id = e.relation_id AND pr.pk = e.pk;
+
+  DELETE FROM synchro.membership m USING pg_temp.synchro_w_impacted i
+   WHERE m.relation_id = i.relation_id AND m.pk = i.pk
+     AND NOT EXISTS (SELECT 1 FROM pg_temp.synchro_w_scopes n
+                      WHERE n.scope = m.scope AND n.relation_id = m.relation_id AND n.pk = m.pk);
+  INSERT INTO synchro.membership (scope, relation_id, pk)
+  SELECT n.scope, n.relation_id, n.pk FROM pg_temp.synchro_w_scopes n
+  ON CONFLICT DO NOTHING;
+
+  -- Write-fence reconciliation: exactly these fences are now WAL-materialized.
+  UPDATE synchro.write_fence wf SET coverage = 'wal', covered_at = now()
+    FROM pg_temp.synchro_w_rows w
+   WHERE wf.fence_id = w.fence_id AND wf.coverage IS NULL;
+
+  -- Replay identities and the transaction-end high-watermark.
+  INSERT INTO synchro.txn (stream_generation, commit_lsn, end_lsn, xid, commit_time, event_count)
+  VALUES (gen, clsn, materialize.end_lsn, materialize.xid, materialize.commit_time, n_events);
+  INSERT INTO synchro.event (stream_generation, commit_lsn, event_ordinal, relation_id, op, pk, version, fence_id,
+                             registry_generation)
+  SELECT gen, clsn, w.event_ordinal, w.relation_id, w.op, w.pk, w.version, w.fence_id, w.reg_gen
+    FROM pg_temp.synchro_w_rows w;
+  UPDATE synchro.progress
+     SET materialized_commit_lsn = clsn,
+         processed_end_lsn = greatest(processed_end_lsn, materialize.end_lsn),
+         registry_generation = reg_end,
+         updated_at = now();
+  UPDATE synchro.quarantine q SET resolved_at = now(), retry_requested = false
+   WHERE q.stream_generation = gen AND q.commit_lsn = clsn AND q.resolved_at IS NULL;
+
+  PERFORM synchro._stage_clear(n_events > 5000);
+  RETURN 'materialized';
+END
+$$;
+
+REVOKE ALL ON FUNCTION synchro.materialize(bigint, pg_lsn, pg_lsn, bigint, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION synchro.materialize(bigint, pg_lsn, pg_lsn, bigint, timestamptz) TO synchro_runner;
