@@ -39,6 +39,8 @@ type SynchroMembership struct {
 	Scope      string
 	RelationID int64
 	Pk         string
+	TableID    string
+	PkOrder    int64
 }
 
 type SynchroMutationOutcome struct {
@@ -139,6 +141,12 @@ type SynchroRelation struct {
 	StagedGeneration int64
 }
 
+type SynchroRetention struct {
+	StreamGeneration int64
+	HorizonCommitLsn interface{}
+	UpdatedAt        pgtype.Timestamptz
+}
+
 type SynchroRowVersion struct {
 	RelationID int64
 	Pk         string
@@ -193,6 +201,8 @@ type SynchroScopeRule struct {
 type SynchroServerKey struct {
 	Singleton bool
 	Key       []byte
+	InnerPad  []byte
+	OuterPad  []byte
 }
 
 type SynchroSetting struct {

@@ -335,8 +335,9 @@ BEGIN
    WHERE m.relation_id = i.relation_id AND m.pk = i.pk
      AND NOT EXISTS (SELECT 1 FROM pg_temp.synchro_w_scopes n
                       WHERE n.scope = m.scope AND n.relation_id = m.relation_id AND n.pk = m.pk);
-  INSERT INTO synchro.membership (scope, relation_id, pk)
-  SELECT n.scope, n.relation_id, n.pk FROM pg_temp.synchro_w_scopes n
+  INSERT INTO synchro.membership (scope, relation_id, pk, table_id, pk_order)
+  SELECT n.scope, n.relation_id, n.pk, r.table_id, CASE WHEN r.key_type = 'string' THEN 0 ELSE n.pk::bigint END
+    FROM pg_temp.synchro_w_scopes n JOIN synchro.relation r ON r.relation_id = n.relation_id
   ON CONFLICT DO NOTHING;
 
   -- Write-fence reconciliation: exactly these fences are now WAL-materialized.

@@ -55,8 +55,10 @@ BEGIN
   SELECT p.relation_id, p.pk, 0, false FROM synchro.projection p
     JOIN synchro.relation r ON r.relation_id = p.relation_id AND r.registration_kind = 'synced';
   PERFORM synchro._evaluate_membership(reg);
-  INSERT INTO synchro.membership (scope, relation_id, pk)
-  SELECT s.scope, s.relation_id, s.pk FROM pg_temp.synchro_w_scopes s ON CONFLICT DO NOTHING;
+  INSERT INTO synchro.membership (scope, relation_id, pk, table_id, pk_order)
+  SELECT s.scope, s.relation_id, s.pk, r.table_id, CASE WHEN r.key_type = 'string' THEN 0 ELSE s.pk::bigint END
+    FROM pg_temp.synchro_w_scopes s JOIN synchro.relation r ON r.relation_id = s.relation_id
+  ON CONFLICT DO NOTHING;
 
   -- Push fences visible in the snapshot are represented by this baseline.
   UPDATE synchro.write_fence SET coverage = 'baseline', covered_at = now() WHERE coverage IS NULL;

@@ -96,9 +96,21 @@ CREATE TABLE synchro.membership (
   scope       text   NOT NULL,
   relation_id bigint NOT NULL,
   pk          text   NOT NULL,
+  table_id    text   NOT NULL,
+  pk_order    bigint NOT NULL, -- the int key for int/int64 tables, 0 for string keys
   PRIMARY KEY (scope, relation_id, pk)
 );
 CREATE INDEX membership_by_row ON synchro.membership (relation_id, pk);
+-- Rebuild pages walk a scope in (table_id bytewise, typed key) order by keyset.
+CREATE INDEX membership_rebuild_order ON synchro.membership (scope, table_id COLLATE "C", pk_order, pk COLLATE "C");
+
+-- Retention horizon per stream generation: effects of transactions at or below
+-- horizon_commit_lsn were compacted away; cursors below transaction_end(horizon) are stale.
+CREATE TABLE synchro.retention (
+  stream_generation  bigint PRIMARY KEY REFERENCES synchro.stream_generation,
+  horizon_commit_lsn pg_lsn NOT NULL,
+  updated_at         timestamptz NOT NULL DEFAULT now()
+);
 
 -- Pull effects, in delivery position order per scope. The primary key serves pull's
 -- range scans: O(page) whatever the length of the stream.
@@ -152,9 +164,20 @@ CREATE TABLE synchro.runner (
   state               text NOT NULL
 );
 
+-- HMAC-SHA-256 of cursors and rebuild tokens, built on the core sha256(): the key's
+-- inner and outer pads (RFC 2104, 64-byte block) are derived once here.
+ALTER TABLE synchro.server_key ADD COLUMN inner_pad bytea, ADD COLUMN outer_pad bytea;
+UPDATE synchro.server_key sk
+   SET inner_pad = (SELECT decode(string_agg(lpad(to_hex(get_byte(k.padded, i) # 54), 2, '0'), '' ORDER BY i), 'hex')
+                      FROM (SELECT sk.key || decode(repeat('00', 32), 'hex') AS padded) k, generate_series(0, 63) i),
+       outer_pad = (SELECT decode(string_agg(lpad(to_hex(get_byte(k.padded, i) # 92), 2, '0'), '' ORDER BY i), 'hex')
+                      FROM (SELECT sk.key || decode(repeat('00', 32), 'hex') AS padded) k, generate_series(0, 63) i);
+ALTER TABLE synchro.server_key ALTER COLUMN inner_pad SET NOT NULL, ALTER COLUMN outer_pad SET NOT NULL;
+
 REVOKE ALL ON ALL TABLES IN SCHEMA synchro FROM PUBLIC;
 
 -- +goose Down
-DROP TABLE synchro.runner, synchro.quarantine, synchro.effect, synchro.membership, synchro.rule_value,
+DROP TABLE synchro.retention, synchro.runner, synchro.quarantine, synchro.effect, synchro.membership, synchro.rule_value,
   synchro.projection, synchro.event, synchro.txn, synchro.progress, synchro.stream_generation;
 ALTER TABLE synchro.registration DROP COLUMN column_types;
+ALTER TABLE synchro.server_key DROP COLUMN inner_pad, DROP COLUMN outer_pad;

@@ -1,0 +1,23 @@
+-- Consults the operator's scope authorizer, when one is set: false (or NULL) is SY403.
+CREATE OR REPLACE FUNCTION synchro._authorize_scope(client_id text, scope text) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  fn text;
+  allowed boolean;
+BEGIN
+  SELECT value INTO fn FROM synchro.setting WHERE name = 'scope_authorizer';
+  IF fn IS NULL THEN
+    RETURN;
+  END IF;
+  -- fn is the text of a regprocedure stored by set_scope_authorizer: a qualified,
+  -- quoted function name; its argument list is dropped and the OID's name is used.
+  EXECUTE format('SELECT %s($1, $2)', fn::regprocedure::oid::regproc) INTO allowed USING client_id, scope;
+  IF allowed IS NOT TRUE THEN
+    RAISE EXCEPTION 'scope_denied: the scope authorizer refused this scope' USING ERRCODE = 'SY403';
+  END IF;
+END
+$$;
+
+REVOKE ALL ON FUNCTION synchro._authorize_scope(text, text) FROM PUBLIC;

@@ -1,0 +1,117 @@
+-- synchro.pull: the scope's pull effects after the cursor, in stream-position order,
+-- never beyond the materialization high-watermark read first (CONTRACT.md "Pull").
+--
+-- Positions compare as (commit_lsn, event_ordinal, effect_ordinal); transaction_end(L)
+-- is (L, +inf, +inf) and generation_start is below everything. Cost per page is one
+-- range scan of the effect primary key: O(page) whatever the length of the stream.
+-- Errors are checked in the contract's order: SY400, SY403, SY409, SY503.
+CREATE OR REPLACE FUNCTION synchro.pull(client_id text, scope text, cursor text DEFAULT NULL, max_changes int DEFAULT 1000)
+RETURNS jsonb
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  payload  text;
+  parts    text[];
+  point    text[];
+  g        record;
+  hw       pg_lsn;
+  horizon  pg_lsn;
+  c_lsn    pg_lsn;
+  c_ev     int;
+  c_eff    int;
+  changes  jsonb;
+  n        int;
+  last_point text;
+  next_cur text;
+BEGIN
+  -- SY400: arguments and cursor authenticity.
+  IF client_id IS NULL OR length(client_id) NOT BETWEEN 1 AND 256 THEN
+    RAISE EXCEPTION 'invalid_argument: client_id must be 1 to 256 characters' USING ERRCODE = 'SY400';
+  END IF;
+  IF scope IS NULL OR length(scope) NOT BETWEEN 1 AND 512 THEN
+    RAISE EXCEPTION 'invalid_argument: scope must be 1 to 512 characters' USING ERRCODE = 'SY400';
+  END IF;
+  IF max_changes IS NULL OR max_changes NOT BETWEEN 1 AND 10000 THEN
+    RAISE EXCEPTION 'invalid_argument: max_changes must be 1 to 10000' USING ERRCODE = 'SY400';
+  END IF;
+  IF cursor IS NOT NULL THEN
+    payload := synchro._token_payload(cursor, scope);
+    parts := string_to_array(payload, ':');
+    IF payload IS NULL OR cardinality(parts) <> 4 OR parts[1] <> 'c1' THEN
+      RAISE EXCEPTION 'invalid_argument: malformed cursor' USING ERRCODE = 'SY400';
+    END IF;
+    point := string_to_array(parts[4], '/');
+  END IF;
+
+  -- SY403.
+  PERFORM synchro._authorize_scope(client_id, scope);
+
+  -- SY409: no cursor, another stream or rule generation, or below the horizon.
+  IF cursor IS NULL THEN
+    RAISE EXCEPTION 'rebuild_required: pull needs a cursor; start with synchro.rebuild' USING ERRCODE = 'SY409';
+  END IF;
+  SELECT sg.stream_generation, sg.token, p.materialized_commit_lsn, p.generation_start_lsn INTO g
+    FROM synchro.progress p JOIN synchro.stream_generation sg ON sg.stream_generation = p.stream_generation;
+  IF NOT FOUND OR parts[2] <> g.token::text OR parts[3] <> synchro._scope_rule_generation(scope)::text THEN
+    RAISE EXCEPTION 'rebuild_required: the cursor belongs to another stream or membership-rule generation'
+      USING ERRCODE = 'SY409';
+  END IF;
+  IF point[1] = 's' THEN
+    c_lsn := '0/0'; c_ev := -1; c_eff := -1;
+  ELSIF point[1] = 't' THEN
+    c_lsn := point[2]::pg_lsn; c_ev := 2147483647; c_eff := 2147483647;
+  ELSE
+    c_lsn := point[2]::pg_lsn; c_ev := point[3]::int; c_eff := point[4]::int;
+  END IF;
+  SELECT r.horizon_commit_lsn INTO horizon FROM synchro.retention r WHERE r.stream_generation = g.stream_generation;
+  IF horizon IS NOT NULL AND (c_lsn < horizon OR (c_lsn = horizon AND point[1] <> 't')) THEN
+    RAISE EXCEPTION 'rebuild_required: the cursor is older than the retention horizon' USING ERRCODE = 'SY409';
+  END IF;
+
+  -- SY503.
+  PERFORM synchro._capture_pending(client_id);
+
+  -- The high-watermark first: effects are read only up to it.
+  hw := g.materialized_commit_lsn;
+  IF hw IS NULL THEN
+    RETURN jsonb_build_object('changes', '[]'::jsonb, 'cursor', cursor, 'has_more', false);
+  END IF;
+
+  WITH page AS (
+    SELECT e.commit_lsn, e.event_ordinal, e.effect_ordinal, e.table_id, e.pk, e.op, e.version, e.image, r.key_type
+      FROM synchro.effect e JOIN synchro.relation r ON r.relation_id = e.relation_id
+     WHERE e.stream_generation = g.stream_generation AND e.scope = pull.scope
+       AND (e.commit_lsn, e.event_ordinal, e.effect_ordinal) > (c_lsn, c_ev, c_eff)
+       AND e.commit_lsn <= hw
+     ORDER BY e.commit_lsn, e.event_ordinal, e.effect_ordinal
+     LIMIT max_changes + 1),
+  numbered AS (SELECT page.*, row_number() OVER (ORDER BY commit_lsn, event_ordinal, effect_ordinal) AS rn FROM page)
+  SELECT coalesce(jsonb_agg(
+           CASE WHEN op = 'upsert' THEN
+             jsonb_build_object('table', table_id, 'pk', CASE WHEN key_type = 'string' THEN to_jsonb(pk) ELSE to_jsonb(pk::bigint) END,
+                                'op', 'upsert', 'version', version, 'row', image)
+           ELSE
+             jsonb_build_object('table', table_id, 'pk', CASE WHEN key_type = 'string' THEN to_jsonb(pk) ELSE to_jsonb(pk::bigint) END,
+                                'op', 'delete')
+           END ORDER BY rn) FILTER (WHERE rn <= max_changes), '[]'::jsonb),
+         count(*),
+         (array_agg(format('e/%s/%s/%s', commit_lsn, event_ordinal, effect_ordinal) ORDER BY rn DESC)
+            FILTER (WHERE rn <= max_changes))[1]
+    INTO changes, n, last_point
+    FROM numbered;
+
+  IF n > max_changes THEN
+    -- Stop inside the stream: the cursor is the position of the last change returned.
+    next_cur := synchro._token(format('c1:%s:%s:%s', g.token, parts[3], last_point), scope);
+    RETURN jsonb_build_object('changes', changes, 'cursor', next_cur, 'has_more', true);
+  END IF;
+  -- The end of the eligible effects: the high-watermark, so a quiet scope moves on.
+  next_cur := synchro._token(format('c1:%s:%s:t/%s', g.token, parts[3], hw), scope);
+  RETURN jsonb_build_object('changes', changes, 'cursor', next_cur, 'has_more', false);
+END
+$$;
+
+REVOKE ALL ON FUNCTION synchro.pull(text, text, text, int) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION synchro.pull(text, text, text, int) TO synchro_app;

@@ -1,0 +1,122 @@
+-- synchro.rebuild: a scope's current member rows from the materialized projections
+-- (never live tables), keyset-paged in (table_id bytewise, typed key) order under an
+-- authenticated session token (CONTRACT.md "Rebuild").
+--
+-- The first call fixes P, the materialization high-watermark; the last page's cursor
+-- resumes pull after P. A row changed after P may arrive in its newer state; its
+-- effect after P arrives again by pull, so the client converges either way. The
+-- checksum is a SHA-256 chain over the delivered rows, carried in the token so the
+-- session needs no server state.
+CREATE OR REPLACE FUNCTION synchro.rebuild(client_id text, scope text, session text DEFAULT NULL, max_rows int DEFAULT 1000)
+RETURNS jsonb
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  payload    text;
+  parts      text[];
+  g          record;
+  rg         text;
+  p_point    text;
+  last_tid   text := '';
+  last_order bigint := -9223372036854775808;
+  last_pk    text := '';
+  h          bytea := decode(repeat('00', 32), 'hex');
+  rec        record;
+  out_rows   jsonb[] := '{}';
+  n          int := 0;
+  more       boolean := false;
+  result     jsonb;
+  tok        text;
+BEGIN
+  -- SY400.
+  IF client_id IS NULL OR length(client_id) NOT BETWEEN 1 AND 256 THEN
+    RAISE EXCEPTION 'invalid_argument: client_id must be 1 to 256 characters' USING ERRCODE = 'SY400';
+  END IF;
+  IF scope IS NULL OR length(scope) NOT BETWEEN 1 AND 512 THEN
+    RAISE EXCEPTION 'invalid_argument: scope must be 1 to 512 characters' USING ERRCODE = 'SY400';
+  END IF;
+  IF max_rows IS NULL OR max_rows NOT BETWEEN 1 AND 10000 THEN
+    RAISE EXCEPTION 'invalid_argument: max_rows must be 1 to 10000' USING ERRCODE = 'SY400';
+  END IF;
+  IF session IS NOT NULL THEN
+    payload := synchro._token_payload(session, scope);
+    parts := string_to_array(payload, ':');
+    IF payload IS NULL OR cardinality(parts) <> 8 OR parts[1] <> 'r1' THEN
+      RAISE EXCEPTION 'invalid_argument: malformed rebuild session' USING ERRCODE = 'SY400';
+    END IF;
+  END IF;
+
+  -- SY403.
+  PERFORM synchro._authorize_scope(client_id, scope);
+
+  -- SY409: a stream reset or a membership-rule change invalidated the session.
+  SELECT sg.stream_generation, sg.token, p.materialized_commit_lsn INTO g
+    FROM synchro.progress p JOIN synchro.stream_generation sg ON sg.stream_generation = p.stream_generation;
+  rg := synchro._scope_rule_generation(scope)::text;
+  IF session IS NOT NULL AND (NOT FOUND OR parts[2] <> g.token::text OR parts[3] <> rg) THEN
+    RAISE EXCEPTION 'rebuild_required: the rebuild session belongs to another stream or membership-rule generation'
+      USING ERRCODE = 'SY409';
+  END IF;
+
+  -- SY503.
+  PERFORM synchro._capture_pending(client_id);
+  IF g.stream_generation IS NULL THEN
+    RAISE EXCEPTION 'capture_pending: the change stream has not started yet; retry later' USING ERRCODE = 'SY503';
+  END IF;
+
+  IF session IS NULL THEN
+    p_point := CASE WHEN g.materialized_commit_lsn IS NULL THEN 's' ELSE 't/' || g.materialized_commit_lsn END;
+  ELSE
+    p_point := parts[4];
+    IF parts[5] <> '' THEN
+      last_tid := parts[5];
+      last_order := parts[6]::bigint;
+      last_pk := convert_from(decode(parts[7], 'hex'), 'UTF8');
+    END IF;
+    h := decode(parts[8], 'hex');
+  END IF;
+
+  FOR rec IN
+    SELECT m.table_id, m.pk_order, m.pk, pr.version, pr.image, r.key_type
+      FROM synchro.membership m
+      JOIN synchro.projection pr ON pr.relation_id = m.relation_id AND pr.pk = m.pk
+      JOIN synchro.relation r ON r.relation_id = m.relation_id
+     WHERE m.scope = rebuild.scope
+       AND (m.table_id COLLATE "C", m.pk_order, m.pk COLLATE "C") > (last_tid COLLATE "C", last_order, last_pk COLLATE "C")
+     ORDER BY m.table_id COLLATE "C", m.pk_order, m.pk COLLATE "C"
+     LIMIT max_rows + 1
+  LOOP
+    n := n + 1;
+    IF n > max_rows THEN
+      more := true;
+      EXIT;
+    END IF;
+    out_rows := out_rows || jsonb_build_object(
+      'table', rec.table_id,
+      'pk', CASE WHEN rec.key_type = 'string' THEN to_jsonb(rec.pk) ELSE to_jsonb(rec.pk::bigint) END,
+      'version', rec.version,
+      'row', rec.image);
+    h := sha256(h || convert_to(rec.table_id, 'UTF8') || '\x00'::bytea || convert_to(rec.pk, 'UTF8') || '\x00'::bytea
+                || convert_to(rec.version, 'UTF8') || '\x0a'::bytea);
+    last_tid := rec.table_id;
+    last_order := rec.pk_order;
+    last_pk := rec.pk;
+  END LOOP;
+
+  tok := synchro._token(format('r1:%s:%s:%s:%s:%s:%s:%s', g.token, rg, p_point,
+                               CASE WHEN last_tid = '' THEN '' ELSE last_tid END, last_order,
+                               encode(convert_to(last_pk, 'UTF8'), 'hex'), encode(h, 'hex')), scope);
+  result := jsonb_build_object('session', tok, 'rows', array_to_json(out_rows)::jsonb, 'has_more', more);
+  IF NOT more THEN
+    result := result || jsonb_build_object(
+      'checksum', encode(h, 'hex'),
+      'cursor', synchro._token(format('c1:%s:%s:%s', g.token, rg, p_point), scope));
+  END IF;
+  RETURN result;
+END
+$$;
+
+REVOKE ALL ON FUNCTION synchro.rebuild(text, text, text, int) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION synchro.rebuild(text, text, text, int) TO synchro_app;
