@@ -42,7 +42,7 @@ BEGIN
     IF payload IS NULL OR cardinality(parts) <> 4 OR parts[1] <> 'c1' THEN
       RAISE EXCEPTION 'invalid_argument: malformed cursor' USING ERRCODE = 'SY400';
     END IF;
-    point := string_to_array(parts[4], '/');
+    point := string_to_array(parts[4], '.');
   END IF;
 
   -- SY403.
@@ -58,6 +58,7 @@ BEGIN
     RAISE EXCEPTION 'rebuild_required: the cursor belongs to another stream or membership-rule generation'
       USING ERRCODE = 'SY409';
   END IF;
+  -- Points: s (generation_start), t.<lsn> (transaction_end), e.<lsn>.<event>.<effect>.
   IF point[1] = 's' THEN
     c_lsn := '0/0'; c_ev := -1; c_eff := -1;
   ELSIF point[1] = 't' THEN
@@ -97,7 +98,7 @@ BEGIN
                                 'op', 'delete')
            END ORDER BY rn) FILTER (WHERE rn <= max_changes), '[]'::jsonb),
          count(*),
-         (array_agg(format('e/%s/%s/%s', commit_lsn, event_ordinal, effect_ordinal) ORDER BY rn DESC)
+         (array_agg(format('e.%s.%s.%s', commit_lsn, event_ordinal, effect_ordinal) ORDER BY rn DESC)
             FILTER (WHERE rn <= max_changes))[1]
     INTO changes, n, last_point
     FROM numbered;
@@ -108,7 +109,7 @@ BEGIN
     RETURN jsonb_build_object('changes', changes, 'cursor', next_cur, 'has_more', true);
   END IF;
   -- The end of the eligible effects: the high-watermark, so a quiet scope moves on.
-  next_cur := synchro._token(format('c1:%s:%s:t/%s', g.token, parts[3], hw), scope);
+  next_cur := synchro._token(format('c1:%s:%s:t.%s', g.token, parts[3], hw), scope);
   RETURN jsonb_build_object('changes', changes, 'cursor', next_cur, 'has_more', false);
 END
 $$;

@@ -67,7 +67,7 @@ BEGIN
   END IF;
 
   IF session IS NULL THEN
-    p_point := CASE WHEN g.materialized_commit_lsn IS NULL THEN 's' ELSE 't/' || g.materialized_commit_lsn END;
+    p_point := CASE WHEN g.materialized_commit_lsn IS NULL THEN 's' ELSE 't.' || g.materialized_commit_lsn END;
   ELSE
     p_point := parts[4];
     IF parts[5] <> '' THEN

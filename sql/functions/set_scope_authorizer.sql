@@ -12,7 +12,7 @@ BEGIN
   END IF;
   IF NOT EXISTS (SELECT 1 FROM pg_proc p
                   WHERE p.oid = fn AND p.prorettype = 'boolean'::regtype AND p.prokind = 'f'
-                    AND p.proargtypes::oid[] = ARRAY['text'::regtype, 'text'::regtype]::oid[]) THEN
+                    AND p.pronargs = 2 AND p.proargtypes[0] = 'text'::regtype AND p.proargtypes[1] = 'text'::regtype) THEN
     RAISE EXCEPTION 'set_scope_authorizer refused: the function must be (client_id text, scope text) returns boolean'
       USING ERRCODE = 'SY400';
   END IF;
