@@ -32,6 +32,7 @@ DECLARE
   st       text;
   con      text;
   colname  text;
+  deferred_list text;
 BEGIN
   plan := synchro._push_prepare(client_id, mutations);
   -- Deferred constraints are checked at the end of each statement from here on, so a
@@ -77,9 +78,12 @@ BEGIN
           IF written IS NULL THEN
             -- The key exists after all (inserted concurrently, or hidden from this
             -- caller by row-level security): a conflict, with what the caller may see.
+            -- Lock its reservation again (it exists now), then read the row: the
+            -- version and the row are those of one committed state.
+            SELECT * INTO ent FROM synchro._push_enter(client_id, (m ->> 'id')::uuid, (m ->> 'relation_id')::bigint, m ->> 'key');
             EXECUTE format('SELECT to_jsonb(t) FROM ONLY %s t WHERE %s', tgt, keypred) INTO cur USING m ->> 'key';
             outcome := jsonb_build_object('id', m ->> 'id', 'status', 'conflict',
-              'version', CASE WHEN cur IS NULL THEN NULL ELSE synchro._push_leave((m ->> 'relation_id')::bigint, m ->> 'key') END,
+              'version', CASE WHEN cur IS NULL THEN NULL ELSE ent.version END,
               'row', synchro._row_image(cur, cols));
           END IF;
         END IF;
@@ -134,6 +138,15 @@ BEGIN
     PERFORM synchro._push_record(client_id, (m ->> 'id')::uuid, m ->> 'hash', outcome);
     results := results || outcome;
   END LOOP;
+  -- SET CONSTRAINTS lasts for the transaction. A push is meant to be its own
+  -- transaction; when a caller runs it inside a larger one, give the rest of that
+  -- transaction the declared modes back: initially deferred constraints deferred again.
+  SELECT string_agg(DISTINCT format('%I.%I', n.nspname, c.conname), ', ') INTO deferred_list
+    FROM pg_catalog.pg_constraint c JOIN pg_catalog.pg_namespace n ON n.oid = c.connamespace
+   WHERE c.condeferrable AND c.condeferred;
+  IF deferred_list IS NOT NULL THEN
+    EXECUTE 'SET CONSTRAINTS ' || deferred_list || ' DEFERRED';
+  END IF;
   RETURN jsonb_build_object('results', array_to_json(results)::jsonb);
 END
 $$;
