@@ -153,11 +153,20 @@ func applyFunctions(ctx context.Context, conn *sql.Conn) error {
 			return fmt.Errorf("install: function file %s: %w", n, err)
 		}
 	}
+	// Fence functions are generated per relation from a template: regenerate them so a
+	// changed template reaches relations registered by an older install.
+	if _, err := tx.ExecContext(ctx, refreshFences); err != nil {
+		return fmt.Errorf("install: refresh fences: %w", err)
+	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("install: functions: %w", err)
 	}
 	return nil
 }
+
+// refreshFences regenerates every registered relation's fence after the function files.
+const refreshFences = "SELECT synchro._refresh_fences()"
+
 
 // SQL returns the complete install script (the Up part of every migration, then every
 // function file) for teams that apply it with another migrator.
@@ -182,6 +191,7 @@ func SQL() (string, error) {
 		}
 		fmt.Fprintf(&b, "\n-- function file %s\n%s\n", n, src)
 	}
+	fmt.Fprintf(&b, "\n%s;\n", refreshFences)
 	b.WriteString("\nCOMMIT;\n")
 	return b.String(), nil
 }

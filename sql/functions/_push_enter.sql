@@ -15,6 +15,9 @@ BEGIN
     FROM synchro.row_version r
    WHERE r.relation_id = _push_enter.relation_id AND r.pk = _push_enter.pk
      FOR UPDATE;
+  -- A hint for the fence trigger that a push context may exist in this transaction
+  -- (the row below is what counts; the setting only spares direct writes the lookup).
+  PERFORM set_config('synchro.push_active', 'on', true);
   INSERT INTO synchro.push_context AS c (txid, client_id, mutation_id, relation_id, pk)
   VALUES (pg_current_xact_id(), client_id, mutation_id, relation_id, pk)
   ON CONFLICT (txid) DO UPDATE
