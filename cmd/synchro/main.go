@@ -4,6 +4,7 @@
 //	synchro migrate up|status [--database-url URL]
 //	synchro sql
 //	synchro dev [--dir DIR] [--port N]
+//	synchro run [--database-url URL] [--slot synchro] [--publication synchro] [--listen 127.0.0.1:8080]
 package main
 
 import (
@@ -40,6 +41,7 @@ func commands() map[string]command {
 		"migrate": {"install the SQL pack (up) or show what is installed (status)", runMigrate},
 		"sql":     {"print the complete install script for another migrator", runSQL},
 		"dev":     {"run a private PostgreSQL with Synchro and a demo schema", runDev},
+		"run":     {"run the WAL worker (the sidecar) with /livez, /readyz and /metrics", runRun},
 	}
 }
 

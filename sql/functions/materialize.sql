@@ -99,8 +99,11 @@ BEGIN
   -- Relation identity: every relation the transaction touches, as the WAL describes
   -- it, must be exactly the registered one (qualified name, DEFAULT identity on the
   -- registered key, registered columns with their registered types).
+  -- Every Relation message counts, not only the first of a relid: a relation whose
+  -- shape changes inside one transaction (ALTER TABLE between two writes) is staged
+  -- again with its new shape.
   FOR rel IN
-    SELECT DISTINCT ON (s.relid) s.relid, s.nspname, s.relname, s.replident, s.col_names, s.col_types, s.col_keys,
+    SELECT s.relid, s.nspname, s.relname, s.replident, s.col_names, s.col_types, s.col_keys,
            r.relation_id, r.schema_name, r.table_name, r.key_column, reg.columns, reg.column_types
       FROM pg_temp.synchro_stage s
       LEFT JOIN synchro.relation r ON r.relid = s.relid
@@ -109,7 +112,7 @@ BEGIN
          WHERE g.relation_id = r.relation_id AND g.generation <= coalesce(reg_end, 0)
          ORDER BY g.generation DESC LIMIT 1) reg ON true
      WHERE s.kind = 'R'
-     ORDER BY s.relid, s.seq
+     ORDER BY s.seq
   LOOP
     IF rel.relation_id IS NULL OR rel.columns IS NULL THEN
       RAISE EXCEPTION 'poison: unknown_relation' USING ERRCODE = 'SYP04';

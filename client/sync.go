@@ -1,0 +1,418 @@
+package client
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Wire shapes of CONTRACT.md "Pull" and "Rebuild".
+type (
+	rebuildPage struct {
+		Session  string       `json:"session"`
+		Rows     []wireChange `json:"rows"`
+		HasMore  bool         `json:"has_more"`
+		Checksum *string      `json:"checksum"`
+		Cursor   *string      `json:"cursor"`
+	}
+	pullPage struct {
+		Changes []wireChange `json:"changes"`
+		Cursor  string       `json:"cursor"`
+		HasMore bool         `json:"has_more"`
+	}
+	wireChange struct {
+		Table   string          `json:"table"`
+		PK      json.RawMessage `json:"pk"`
+		Op      string          `json:"op"` // pull only; rebuild rows are upserts
+		Version string          `json:"version"`
+		Row     json.RawMessage `json:"row"`
+	}
+)
+
+// stagedChange is one row of staging.change: a change with its canonical key.
+type stagedChange struct {
+	Table   string          `json:"table"`
+	PK      string          `json:"pk"`
+	Op      string          `json:"op"` // "upsert" or "delete"
+	Version string          `json:"version,omitempty"`
+	Row     json.RawMessage `json:"row,omitempty"`
+}
+
+// Sync brings scope up to date: a rebuild when it has no cursor, then pulls until
+// the end of the stream (see the package documentation). The scope must have been
+// subscribed.
+func (c *Client) Sync(ctx context.Context, scope string) error {
+	l := c.scopeLock(scope)
+	l.Lock()
+	defer l.Unlock()
+
+	if _, _, err := c.Cursor(ctx, scope); err != nil {
+		return err
+	}
+	// Pages staged by a transfer that did not finish (crash, error) are discarded:
+	// they are fetched again from the saved cursor.
+	if err := c.clearStaging(ctx, scope); err != nil {
+		return err
+	}
+	rebuilds := 0
+	var last409 error
+	for {
+		cursor, ok, err := c.Cursor(ctx, scope)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			if rebuilds == c.cfg.MaxRebuilds {
+				return fmt.Errorf("%w (%d) of scope %q: %w", ErrRebuildLoop, rebuilds, scope, last409)
+			}
+			rebuilds++
+			err := c.rebuild(ctx, scope)
+			if sqlState(err) == codeRebuildRequired {
+				c.log.Warn("synchro client: rebuild session stale, rebuilding again", "scope", scope, "rebuilds", rebuilds)
+				last409 = err
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		err = c.pull(ctx, scope, cursor)
+		if sqlState(err) == codeRebuildRequired {
+			c.log.Info("synchro client: rebuild required", "scope", scope)
+			last409 = err
+			// Drop the cursor durably: a crash from here on resumes with a rebuild.
+			// Rows and holds stay readable until the rebuild replaces them.
+			if _, err := c.store.ExecContext(ctx, `UPDATE scopes SET cursor = NULL WHERE scope = ?`, scope); err != nil {
+				return err
+			}
+			continue
+		}
+		return err
+	}
+}
+
+// call runs one server call, retrying SY503 with exponential backoff.
+func (c *Client) call(ctx context.Context, out any, fn string, args ...any) error {
+	delay := c.cfg.Backoff.Initial
+	for attempt := 1; ; attempt++ {
+		raw, err := c.rpc(ctx, fn, args...)
+		if err == nil {
+			if err := json.Unmarshal(raw, out); err != nil {
+				return fmt.Errorf("synchro client: decode %s result: %w", fn, err)
+			}
+			return nil
+		}
+		if sqlState(err) != codeCapturePending || attempt >= c.cfg.Backoff.MaxAttempts {
+			return classify(err)
+		}
+		c.log.Debug("synchro client: capture pending, retrying", "call", fn, "attempt", attempt, "delay", delay)
+		if err := c.sleep(ctx, delay); err != nil {
+			return err
+		}
+		delay = min(2*delay, c.cfg.Backoff.Max)
+	}
+}
+
+// rebuild fetches and stages every page of a rebuild session, then verifies the
+// checksum and applies the whole set in one local transaction.
+func (c *Client) rebuild(ctx context.Context, scope string) error {
+	if err := c.clearStaging(ctx, scope); err != nil {
+		return err
+	}
+	start := time.Now()
+	var session *string
+	var seq int64
+	for pages := 1; ; pages++ {
+		var page rebuildPage
+		if err := c.call(ctx, &page, "rebuild", c.cfg.ClientID, scope, session, c.cfg.RebuildPageSize); err != nil {
+			return err
+		}
+		staged := make([]stagedChange, 0, len(page.Rows))
+		for _, w := range page.Rows {
+			key, err := rawKeyText(w.PK)
+			if err != nil {
+				return err
+			}
+			r := Row{Table: w.Table, PK: key, Version: w.Version, Data: w.Row}
+			if c.cfg.Hooks.TamperRebuildRow != nil {
+				c.cfg.Hooks.TamperRebuildRow(&r)
+			}
+			staged = append(staged, stagedChange{Table: r.Table, PK: r.PK, Op: "upsert", Version: r.Version, Row: r.Data})
+		}
+		if err := c.stage(ctx, scope, seq, staged); err != nil {
+			return err
+		}
+		seq += int64(len(staged))
+		if page.HasMore {
+			s := page.Session
+			session = &s
+			continue
+		}
+		if page.Checksum == nil || page.Cursor == nil {
+			return errors.New("synchro client: the last rebuild page has no checksum or cursor")
+		}
+		if err := c.applyRebuild(ctx, scope, *page.Cursor, *page.Checksum); err != nil {
+			return err
+		}
+		c.log.Info("synchro client: scope rebuilt", "scope", scope, "rows", seq, "pages", pages, "took", time.Since(start))
+		return nil
+	}
+}
+
+// pull stages pull pages while has_more is true and applies them all, with the
+// closing page's cursor, in one local transaction.
+func (c *Client) pull(ctx context.Context, scope, cursor string) error {
+	if err := c.clearStaging(ctx, scope); err != nil {
+		return err
+	}
+	var seq int64
+	for {
+		var page pullPage
+		if err := c.call(ctx, &page, "pull", c.cfg.ClientID, scope, cursor, c.cfg.PageSize); err != nil {
+			return err
+		}
+		staged := make([]stagedChange, 0, len(page.Changes))
+		for _, w := range page.Changes {
+			key, err := rawKeyText(w.PK)
+			if err != nil {
+				return err
+			}
+			switch w.Op {
+			case "upsert":
+				staged = append(staged, stagedChange{Table: w.Table, PK: key, Op: "upsert", Version: w.Version, Row: w.Row})
+			case "delete":
+				staged = append(staged, stagedChange{Table: w.Table, PK: key, Op: "delete"})
+			default:
+				return fmt.Errorf("synchro client: pull change with op %q", w.Op)
+			}
+		}
+		if err := c.stage(ctx, scope, seq, staged); err != nil {
+			return err
+		}
+		seq += int64(len(staged))
+		if page.HasMore {
+			// The page cursor is kept in memory only: it is never saved before the
+			// pages it covers are applied.
+			cursor = page.Cursor
+			continue
+		}
+		if err := c.applyPull(ctx, scope, page.Cursor); err != nil {
+			return err
+		}
+		if seq > 0 {
+			c.log.Debug("synchro client: pulled", "scope", scope, "changes", seq)
+		}
+		return nil
+	}
+}
+
+// clearStaging drops the scope's staged pages.
+func (c *Client) clearStaging(ctx context.Context, scope string) error {
+	_, err := c.store.ExecContext(ctx, `DELETE FROM staging WHERE scope = ?`, scope)
+	return err
+}
+
+// stage writes one page to staging, numbered from seq, in one local transaction.
+func (c *Client) stage(ctx context.Context, scope string, seq int64, changes []stagedChange) error {
+	if len(changes) == 0 {
+		return nil
+	}
+	return c.inTx(ctx, func(tx *sql.Tx) error {
+		st, err := tx.PrepareContext(ctx, `INSERT INTO staging (scope, seq, change) VALUES (?, ?, ?)`)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		for i, ch := range changes {
+			b, err := json.Marshal(ch)
+			if err != nil {
+				return err
+			}
+			if _, err := st.ExecContext(ctx, scope, seq+int64(i), string(b)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// applyRebuild: in one local transaction, checks the checksum over the staged rows,
+// replaces the scope's holds with them, upserts the rows, drops the rows no scope
+// holds any more, saves the cursor and clears staging. A checksum mismatch rolls
+// back (nothing applied) and discards the staged rows.
+func (c *Client) applyRebuild(ctx context.Context, scope, cursor, checksum string) error {
+	err := c.inTx(ctx, func(tx *sql.Tx) error {
+		// The rows the scope held before: candidates for removal afterwards.
+		for _, q := range []string{
+			`CREATE TEMP TABLE IF NOT EXISTS released (table_id TEXT NOT NULL, pk TEXT NOT NULL)`,
+			`DELETE FROM temp.released`,
+		} {
+			if _, err := tx.ExecContext(ctx, q); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO temp.released SELECT table_id, pk FROM holds WHERE scope = ?`, scope); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM holds WHERE scope = ?`, scope); err != nil {
+			return err
+		}
+		h := newChain()
+		err := c.eachStaged(ctx, tx, scope, func(seq int64, ch stagedChange) error {
+			h.add(ch.Table, ch.PK, ch.Version)
+			return upsert(ctx, tx, scope, ch)
+		})
+		if err != nil {
+			return err
+		}
+		if got := h.hex(); got != checksum {
+			return fmt.Errorf("%w: scope %q: server %s, received %s", ErrChecksumMismatch, scope, checksum, got)
+		}
+		if _, err := tx.ExecContext(ctx, `
+DELETE FROM rows
+ WHERE (table_id, pk) IN (SELECT table_id, pk FROM temp.released)
+   AND NOT EXISTS (SELECT 1 FROM holds h WHERE h.table_id = rows.table_id AND h.pk = rows.pk)`); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM temp.released`); err != nil {
+			return err
+		}
+		return c.closeTransfer(ctx, tx, scope, cursor)
+	})
+	if err != nil {
+		// Whatever failed, the staged rows are not trusted again.
+		if cerr := c.clearStaging(ctx, scope); cerr != nil {
+			c.log.Warn("synchro client: clear staging", "scope", scope, "err", cerr)
+		}
+		if errors.Is(err, ErrChecksumMismatch) {
+			c.log.Error("synchro client: rebuild checksum mismatch, nothing applied", "scope", scope)
+		}
+	}
+	return err
+}
+
+// applyPull applies every staged change of scope in order and saves cursor, in one
+// local transaction.
+func (c *Client) applyPull(ctx context.Context, scope, cursor string) error {
+	err := c.inTx(ctx, func(tx *sql.Tx) error {
+		err := c.eachStaged(ctx, tx, scope, func(seq int64, ch stagedChange) error {
+			if ch.Op == "delete" {
+				return release(ctx, tx, scope, ch.Table, ch.PK)
+			}
+			return upsert(ctx, tx, scope, ch)
+		})
+		if err != nil {
+			return err
+		}
+		return c.closeTransfer(ctx, tx, scope, cursor)
+	})
+	if err != nil {
+		if cerr := c.clearStaging(ctx, scope); cerr != nil {
+			c.log.Warn("synchro client: clear staging", "scope", scope, "err", cerr)
+		}
+	}
+	return err
+}
+
+// eachStaged calls fn for every staged change of scope in seq order.
+func (c *Client) eachStaged(ctx context.Context, tx *sql.Tx, scope string, fn func(int64, stagedChange) error) error {
+	rs, err := tx.QueryContext(ctx, `SELECT seq, change FROM staging WHERE scope = ? ORDER BY seq`, scope)
+	if err != nil {
+		return err
+	}
+	// Read the staged set first: one connection cannot interleave a cursor and writes
+	// portably.
+	type item struct {
+		seq int64
+		ch  stagedChange
+	}
+	var items []item
+	for rs.Next() {
+		var it item
+		var raw string
+		if err := rs.Scan(&it.seq, &raw); err != nil {
+			rs.Close()
+			return err
+		}
+		if err := json.Unmarshal([]byte(raw), &it.ch); err != nil {
+			rs.Close()
+			return fmt.Errorf("synchro client: staged change %d: %w", it.seq, err)
+		}
+		items = append(items, it)
+	}
+	if err := rs.Close(); err != nil {
+		return err
+	}
+	if err := rs.Err(); err != nil {
+		return err
+	}
+	for _, it := range items {
+		if hook := c.cfg.Hooks.ApplyChange; hook != nil {
+			if err := hook(scope, it.seq); err != nil {
+				return err
+			}
+		}
+		if err := fn(it.seq, it.ch); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// closeTransfer saves the cursor and clears staging, inside the apply transaction.
+func (c *Client) closeTransfer(ctx context.Context, tx *sql.Tx, scope, cursor string) error {
+	res, err := tx.ExecContext(ctx, `UPDATE scopes SET cursor = ? WHERE scope = ?`, cursor, scope)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return fmt.Errorf("%w: %q", ErrNotSubscribed, scope)
+	}
+	_, err = tx.ExecContext(ctx, `DELETE FROM staging WHERE scope = ?`, scope)
+	return err
+}
+
+// upsert writes the row and adds the scope's hold.
+func upsert(ctx context.Context, tx *sql.Tx, scope string, ch stagedChange) error {
+	row := string(ch.Row)
+	if row == "" {
+		row = "null"
+	}
+	if _, err := tx.ExecContext(ctx, `
+INSERT INTO rows (table_id, pk, version, row) VALUES (?, ?, ?, ?)
+ON CONFLICT (table_id, pk) DO UPDATE SET version = excluded.version, row = excluded.row`,
+		ch.Table, ch.PK, ch.Version, row); err != nil {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, `INSERT INTO holds (scope, table_id, pk) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`,
+		scope, ch.Table, ch.PK)
+	return err
+}
+
+// release removes the scope's hold and the row when no other scope holds it.
+func release(ctx context.Context, tx *sql.Tx, scope, table, pk string) error {
+	if _, err := tx.ExecContext(ctx, `DELETE FROM holds WHERE scope = ? AND table_id = ? AND pk = ?`, scope, table, pk); err != nil {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, `
+DELETE FROM rows WHERE table_id = ? AND pk = ?
+   AND NOT EXISTS (SELECT 1 FROM holds WHERE table_id = ? AND pk = ?)`, table, pk, table, pk)
+	return err
+}
+
+// inTx runs fn in one local transaction, committed only when fn succeeds.
+func (c *Client) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := c.store.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}

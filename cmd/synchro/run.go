@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/synchro/synchro/runner"
+)
+
+// Environment fallbacks of `synchro run`'s flags.
+const (
+	envSlot        = "SYNCHRO_SLOT"
+	envPublication = "SYNCHRO_PUBLICATION"
+	envListen      = "SYNCHRO_LISTEN"
+	envHeartbeat   = "SYNCHRO_HEARTBEAT_INTERVAL"
+)
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func runRun(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "run")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: synchro run [--database-url URL] [--slot synchro] [--publication synchro] [--listen 127.0.0.1:8080]")
+		fmt.Fprintln(fs.Output(), "Runs the WAL worker until SIGTERM or SIGINT (then finishes the transaction in hand, acknowledges it and exits 0).")
+		fs.PrintDefaults()
+	}
+	dbURL := databaseURLFlag(fs)
+	slot := fs.String("slot", envOr(envSlot, "synchro"), "logical replication slot (default $"+envSlot+")")
+	publication := fs.String("publication", envOr(envPublication, "synchro"), "publication (default $"+envPublication+")")
+	listen := fs.String("listen", envOr(envListen, "127.0.0.1:8080"), "address of /livez, /readyz and /metrics (default $"+envListen+")")
+	heartbeat := 5 * time.Second
+	if v := os.Getenv(envHeartbeat); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("run: %s: %w", envHeartbeat, err)
+		}
+		heartbeat = d
+	}
+	fs.DurationVar(&heartbeat, "heartbeat-interval", heartbeat, "runner heartbeat interval (default $"+envHeartbeat+")")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return fmt.Errorf("run: unexpected arguments %q", fs.Args())
+	}
+	if err := requireURL(*dbURL); err != nil {
+		return err
+	}
+	return serveRunner(ctx, e, runner.Config{
+		DatabaseURL:       *dbURL,
+		Slot:              *slot,
+		Publication:       *publication,
+		HeartbeatInterval: heartbeat,
+	}, *listen)
+}
+
+// serveRunner runs the runner with its HTTP endpoints until ctx ends or the runner
+// fails.
+func serveRunner(ctx context.Context, e *env, cfg runner.Config, listen string) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cfg.Metrics = runner.NewMetrics(reg)
+	cfg.Logger = e.logger
+	r, err := runner.New(cfg)
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("run: listen: %w", err)
+	}
+	srv := &http.Server{Handler: runner.Handler(reg), ReadHeaderTimeout: 5 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	e.logger.Info("serving probes and metrics", "listen", ln.Addr().String(), "database", redactURL(cfg.DatabaseURL))
+
+	runErr := r.Run(ctx)
+
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		e.logger.Warn("http shutdown", "err", err)
+	}
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		e.logger.Warn("http server", "err", err)
+	}
+	return runErr
+}

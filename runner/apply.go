@@ -1,0 +1,347 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/synchro/synchro/runner/collate"
+	"github.com/synchro/synchro/runner/decode"
+)
+
+var stageTable = pgx.Identifier{"pg_temp", "synchro_stage"}
+
+// Materialization outcomes of synchro.materialize.
+const (
+	OutcomeMaterialized = "materialized"
+	OutcomeDuplicate    = "duplicate"
+)
+
+// applier is the collate.Sink of one session: it stages each source transaction
+// into pg_temp.synchro_stage in COPY batches inside one database transaction on
+// the apply connection and calls synchro.materialize at its Commit. It is also
+// the only writer of durable progress in a session (materialize, runner_idle,
+// runner_ack, runner_poison all run here, serially), so they never contend.
+type applier struct {
+	cfg      *Config
+	log      *slog.Logger
+	conn     *pgx.Conn
+	gen      int64
+	frontier *Frontier
+	wake     func() // tells the reader that the durable boundary moved
+
+	stager *Stager
+	batch  []StageRow
+	tx     pgx.Tx
+	hdr    collate.TxnHeader
+	inTxn  bool
+
+	lastIdle time.Time
+	began    time.Time // when the open source transaction's Begin arrived
+}
+
+func newApplier(cfg *Config, log *slog.Logger, conn *pgx.Conn, gen int64, f *Frontier, wake func()) *applier {
+	return &applier{
+		cfg: cfg, log: log, conn: conn, gen: gen, frontier: f, wake: wake,
+		stager: NewStager(),
+		batch:  make([]StageRow, 0, cfg.BatchRows),
+	}
+}
+
+// openStage creates pg_temp.synchro_stage for this session.
+func openStage(ctx context.Context, conn *pgx.Conn) error {
+	if _, err := conn.Exec(ctx, `SELECT synchro.runner_stage_open()`); err != nil {
+		return fmt.Errorf("synchro: runner_stage_open: %w", err)
+	}
+	return nil
+}
+
+// Begin opens the database transaction of one source transaction.
+func (a *applier) Begin(ctx context.Context, h collate.TxnHeader) error {
+	tx, err := a.conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	a.tx, a.hdr, a.inTxn = tx, h, true
+	a.began = time.Now()
+	a.stager.Reset()
+	a.batch = a.batch[:0]
+	return nil
+}
+
+// Event stages one event, flushing a full batch.
+func (a *applier) Event(ctx context.Context, e collate.Event) error {
+	var err error
+	switch e.Kind {
+	case collate.KindRow:
+		a.batch, err = a.stager.Row(a.batch, e.Ordinal, e.Row)
+	case collate.KindTruncate:
+		a.batch, err = a.stager.Truncate(a.batch, e.Ordinal, e.Truncate)
+	case collate.KindMessage:
+		a.batch = a.stager.Message(a.batch, e.Message)
+	}
+	if err != nil {
+		return err
+	}
+	if len(a.batch) >= a.cfg.BatchRows {
+		return a.flush(ctx)
+	}
+	return nil
+}
+
+func (a *applier) flush(ctx context.Context) error {
+	if len(a.batch) == 0 {
+		return nil
+	}
+	i := 0
+	src := pgx.CopyFromFunc(func() ([]any, error) {
+		if i == len(a.batch) {
+			return nil, nil
+		}
+		v := a.batch[i].Values()
+		i++
+		return v, nil
+	})
+	if _, err := a.tx.CopyFrom(ctx, stageTable, StageColumns, src); err != nil {
+		return err
+	}
+	clear(a.batch) // drop references to row data
+	a.batch = a.batch[:0]
+	return nil
+}
+
+// Commit materializes the staged transaction and commits it; its end LSN then
+// becomes the durable processed boundary.
+func (a *applier) Commit(ctx context.Context, t collate.TxnTrailer) error {
+	if err := a.flush(ctx); err != nil {
+		return err
+	}
+	staged := time.Since(a.began)
+	var outcome string
+	err := a.tx.QueryRow(ctx, `SELECT synchro.materialize($1, $2::pg_lsn, $3::pg_lsn, $4, $5)`,
+		a.gen, t.CommitLSN.String(), t.EndLSN.String(), int64(a.hdr.Xid), t.CommitTime).Scan(&outcome)
+	if err != nil {
+		return err
+	}
+	if err := a.tx.Commit(ctx); err != nil {
+		return err
+	}
+	a.tx, a.inTxn = nil, false
+	if h := a.cfg.Hooks.AfterMaterializeCommit; h != nil {
+		if err := h(t.CommitLSN, t.EndLSN); err != nil {
+			return &deathError{err: err}
+		}
+	}
+	a.cfg.Metrics.materialized(outcome, t.EndLSN, t.RowEvents)
+	a.log.Debug("source transaction materialized", "commit_lsn", t.CommitLSN, "end_lsn", t.EndLSN,
+		"outcome", outcome, "row_events", t.RowEvents, "messages", t.Messages,
+		"staged_rows", a.stager.Staged(), "stage_time", staged, "total_time", time.Since(a.began))
+	if a.frontier.Materialized(t.EndLSN) {
+		a.wake()
+	}
+	return nil
+}
+
+// abort rolls back an open database transaction after a failure.
+func (a *applier) abort(ctx context.Context) {
+	if a.tx != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+		_ = a.tx.Rollback(cctx)
+		cancel()
+	}
+	a.tx, a.inTxn = nil, false
+	clear(a.batch)
+	a.batch = a.batch[:0]
+}
+
+// maybeIdle records an offered idle boundary when allowed and not throttled.
+func (a *applier) maybeIdle(ctx context.Context) error {
+	if a.inTxn || time.Since(a.lastIdle) < a.cfg.IdleInterval {
+		return nil
+	}
+	b, ok := a.frontier.TakeIdle(a.inTxn)
+	if !ok {
+		return nil
+	}
+	a.lastIdle = time.Now()
+	var processed string
+	if err := a.conn.QueryRow(ctx, `SELECT synchro.runner_idle($1::pg_lsn)::text`, b.String()).Scan(&processed); err != nil {
+		return fmt.Errorf("synchro: runner_idle: %w", err)
+	}
+	p, err := pglogrepl.ParseLSN(processed)
+	if err != nil {
+		return err
+	}
+	a.cfg.Metrics.idle()
+	if a.frontier.Materialized(p) {
+		a.wake()
+	}
+	return nil
+}
+
+// maybeRecordAck records the acknowledgement once the slot shows the boundary
+// the reader sent. Only between source transactions: runner_ack must not join
+// a materialization transaction.
+func (a *applier) maybeRecordAck(ctx context.Context) error {
+	if a.inTxn || !a.frontier.Unrecorded() {
+		return nil
+	}
+	s, err := slotPosition(ctx, a.conn, a.cfg.Slot)
+	if err != nil {
+		return err
+	}
+	if !s.Exists {
+		return errSlotMissing
+	}
+	lsn, ok := a.frontier.ToRecord(s.ConfirmedFlush)
+	if !ok {
+		return nil
+	}
+	return a.recordAck(ctx, lsn)
+}
+
+func (a *applier) recordAck(ctx context.Context, lsn pglogrepl.LSN) error {
+	if h := a.cfg.Hooks.BeforeAckRecord; h != nil {
+		if err := h(lsn); err != nil {
+			return &deathError{err: err}
+		}
+	}
+	if _, err := a.conn.Exec(ctx, `SELECT synchro.runner_ack($1::pg_lsn)`, lsn.String()); err != nil {
+		return fmt.Errorf("synchro: runner_ack: %w", err)
+	}
+	a.frontier.Recorded(lsn)
+	a.cfg.Metrics.acked(lsn)
+	a.log.Debug("acknowledgement recorded", "lsn", lsn)
+	return nil
+}
+
+// fail handles a failure of the open source transaction (or of the payload at
+// walStart outside one): it rolls back, and for a poison records the
+// quarantine. It returns the error the session ends with.
+func (a *applier) fail(ctx context.Context, err error, walStart pglogrepl.LSN) error {
+	commitLSN := walStart
+	if a.inTxn {
+		commitLSN = a.hdr.CommitLSN
+	}
+	a.abort(ctx)
+	var death *deathError
+	if errors.As(err, &death) {
+		return err
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	v := Classify(err)
+	switch v.Disposition {
+	case Poison:
+		a.frontier.Poisoned()
+		if perr := a.recordPoison(ctx, commitLSN, v); perr != nil {
+			return perr
+		}
+		a.cfg.Metrics.poisoned(v.Class)
+		a.log.Error("source transaction quarantined: stream blocked until retry or reset",
+			"commit_lsn", commitLSN, "class", v.Class, "relation_id", v.RelationID, "sqlstate", v.SQLState)
+		return &PoisonError{CommitLSN: commitLSN, Class: v.Class, RelationID: v.RelationID, Err: err}
+	case Fatal:
+		return &fatalError{err: err}
+	}
+	return err
+}
+
+func (a *applier) recordPoison(ctx context.Context, commitLSN pglogrepl.LSN, v Verdict) error {
+	_, err := a.conn.Exec(ctx, `SELECT synchro.runner_poison($1, $2::pg_lsn, $3, $4)`,
+		a.gen, commitLSN.String(), v.Class, v.RelationID)
+	if err != nil {
+		return fmt.Errorf("synchro: runner_poison: %w", err)
+	}
+	return nil
+}
+
+// run consumes the reader's items in order until the channel closes (a clean
+// stop between transactions) or a failure.
+// errStopped: the applier stopped after the transaction in hand because a stop
+// was requested; the session ends cleanly.
+var errStopped = errors.New("synchro: stopped after the transaction in hand")
+
+func (a *applier) run(ctx, stop context.Context, items <-chan item) error {
+	dec := decode.NewPgOutput()
+	coll := collate.New(a)
+	tick := time.NewTicker(a.cfg.PollInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			a.abort(ctx)
+			return ctx.Err()
+		case it, ok := <-items:
+			if !ok {
+				if a.inTxn {
+					// The reader only stops between transactions; anything else
+					// is a broken session.
+					a.abort(ctx)
+					return errors.New("synchro: replication ended inside a source transaction")
+				}
+				return nil
+			}
+			switch it.kind {
+			case itemData:
+				msgs, err := dec.Decode(it.walStart, it.data)
+				if err == nil {
+					err = coll.Feed(ctx, it.walStart, msgs)
+				}
+				if err != nil {
+					return a.fail(ctx, err, it.walStart)
+				}
+				if stop.Err() != nil && !a.inTxn {
+					// Finish the transaction in hand, not everything buffered.
+					return errStopped
+				}
+			case itemIdle:
+				a.frontier.OfferIdle(it.walStart)
+				if err := a.maybeIdle(ctx); err != nil {
+					return err
+				}
+			}
+		case <-tick.C:
+			if err := a.maybeIdle(ctx); err != nil {
+				return err
+			}
+			if err := a.maybeRecordAck(ctx); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// PoisonError: a source transaction was quarantined; the stream is blocked.
+type PoisonError struct {
+	CommitLSN  pglogrepl.LSN
+	Class      string
+	RelationID *int64
+	Err        error
+}
+
+func (e *PoisonError) Error() string {
+	return fmt.Sprintf("synchro: poison transaction at %s: %s", e.CommitLSN, e.Class)
+}
+
+func (e *PoisonError) Unwrap() error { return e.Err }
+
+// deathError is a hook's simulated process death.
+type deathError struct{ err error }
+
+func (e *deathError) Error() string { return "synchro: runner died (test hook): " + e.err.Error() }
+func (e *deathError) Unwrap() error { return e.err }
+
+// fatalError stops the runner: configuration or capability, never retried.
+type fatalError struct{ err error }
+
+func (e *fatalError) Error() string { return e.err.Error() }
+func (e *fatalError) Unwrap() error { return e.err }
+
+var errSlotMissing = &fatalError{err: errors.New("synchro: the replication slot of the stream is missing")}

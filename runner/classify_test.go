@@ -1,0 +1,73 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+
+	"github.com/synchro/synchro/runner/decode"
+)
+
+func TestRunnerClassify(t *testing.T) {
+	t.Parallel()
+	pg := func(code, detail string) error {
+		return fmt.Errorf("materialize: %w", &pgconn.PgError{Code: code, Message: "poison: x", Detail: detail})
+	}
+	id := func(n int64) *int64 { return &n }
+	cases := []struct {
+		name string
+		err  error
+		want Verdict
+	}{
+		{"connection", pg("08006", ""), Verdict{Disposition: Transient, SQLState: "08006"}},
+		{"serialization", pg("40001", ""), Verdict{Disposition: Transient, SQLState: "40001"}},
+		{"deadlock", pg("40P01", ""), Verdict{Disposition: Transient, SQLState: "40P01"}},
+		{"resources", pg("53200", ""), Verdict{Disposition: Transient, SQLState: "53200"}},
+		{"admin shutdown", pg("57P01", ""), Verdict{Disposition: Transient, SQLState: "57P01"}},
+		{"crash shutdown", pg("57P02", ""), Verdict{Disposition: Transient, SQLState: "57P02"}},
+		{"cannot connect now", pg("57P03", ""), Verdict{Disposition: Transient, SQLState: "57P03"}},
+		{"fence", pg("SYP01", "relation_id=3"), Verdict{Disposition: Poison, Class: "fence_mismatch", SQLState: "SYP01", RelationID: id(3)}},
+		{"truncate", pg("SYP02", "relation_id=12"), Verdict{Disposition: Poison, Class: "truncate", SQLState: "SYP02", RelationID: id(12)}},
+		{"drift", pg("SYP03", ""), Verdict{Disposition: Poison, Class: "relation_drift", SQLState: "SYP03"}},
+		{"unknown relation", pg("SYP04", "relation_id=5"), Verdict{Disposition: Poison, Class: "unknown_relation", SQLState: "SYP04", RelationID: id(5)}},
+		{"message", pg("SYP05", ""), Verdict{Disposition: Poison, Class: "message_format", SQLState: "SYP05"}},
+		{"order", pg("SYP06", ""), Verdict{Disposition: Poison, Class: "stream_order", SQLState: "SYP06"}},
+		{"toast", pg("SYP07", "relation_id=9"), Verdict{Disposition: Poison, Class: "toast_missing", SQLState: "SYP07", RelationID: id(9)}},
+		{"other sql", pg("23505", "Key (id)=(5) already exists."), Verdict{Disposition: Poison, Class: "materialize_23505", SQLState: "23505"}},
+		{"statement timeout", pg("57014", ""), Verdict{Disposition: Transient, SQLState: "57014"}},
+		{"lock timeout", pg("55P03", ""), Verdict{Disposition: Transient, SQLState: "55P03"}},
+		{"raise", pg("P0001", "relation_id=x"), Verdict{Disposition: Poison, Class: "materialize_p0001", SQLState: "P0001"}},
+		{"decode", &decode.Error{Class: decode.ClassMalformed, Detail: "short"}, Verdict{Disposition: Poison, Class: "decode_malformed"}},
+		{"framing", fmt.Errorf("x: %w", &decode.Error{Class: decode.ClassTransactionFraming}), Verdict{Disposition: Poison, Class: "transaction_framing"}},
+		{"capability", &decode.Error{Class: decode.ClassCapabilityUnsupported}, Verdict{Disposition: Fatal, Class: "decoder_capability_unsupported"}},
+		{"config", &decode.Error{Class: decode.ClassConfigInvalid}, Verdict{Disposition: Fatal, Class: "config_invalid"}},
+		{"eof", io.ErrUnexpectedEOF, Verdict{Disposition: Transient}},
+		{"canceled", context.Canceled, Verdict{Disposition: Transient}},
+		{"plain", errors.New("boom"), Verdict{Disposition: Transient}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			require.Equal(t, c.want, Classify(c.err))
+		})
+	}
+}
+
+func TestRunnerPoisonClassesAreBounded(t *testing.T) {
+	t.Parallel()
+	var classes []string
+	for _, c := range poisonSQLStates {
+		classes = append(classes, c)
+	}
+	for _, c := range decode.Classes() {
+		classes = append(classes, string(c))
+	}
+	classes = append(classes, Classify(&pgconn.PgError{Code: "XX000"}).Class)
+	for _, c := range classes {
+		require.Regexp(t, `^[a-z0-9_]{1,48}$`, c)
+	}
+}

@@ -1,0 +1,215 @@
+package runner
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/synchro/synchro/runner/decode"
+)
+
+func testRelation() *decode.Relation {
+	return &decode.Relation{
+		OID: 16384, Namespace: "public", Name: "tasks", ReplicaIdentity: decode.ReplicaIdentityDefault,
+		Columns: []decode.Column{
+			{Name: "id", TypeOID: 20, Key: true},
+			{Name: "title", TypeOID: 25},
+			{Name: "meta", TypeOID: oidJSONB},
+			{Name: "doc", TypeOID: oidJSON},
+			{Name: "body", TypeOID: 25},
+		},
+	}
+}
+
+func text(s string) decode.Value { return decode.Value{Kind: decode.ValueText, Data: []byte(s)} }
+
+var (
+	null  = decode.Value{Kind: decode.ValueNull}
+	toast = decode.Value{Kind: decode.ValueUnchangedToast}
+)
+
+func TestRunnerStagerInsertEncodesValues(t *testing.T) {
+	t.Parallel()
+	s := NewStager()
+	rel := testRelation()
+	row := &decode.Row{Op: decode.OpInsert, Relation: rel, New: &decode.Tuple{Kind: decode.TupleNew, Values: []decode.Value{
+		text("42"), text("a \"quoted\"\\ line\nwith\ttab \x01 and ünïcode"), text(`{"b": [1, 2.50, null]}`), text(` {"x" : 1} `), null,
+	}}}
+	out, err := s.Row(nil, 0, row)
+	require.NoError(t, err)
+	require.Len(t, out, 2)
+
+	r := out[0]
+	require.Equal(t, int32(0), r.Seq)
+	require.Equal(t, StageRelation, r.Kind)
+	require.Nil(t, r.EventOrdinal)
+	require.Equal(t, uint32(16384), *r.RelID)
+	require.Equal(t, "public", *r.Nspname)
+	require.Equal(t, "tasks", *r.Relname)
+	require.Equal(t, byte('d'), *r.Replident)
+	require.Equal(t, []string{"id", "title", "meta", "doc", "body"}, r.ColNames)
+	require.Equal(t, []uint32{20, 25, 3802, 114, 25}, r.ColTypes)
+	require.Equal(t, []bool{true, false, false, false, false}, r.ColKeys)
+
+	i := out[1]
+	require.Equal(t, int32(1), i.Seq)
+	require.Equal(t, StageInsert, i.Kind)
+	require.Equal(t, int32(0), *i.EventOrdinal)
+	require.Equal(t, uint32(16384), *i.RelID)
+	require.Nil(t, i.OldRow)
+	require.Nil(t, i.Toast)
+	var got map[string]any
+	require.NoError(t, json.Unmarshal(i.NewRow, &got))
+	require.Equal(t, map[string]any{
+		"id":    "42",
+		"title": "a \"quoted\"\\ line\nwith\ttab \x01 and ünïcode",
+		"meta":  map[string]any{"b": []any{1.0, 2.5, nil}},
+		"doc":   map[string]any{"x": 1.0},
+		"body":  nil,
+	}, got)
+	require.True(t, json.Valid(i.NewRow))
+	require.Contains(t, string(i.NewRow), `"title":"a \"quoted\"\\ line\nwith\ttab \u0001 and ünïcode"`)
+	require.Contains(t, string(i.NewRow), `"meta":{"b": [1, 2.50, null]}`, "json values are kept as sent")
+}
+
+func TestRunnerStagerRelationOncePerTransactionAndShape(t *testing.T) {
+	t.Parallel()
+	s := NewStager()
+	rel := testRelation()
+	ins := func(ord uint64, r *decode.Relation) *decode.Row {
+		return &decode.Row{Op: decode.OpInsert, Relation: r, New: &decode.Tuple{Kind: decode.TupleNew,
+			Values: []decode.Value{text("1"), null, null, null, null}}}
+	}
+	var out []StageRow
+	var err error
+	out, err = s.Row(out, 0, ins(0, rel))
+	require.NoError(t, err)
+	out, err = s.Row(out, 1, ins(1, rel))
+	require.NoError(t, err)
+	kinds := func() string {
+		b := make([]byte, len(out))
+		for i, r := range out {
+			b[i] = r.Kind
+		}
+		return string(b)
+	}
+	require.Equal(t, "RII", kinds())
+
+	// A new Relation message for the same OID (DDL in the transaction) is staged again.
+	changed := *rel
+	changed.ReplicaIdentity = decode.ReplicaIdentityFull
+	out, err = s.Row(out, 2, ins(2, &changed))
+	require.NoError(t, err)
+	require.Equal(t, "RIIRI", kinds())
+
+	// The next transaction stages its relation again and restarts seq.
+	s.Reset()
+	out, err = s.Row(out[:0], 0, ins(0, rel))
+	require.NoError(t, err)
+	require.Equal(t, "RI", kinds())
+	require.Equal(t, int32(0), out[0].Seq)
+	require.Equal(t, int32(1), out[1].Seq)
+}
+
+func TestRunnerStagerUpdateDeleteToastAndOldImages(t *testing.T) {
+	t.Parallel()
+	s := NewStager()
+	rel := testRelation()
+	up := &decode.Row{Op: decode.OpUpdate, Relation: rel,
+		Old: &decode.Tuple{Kind: decode.TupleKey, Values: []decode.Value{text("7"), null, null, null, null}},
+		New: &decode.Tuple{Kind: decode.TupleNew, Values: []decode.Value{text("7"), text("t"), null, null, toast}},
+	}
+	out, err := s.Row(nil, 3, up)
+	require.NoError(t, err)
+	u := out[1]
+	require.Equal(t, StageUpdate, u.Kind)
+	require.Equal(t, int32(3), *u.EventOrdinal)
+	require.JSONEq(t, `{"id":"7","title":"t","meta":null,"doc":null}`, string(u.NewRow))
+	require.Equal(t, []string{"body"}, u.Toast)
+	require.JSONEq(t, `{"id":"7"}`, string(u.OldRow), "a key-only image carries only key columns")
+
+	del := &decode.Row{Op: decode.OpDelete, Relation: rel,
+		Old: &decode.Tuple{Kind: decode.TupleOld, Values: []decode.Value{text("7"), text("t"), null, null, null}}}
+	out, err = s.Row(out, 4, del)
+	require.NoError(t, err)
+	d := out[2]
+	require.Equal(t, StageDelete, d.Kind)
+	require.Equal(t, int32(2), d.Seq)
+	require.Nil(t, d.NewRow)
+	require.JSONEq(t, `{"id":"7","title":"t","meta":null,"doc":null,"body":null}`, string(d.OldRow))
+}
+
+func TestRunnerStagerTruncateAndMessages(t *testing.T) {
+	t.Parallel()
+	s := NewStager()
+	a, b := testRelation(), testRelation()
+	b.OID, b.Name = 16390, "other"
+	out, err := s.Truncate(nil, 5, &decode.Truncate{Relations: []*decode.Relation{a, b}})
+	require.NoError(t, err)
+	require.Len(t, out, 3)
+	require.Equal(t, StageRelation, out[0].Kind)
+	require.Equal(t, StageRelation, out[1].Kind)
+	tr := out[2]
+	require.Equal(t, StageTruncate, tr.Kind)
+	require.Equal(t, int32(5), *tr.EventOrdinal)
+	require.Equal(t, []uint32{16384, 16390}, tr.Truncated)
+	require.Nil(t, tr.RelID)
+
+	out = s.Message(out, &decode.LogicalMessage{Transactional: true, Prefix: "synchro.fence", Content: []byte(`{"v":1}`)})
+	out = s.Message(out, &decode.LogicalMessage{Transactional: true, Prefix: "other.app", Content: []byte(`x`)})
+	out = s.Message(out, &decode.LogicalMessage{Transactional: false, Prefix: "synchro.fence", Content: []byte(`{}`)})
+	require.Len(t, out, 4)
+	m := out[3]
+	require.Equal(t, StageMessage, m.Kind)
+	require.Equal(t, int32(3), m.Seq)
+	require.Equal(t, "synchro.fence", *m.Prefix)
+	require.Equal(t, `{"v":1}`, string(m.Content))
+	require.Nil(t, m.EventOrdinal)
+}
+
+func TestRunnerStagerRefusesWhatItCannotRepresent(t *testing.T) {
+	t.Parallel()
+	rel := testRelation()
+	cases := map[string]*decode.Row{
+		"invalid utf8": {Op: decode.OpInsert, Relation: rel, New: &decode.Tuple{Kind: decode.TupleNew,
+			Values: []decode.Value{text("1"), {Kind: decode.ValueText, Data: []byte{0xff, 0xfe}}, null, null, null}}},
+		"bad json": {Op: decode.OpInsert, Relation: rel, New: &decode.Tuple{Kind: decode.TupleNew,
+			Values: []decode.Value{text("1"), null, text("{nope"), null, null}}},
+		"binary": {Op: decode.OpInsert, Relation: rel, New: &decode.Tuple{Kind: decode.TupleNew,
+			Values: []decode.Value{{Kind: decode.ValueBinary, Data: []byte{1}}, null, null, null, null}}},
+		"short tuple": {Op: decode.OpInsert, Relation: rel, New: &decode.Tuple{Kind: decode.TupleNew,
+			Values: []decode.Value{text("1")}}},
+		"no relation": {Op: decode.OpInsert},
+	}
+	for name, row := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := NewStager().Row(nil, 0, row)
+			c, ok := decode.ClassOf(err)
+			require.True(t, ok, "want a decode error, got %v", err)
+			require.Equal(t, decode.ClassMalformed, c)
+			require.NotContains(t, err.Error(), "nope", "errors carry no values")
+		})
+	}
+}
+
+func TestRunnerStageRowValuesOrder(t *testing.T) {
+	t.Parallel()
+	out, err := NewStager().Row(nil, 9, &decode.Row{Op: decode.OpInsert, Relation: testRelation(),
+		New: &decode.Tuple{Kind: decode.TupleNew, Values: []decode.Value{text("1"), null, null, null, toast}}})
+	require.NoError(t, err)
+	v := out[1].Values()
+	require.Len(t, v, len(StageColumns))
+	require.Equal(t, int32(1), v[0])
+	require.Equal(t, byte('I'), v[1])
+	require.Equal(t, int32(9), v[2])
+	require.Equal(t, uint32(16384), v[3])
+	require.Nil(t, v[4])     // nspname
+	require.Nil(t, v[7])     // col_names
+	require.NotNil(t, v[10]) // new_row
+	require.Nil(t, v[11])    // old_row
+	require.Equal(t, []string{"body"}, v[12])
+	require.Nil(t, v[13])
+	require.Nil(t, v[14])
+	require.Nil(t, v[15])
+}

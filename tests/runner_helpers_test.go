@@ -1,0 +1,345 @@
+package tests
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/synchro/synchro/runner"
+	"github.com/synchro/synchro/tests/testdb"
+)
+
+// runnerSetup gives a database with one registered table, items, whose rows belong to
+// scope "owner:<owner>", and rows 1 and 2 already there (the baseline).
+func runnerSetup(t *testing.T) *testdb.DB {
+	t.Helper()
+	db := testdb.New(t)
+	mustExec(t, db, `
+		CREATE TABLE items (id int8 PRIMARY KEY, owner text, v int NOT NULL DEFAULT 0, note text);
+		SELECT synchro.register_table('items', 'items');
+		SELECT synchro.add_scope_rule('items', 'owner:', 'owner');
+		SELECT synchro.activate_registry();
+		INSERT INTO items (id, owner, v) VALUES (1, 'a', 1), (2, 'b', 2);`)
+	return db
+}
+
+var nonSlotChars = regexp.MustCompile(`[^a-z0-9_]`)
+
+// runnerSlot names the slot after the test database: slot names are cluster-wide, and
+// testdb drops the database's slots before the database goes.
+func runnerSlot(db *testdb.DB) string {
+	s := nonSlotChars.ReplaceAllString(strings.ToLower(db.Name), "_")
+	if len(s) > 63 {
+		s = s[len(s)-63:]
+	}
+	return s
+}
+
+// testLogWriter sends the runner's logs to the test log while the test runs.
+type testLogWriter struct {
+	mu   sync.Mutex
+	t    testing.TB
+	done bool
+}
+
+func (w *testLogWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(strings.TrimRight(string(p), "\n"))
+	}
+	return len(p), nil
+}
+
+// runningRunner is a runner started in-process.
+type runningRunner struct {
+	cancel  context.CancelFunc
+	done    chan error
+	metrics *prometheus.Registry
+	stopped bool
+	err     error
+}
+
+// wait stops nothing: it returns Run's result once Run returned (within timeout).
+func (r *runningRunner) wait(t *testing.T, timeout time.Duration) error {
+	t.Helper()
+	if r.stopped {
+		return r.err
+	}
+	select {
+	case r.err = <-r.done:
+		r.stopped = true
+		return r.err
+	case <-time.After(timeout):
+		t.Fatalf("runner did not return within %s", timeout)
+		return nil
+	}
+}
+
+// stop cancels the runner (a clean stop) and returns Run's result.
+func (r *runningRunner) stop(t *testing.T) error {
+	t.Helper()
+	r.cancel()
+	return r.wait(t, 10*time.Second)
+}
+
+// counter reads a counter of the runner's metrics (0 when absent).
+func (r *runningRunner) counter(t *testing.T, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := r.metrics.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
+						found = true
+					}
+				}
+				if !found {
+					continue metrics
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
+// testRunnerConfig is a runner configuration with short intervals.
+func testRunnerConfig(t *testing.T, db *testdb.DB) runner.Config {
+	w := &testLogWriter{t: t}
+	t.Cleanup(func() { w.mu.Lock(); w.done = true; w.mu.Unlock() })
+	return runner.Config{
+		DatabaseURL:       db.URL,
+		Slot:              runnerSlot(db),
+		Owner:             "test",
+		HeartbeatInterval: 250 * time.Millisecond,
+		StandbyInterval:   time.Second,
+		ReceiveTimeout:    5 * time.Second,
+		IdleInterval:      100 * time.Millisecond,
+		PollInterval:      20 * time.Millisecond,
+		BackoffMin:        20 * time.Millisecond,
+		BackoffMax:        300 * time.Millisecond,
+		ShutdownTimeout:   5 * time.Second,
+		Logger:            slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}
+}
+
+// startRunner runs a runner in a goroutine until the test ends (or stop).
+func startRunner(t *testing.T, cfg runner.Config) *runningRunner {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	cfg.Metrics = runner.NewMetrics(reg)
+	r, err := runner.New(cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	rr := &runningRunner{cancel: cancel, done: make(chan error, 1), metrics: reg}
+	go func() { rr.done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if !rr.stopped {
+			select {
+			case rr.err = <-rr.done:
+				rr.stopped = true
+			case <-time.After(10 * time.Second):
+				t.Errorf("runner did not stop")
+			}
+		}
+	})
+	return rr
+}
+
+// eventually polls cond every 10ms until it holds or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// progressRow is synchro.runner_state() as text.
+type progressRow struct {
+	Generation                                       int64
+	Start, Materialized, Processed, Acked, PoisonCmt *string
+	PoisonClass                                      *string
+	Retry                                            *bool
+}
+
+func runnerState(t *testing.T, db *testdb.DB) (progressRow, bool) {
+	t.Helper()
+	var p progressRow
+	err := db.Pool.QueryRow(context.Background(), `
+		SELECT stream_generation, generation_start_lsn::text, materialized_commit_lsn::text,
+		       processed_end_lsn::text, acknowledged_end_lsn::text, poison_commit_lsn::text,
+		       poison_class, retry_requested
+		FROM synchro.runner_state()`).
+		Scan(&p.Generation, &p.Start, &p.Materialized, &p.Processed, &p.Acked, &p.PoisonCmt, &p.PoisonClass, &p.Retry)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return p, false
+	}
+	require.NoError(t, err)
+	return p, true
+}
+
+func lsnOf(t *testing.T, s *string) pglogrepl.LSN {
+	t.Helper()
+	if s == nil {
+		return 0
+	}
+	l, err := pglogrepl.ParseLSN(*s)
+	require.NoError(t, err)
+	return l
+}
+
+// slotLSN is the slot's confirmed_flush_lsn.
+func slotLSN(t *testing.T, db *testdb.DB) pglogrepl.LSN {
+	t.Helper()
+	var s string
+	require.NoError(t, db.Pool.QueryRow(context.Background(),
+		`SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, runnerSlot(db)).Scan(&s))
+	l, err := pglogrepl.ParseLSN(s)
+	require.NoError(t, err)
+	return l
+}
+
+// waitStream waits for the runner's first start (slot and baseline).
+func waitStream(t *testing.T, db *testdb.DB) progressRow {
+	t.Helper()
+	var p progressRow
+	// Slot creation waits for every transaction running in the cluster (parallel
+	// tests hold some), so this can take a while under load.
+	eventually(t, 10*time.Second, "the stream to exist", func() bool {
+		var ok bool
+		p, ok = runnerState(t, db)
+		return ok
+	})
+	return p
+}
+
+// waitAcked waits until the slot and the recorded acknowledgement reach the processed
+// boundary (the runner is idle and caught up).
+func waitAcked(t *testing.T, db *testdb.DB) progressRow {
+	t.Helper()
+	var p progressRow
+	eventually(t, 5*time.Second, "acknowledgement of the processed boundary", func() bool {
+		var ok bool
+		p, ok = runnerState(t, db)
+		if !ok || p.Acked == nil {
+			return false
+		}
+		return *p.Acked == *p.Processed && slotLSN(t, db) == lsnOf(t, p.Processed)
+	})
+	return p
+}
+
+// effectRow is one pull effect.
+type effectRow struct {
+	CommitLSN     string
+	EventOrdinal  int
+	EffectOrdinal int
+	Scope         string
+	PK            string
+	Op            string
+	Version       *string
+}
+
+func (e effectRow) String() string {
+	return fmt.Sprintf("%s/%d/%d %s %s %s", e.CommitLSN, e.EventOrdinal, e.EffectOrdinal, e.Scope, e.PK, e.Op)
+}
+
+// effects lists synchro.effect in stream-position order.
+func effects(t *testing.T, db *testdb.DB) []effectRow {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(), `
+		SELECT commit_lsn::text, event_ordinal, effect_ordinal, scope, pk, op, version
+		FROM synchro.effect ORDER BY commit_lsn, event_ordinal, scope, effect_ordinal`)
+	require.NoError(t, err)
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (effectRow, error) {
+		var e effectRow
+		return e, r.Scan(&e.CommitLSN, &e.EventOrdinal, &e.EffectOrdinal, &e.Scope, &e.PK, &e.Op, &e.Version)
+	})
+	require.NoError(t, err)
+	return out
+}
+
+// waitEffects waits until synchro.effect holds n rows.
+func waitEffects(t *testing.T, db *testdb.DB, n int) []effectRow {
+	t.Helper()
+	var got []effectRow
+	eventually(t, 5*time.Second, fmt.Sprintf("%d effects", n), func() bool {
+		got = effects(t, db)
+		return len(got) >= n
+	})
+	require.Len(t, got, n, "%v", got)
+	return got
+}
+
+func countOf(t *testing.T, db *testdb.DB, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, db.Pool.QueryRow(context.Background(), sql, args...).Scan(&n))
+	return n
+}
+
+// quarantine is the blocking quarantine record, if any.
+type quarantineRow struct {
+	CommitLSN  string
+	Class      string
+	RelationID *int64
+	Attempts   int
+	Resolved   bool
+}
+
+func quarantines(t *testing.T, db *testdb.DB) []quarantineRow {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(), `
+		SELECT commit_lsn::text, failure_class, relation_id, attempts, resolved_at IS NOT NULL
+		FROM synchro.quarantine ORDER BY commit_lsn`)
+	require.NoError(t, err)
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (quarantineRow, error) {
+		var q quarantineRow
+		return q, r.Scan(&q.CommitLSN, &q.Class, &q.RelationID, &q.Attempts, &q.Resolved)
+	})
+	require.NoError(t, err)
+	return out
+}
+
+// itemsRelationID is the relation id of items.
+func itemsRelationID(t *testing.T, db *testdb.DB) int64 {
+	t.Helper()
+	var id int64
+	require.NoError(t, db.Pool.QueryRow(context.Background(),
+		`SELECT relation_id FROM synchro.relation WHERE table_id = 'items'`).Scan(&id))
+	return id
+}
+
+// waitRunnerGone waits until no session of a stopped or dead runner is left on the
+// server: a client that vanishes leaves its backend (and its claim) behind for a moment.
+func waitRunnerGone(t *testing.T, db *testdb.DB) {
+	t.Helper()
+	eventually(t, 5*time.Second, "the previous runner's sessions to end", func() bool {
+		return countOf(t, db, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name LIKE 'synchro-runner%'`) == 0
+	})
+}
