@@ -167,7 +167,6 @@ func applyFunctions(ctx context.Context, conn *sql.Conn) error {
 // refreshFences regenerates every registered relation's fence after the function files.
 const refreshFences = "SELECT synchro._refresh_fences()"
 
-
 // SQL returns the complete install script (the Up part of every migration, then every
 // function file) for teams that apply it with another migrator.
 func SQL() (string, error) {
