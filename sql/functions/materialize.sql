@@ -59,8 +59,9 @@ BEGIN
          count(*) FILTER (WHERE s.kind = 'M' AND s.prefix = 'synchro.fence')
     INTO n_events, n_fences
     FROM pg_temp.synchro_stage s;
-  IF n_events > 5000 THEN
-    -- Big transactions: give the planner real statistics for the joins below.
+  IF n_events > 1000 THEN
+    -- Big transactions: give the planner real statistics for the joins below (temp
+    -- tables have none, and nested loops over thousands of rows cost seconds).
     ANALYZE pg_temp.synchro_stage;
   END IF;
 
@@ -145,7 +146,7 @@ BEGIN
     FROM pg_temp.synchro_stage s
     LEFT JOIN synchro.relation r ON r.relid = s.relid
    WHERE s.kind IN ('I', 'U', 'D');
-  IF n_events > 5000 THEN
+  IF n_events > 1000 THEN
     ANALYZE pg_temp.synchro_w_rows;
   END IF;
 
@@ -218,6 +219,9 @@ BEGIN
          w.registration_kind, w.table_id, w.op, w.new_row, w.toast, w.version, w.event_ordinal
     FROM pg_temp.synchro_w_rows w
    ORDER BY w.relation_id, w.pk, w.seq DESC;
+  IF n_events > 1000 THEN
+    ANALYZE pg_temp.synchro_w_final;
+  END IF;
 
   -- Unchanged TOAST values come from the row's previous image: an earlier event of
   -- this transaction, else the prior projection. Rare, so row by row.
@@ -301,7 +305,14 @@ BEGIN
    GROUP BY v.relation_id, v.pk
   ON CONFLICT (relation_id, pk) DO UPDATE SET event_ordinal = greatest(i.event_ordinal, excluded.event_ordinal);
 
+  IF n_events > 1000 THEN
+    ANALYZE pg_temp.synchro_w_impacted;
+    ANALYZE pg_temp.synchro_w_depvals;
+  END IF;
   PERFORM synchro._evaluate_membership(reg_end);
+  IF n_events > 1000 THEN
+    ANALYZE pg_temp.synchro_w_scopes;
+  END IF;
 
   -- Net pull effects per scope: upsert when the row is in the scope and was touched
   -- (or just entered it); delete when it left the scope or was deleted. effect_ordinal
