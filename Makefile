@@ -3,6 +3,7 @@
 GO         ?= go
 TEST_FLAGS ?= -count=1 -timeout 15m
 BENCH_ARGS ?=
+FUZZTIME   ?= 15s
 
 .DEFAULT_GOAL := help
 
@@ -17,6 +18,11 @@ dev: ## Run a private PostgreSQL with Synchro and a demo schema (./.synchro-dev)
 .PHONY: test
 test: ## Run every test (starts its own PostgreSQL; no server needed)
 	$(GO) test $(TEST_FLAGS) ./...
+
+.PHONY: fuzz
+fuzz: ## Short fuzz runs of the pgoutput decoder and the message parsers (FUZZTIME=15s)
+	$(GO) test ./runner/decode -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./runner/decode -run '^$$' -fuzz '^FuzzParseMessages$$' -fuzztime $(FUZZTIME)
 
 .PHONY: generate
 generate: ## Regenerate gen/ from queries/ with sqlc
