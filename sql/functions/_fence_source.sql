@@ -137,7 +137,7 @@ END
 $fence$;
 REVOKE ALL ON FUNCTION synchro.%1$I() FROM PUBLIC;
 $template$,
-    'fence_' || r.relation_id,                 -- 1 function name
+    '_fence_' || r.relation_id,                -- 1 function name
     r.schema_name, r.table_name, r.key_column, -- 2 3 4
     r.key_pg_type,                             -- 5 one of five fixed type names (table constraint)
     r.relation_id,                             -- 6

@@ -25,7 +25,7 @@ BEGIN
   FOREACH op IN ARRAY ARRAY['insert', 'update', 'delete'] LOOP
     EXECUTE format(
       'CREATE OR REPLACE TRIGGER %I AFTER %s ON %I.%I FOR EACH ROW EXECUTE FUNCTION synchro.%I()',
-      'synchro_fence_' || op, upper(op), r.schema_name, r.table_name, 'fence_' || r.relation_id);
+      'synchro_fence_' || op, upper(op), r.schema_name, r.table_name, '_fence_' || r.relation_id);
   END LOOP;
   -- A disabled trigger would make capture block later; enable them now.
   FOREACH op IN ARRAY ARRAY['synchro_guard_key', 'synchro_guard_truncate', 'synchro_fence_insert',

@@ -148,7 +148,8 @@ BEGIN
              FROM unnest(ids) p ORDER BY 1) locks;
   FOR i IN 1 .. n LOOP
     item := items[i];
-    hash := sha256(convert_to((item -> 'content')::text, 'UTF8'));
+    -- The id in canonical (lowercase) form: its letter case is not content.
+    hash := sha256(convert_to(((item -> 'content') || jsonb_build_object('id', item ->> 'id'))::text, 'UTF8'));
     SELECT o.content_hash, o.outcome INTO rec
       FROM synchro.mutation_outcome o
      WHERE o.client_id = _push_prepare.client_id AND o.mutation_id = (item ->> 'id')::uuid;

@@ -31,7 +31,8 @@ BEGIN
   INSERT INTO synchro.retention AS r (stream_generation, horizon_commit_lsn)
   VALUES (gen, horizon)
   ON CONFLICT (stream_generation) DO UPDATE
-    SET horizon_commit_lsn = greatest(r.horizon_commit_lsn, excluded.horizon_commit_lsn), updated_at = now();
+    SET horizon_commit_lsn = greatest(r.horizon_commit_lsn, excluded.horizon_commit_lsn), updated_at = now()
+  RETURNING r.horizon_commit_lsn INTO horizon; -- a longer keep never moves it back
   LOOP
     DELETE FROM synchro.effect e
      WHERE e.ctid = ANY (ARRAY(

@@ -29,6 +29,7 @@ DECLARE
   more       boolean := false;
   result     jsonb;
   tok        text;
+  horizon    pg_lsn;
 BEGIN
   -- SY400.
   IF client_id IS NULL OR length(client_id) NOT BETWEEN 1 AND 256 THEN
@@ -52,18 +53,32 @@ BEGIN
   PERFORM synchro._authorize_scope(client_id, scope);
 
   -- SY409: a stream reset or a membership-rule change invalidated the session.
-  SELECT sg.stream_generation, sg.token, p.materialized_commit_lsn INTO g
+  SELECT sg.stream_generation, sg.token, p.materialized_commit_lsn, p.registry_generation INTO g
     FROM synchro.progress p JOIN synchro.stream_generation sg ON sg.stream_generation = p.stream_generation;
   rg := synchro._scope_rule_generation(scope)::text;
   IF session IS NOT NULL AND (NOT FOUND OR parts[2] <> g.token::text OR parts[3] <> rg) THEN
     RAISE EXCEPTION 'rebuild_required: the rebuild session belongs to another stream or membership-rule generation'
       USING ERRCODE = 'SY409';
   END IF;
+  -- A session whose position P fell below the retention horizon would hand out a
+  -- cursor that is stale at once: start over now.
+  IF session IS NOT NULL THEN
+    SELECT r.horizon_commit_lsn INTO horizon FROM synchro.retention r WHERE r.stream_generation = g.stream_generation;
+    IF horizon IS NOT NULL AND (parts[4] = 's' OR split_part(parts[4], '.', 2)::pg_lsn < horizon) THEN
+      RAISE EXCEPTION 'rebuild_required: the rebuild session is older than the retention horizon' USING ERRCODE = 'SY409';
+    END IF;
+  END IF;
 
   -- SY503.
   PERFORM synchro._capture_pending(client_id);
   IF g.stream_generation IS NULL THEN
     RAISE EXCEPTION 'capture_pending: the change stream has not started yet; retry later' USING ERRCODE = 'SY503';
+  END IF;
+  -- A rule change of this prefix is activated but not materialized yet: the membership
+  -- still follows the old rules, and the re-evaluation makes no pull effects, so a
+  -- session bound to the new rule generation must not start before it.
+  IF rg::bigint > coalesce(g.registry_generation, 0) THEN
+    RAISE EXCEPTION 'capture_pending: a scope rule change is not materialized yet; retry later' USING ERRCODE = 'SY503';
   END IF;
 
   IF session IS NULL THEN
