@@ -5,6 +5,8 @@
 package gen
 
 import (
+	"time"
+
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -18,9 +20,9 @@ type SynchroEffect struct {
 	RelationID       int64
 	Pk               string
 	Op               string
-	Version          pgtype.Text
+	Version          *string
 	Image            []byte
-	CreatedAt        pgtype.Timestamptz
+	CreatedAt        time.Time
 }
 
 type SynchroEvent struct {
@@ -48,17 +50,17 @@ type SynchroMutationOutcome struct {
 	MutationID  pgtype.UUID
 	ContentHash []byte
 	Outcome     []byte
-	DecidedAt   pgtype.Timestamptz
+	DecidedAt   time.Time
 }
 
 type SynchroPoison struct {
 	StreamGeneration int64
 	CommitLsn        interface{}
 	FailureClass     string
-	RelationID       pgtype.Int8
+	RelationID       *int64
 	Attempts         int32
-	FirstSeen        pgtype.Timestamptz
-	LastSeen         pgtype.Timestamptz
+	FirstSeen        time.Time
+	LastSeen         time.Time
 	RetryRequested   bool
 }
 
@@ -69,14 +71,14 @@ type SynchroProgress struct {
 	MaterializedCommitLsn interface{}
 	ProcessedEndLsn       interface{}
 	AcknowledgedEndLsn    interface{}
-	RegistryGeneration    pgtype.Int8
-	UpdatedAt             pgtype.Timestamptz
+	RegistryGeneration    *int64
+	UpdatedAt             time.Time
 }
 
 type SynchroProjection struct {
 	RelationID int64
 	Pk         string
-	PkInt      pgtype.Int8
+	PkInt      *int64
 	Version    string
 	Image      []byte
 }
@@ -93,12 +95,12 @@ type SynchroQuarantine struct {
 	StreamGeneration int64
 	CommitLsn        interface{}
 	FailureClass     string
-	RelationID       pgtype.Int8
+	RelationID       *int64
 	Attempts         int32
-	FirstSeen        pgtype.Timestamptz
-	LastSeen         pgtype.Timestamptz
+	FirstSeen        time.Time
+	LastSeen         time.Time
 	RetryRequested   bool
-	ResolvedAt       pgtype.Timestamptz
+	ResolvedAt       *time.Time
 }
 
 type SynchroRegistration struct {
@@ -111,7 +113,7 @@ type SynchroRegistration struct {
 type SynchroRegistry struct {
 	Generation       int64
 	RelationID       int64
-	TableID          pgtype.Text
+	TableID          *string
 	RegistrationKind string
 	SchemaName       string
 	TableName        string
@@ -124,8 +126,8 @@ type SynchroRegistry struct {
 type SynchroRegistryGeneration struct {
 	Generation  int64
 	State       string
-	CreatedAt   pgtype.Timestamptz
-	ActivatedAt pgtype.Timestamptz
+	CreatedAt   time.Time
+	ActivatedAt *time.Time
 }
 
 type SynchroRelation struct {
@@ -134,7 +136,7 @@ type SynchroRelation struct {
 	SchemaName       string
 	TableName        string
 	RegistrationKind string
-	TableID          pgtype.Text
+	TableID          *string
 	KeyColumn        string
 	KeyType          string
 	KeyPgType        string
@@ -144,7 +146,7 @@ type SynchroRelation struct {
 type SynchroRetention struct {
 	StreamGeneration int64
 	HorizonCommitLsn interface{}
-	UpdatedAt        pgtype.Timestamptz
+	UpdatedAt        time.Time
 }
 
 type SynchroRowVersion struct {
@@ -172,10 +174,10 @@ type SynchroRunner struct {
 	SlotName              string
 	Publication           string
 	DatabaseName          string
-	StartedAt             pgtype.Timestamptz
-	HeartbeatAt           pgtype.Timestamptz
+	StartedAt             time.Time
+	HeartbeatAt           time.Time
 	HeartbeatInterval     pgtype.Interval
-	RegistryGeneration    pgtype.Int8
+	RegistryGeneration    *int64
 	MaterializedCommitLsn interface{}
 	ReceivedLsn           interface{}
 	State                 string
@@ -193,9 +195,9 @@ type SynchroScopeRule struct {
 	RuleNo        int32
 	ScopePrefix   string
 	ColumnName    string
-	ViaRelationID pgtype.Int8
-	ViaMatch      pgtype.Text
-	ViaScope      pgtype.Text
+	ViaRelationID *int64
+	ViaMatch      *string
+	ViaScope      *string
 }
 
 type SynchroServerKey struct {
@@ -218,7 +220,7 @@ type SynchroStreamGeneration struct {
 	DatabaseName       string
 	GenerationStartLsn interface{}
 	State              string
-	CreatedAt          pgtype.Timestamptz
+	CreatedAt          time.Time
 }
 
 type SynchroTxn struct {
@@ -226,9 +228,9 @@ type SynchroTxn struct {
 	CommitLsn        interface{}
 	EndLsn           interface{}
 	Xid              int64
-	CommitTime       pgtype.Timestamptz
+	CommitTime       time.Time
 	EventCount       int32
-	MaterializedAt   pgtype.Timestamptz
+	MaterializedAt   time.Time
 }
 
 type SynchroWriteFence struct {
@@ -239,7 +241,7 @@ type SynchroWriteFence struct {
 	Pk         string
 	Op         string
 	Version    string
-	CreatedAt  pgtype.Timestamptz
-	Coverage   pgtype.Text
-	CoveredAt  pgtype.Timestamptz
+	CreatedAt  time.Time
+	Coverage   *string
+	CoveredAt  *time.Time
 }

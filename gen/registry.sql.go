@@ -7,8 +7,7 @@ package gen
 
 import (
 	"context"
-
-	"github.com/jackc/pgx/v5/pgtype"
+	"time"
 )
 
 const registryGenerations = `-- name: RegistryGenerations :many
@@ -20,7 +19,7 @@ ORDER BY generation
 type RegistryGenerationsRow struct {
 	Generation  int64
 	State       string
-	ActivatedAt pgtype.Timestamptz
+	ActivatedAt *time.Time
 }
 
 // Registry generations, oldest first, for `synchro migrate status`.

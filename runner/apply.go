@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/synchro/synchro/gen"
 	"github.com/synchro/synchro/runner/collate"
 	"github.com/synchro/synchro/runner/decode"
 )
@@ -55,7 +56,7 @@ func newApplier(cfg *Config, log *slog.Logger, conn *pgx.Conn, gen int64, f *Fro
 
 // openStage creates pg_temp.synchro_stage for this session.
 func openStage(ctx context.Context, conn *pgx.Conn) error {
-	if _, err := conn.Exec(ctx, `SELECT synchro.runner_stage_open()`); err != nil {
+	if err := gen.New(conn).RunnerStageOpen(ctx); err != nil {
 		return fmt.Errorf("synchro: runner_stage_open: %w", err)
 	}
 	return nil
@@ -122,9 +123,13 @@ func (a *applier) Commit(ctx context.Context, t collate.TxnTrailer) error {
 		return err
 	}
 	staged := time.Since(a.began)
-	var outcome string
-	err := a.tx.QueryRow(ctx, `SELECT synchro.materialize($1, $2::pg_lsn, $3::pg_lsn, $4, $5)`,
-		a.gen, t.CommitLSN.String(), t.EndLSN.String(), int64(a.hdr.Xid), t.CommitTime).Scan(&outcome)
+	outcome, err := gen.New(a.tx).Materialize(ctx, gen.MaterializeParams{
+		StreamGeneration: a.gen,
+		CommitLsn:        t.CommitLSN.String(),
+		EndLsn:           t.EndLSN.String(),
+		Xid:              int64(a.hdr.Xid),
+		CommitTime:       t.CommitTime,
+	})
 	if err != nil {
 		return err
 	}
@@ -169,8 +174,8 @@ func (a *applier) maybeIdle(ctx context.Context) error {
 		return nil
 	}
 	a.lastIdle = time.Now()
-	var processed string
-	if err := a.conn.QueryRow(ctx, `SELECT synchro.runner_idle($1::pg_lsn)::text`, b.String()).Scan(&processed); err != nil {
+	processed, err := gen.New(a.conn).RunnerIdle(ctx, b.String())
+	if err != nil {
 		return fmt.Errorf("synchro: runner_idle: %w", err)
 	}
 	p, err := pglogrepl.ParseLSN(processed)
@@ -211,7 +216,7 @@ func (a *applier) recordAck(ctx context.Context, lsn pglogrepl.LSN) error {
 			return &deathError{err: err}
 		}
 	}
-	if _, err := a.conn.Exec(ctx, `SELECT synchro.runner_ack($1::pg_lsn)`, lsn.String()); err != nil {
+	if err := gen.New(a.conn).RunnerAck(ctx, lsn.String()); err != nil {
 		return fmt.Errorf("synchro: runner_ack: %w", err)
 	}
 	a.frontier.Recorded(lsn)
@@ -254,8 +259,12 @@ func (a *applier) fail(ctx context.Context, err error, walStart pglogrepl.LSN) e
 }
 
 func (a *applier) recordPoison(ctx context.Context, commitLSN pglogrepl.LSN, v Verdict) error {
-	_, err := a.conn.Exec(ctx, `SELECT synchro.runner_poison($1, $2::pg_lsn, $3, $4)`,
-		a.gen, commitLSN.String(), v.Class, v.RelationID)
+	err := gen.New(a.conn).RunnerPoison(ctx, gen.RunnerPoisonParams{
+		StreamGeneration: a.gen,
+		CommitLsn:        commitLSN.String(),
+		FailureClass:     v.Class,
+		RelationID:       v.RelationID,
+	})
 	if err != nil {
 		return fmt.Errorf("synchro: runner_poison: %w", err)
 	}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/synchro/synchro/gen"
 )
 
 // snapshotName is the shape of an exported snapshot name (SET TRANSACTION
@@ -37,7 +39,7 @@ func (r *Runner) bootstrap(ctx context.Context) (err error) {
 			return errSlotActive
 		}
 		r.log.Warn("dropping a slot left by an unfinished first start")
-		if _, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, r.cfg.Slot); err != nil {
+		if err := gen.New(conn).DropReplicationSlot(ctx, r.cfg.Slot); err != nil {
 			return fmt.Errorf("synchro: drop unfinished slot: %w", err)
 		}
 	}
@@ -57,7 +59,7 @@ func (r *Runner) bootstrap(ctx context.Context) (err error) {
 		if err != nil {
 			// The slot has no stream: drop it rather than leave WAL pinned.
 			closeReplication(ctx, repl)
-			if _, derr := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_drop_replication_slot($1)`, r.cfg.Slot); derr != nil {
+			if derr := gen.New(conn).DropReplicationSlot(context.WithoutCancel(ctx), r.cfg.Slot); derr != nil {
 				r.log.Warn("could not drop the slot of a failed baseline", "err", derr)
 			}
 		}
@@ -78,14 +80,14 @@ func (r *Runner) bootstrap(ctx context.Context) (err error) {
 	if _, err = tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+res.SnapshotName+"'"); err != nil {
 		return fmt.Errorf("synchro: import snapshot: %w", err)
 	}
-	var gen int64
-	if err = tx.QueryRow(ctx, `SELECT synchro.runner_baseline($1, $2, $3::pg_lsn)`,
-		r.cfg.Slot, plugin, cp.String()).Scan(&gen); err != nil {
+	sg, err := gen.New(tx).RunnerBaseline(ctx, gen.RunnerBaselineParams{
+		SlotName: r.cfg.Slot, Plugin: plugin, ConsistentPoint: cp.String()})
+	if err != nil {
 		return fmt.Errorf("synchro: runner_baseline: %w", err)
 	}
 	if err = tx.Commit(ctx); err != nil {
 		return fmt.Errorf("synchro: commit baseline: %w", err)
 	}
-	r.log.Info("baseline materialized: stream created", "stream_generation", gen, "generation_start_lsn", cp)
+	r.log.Info("baseline materialized: stream created", "stream_generation", sg, "generation_start_lsn", cp)
 	return nil
 }

@@ -11,6 +11,9 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/synchro/synchro/gen"
 )
 
 // ErrAlreadyRunning: another runner holds this database's runner lock.
@@ -48,8 +51,14 @@ func (c *control) lost() bool {
 func (c *control) claim(ctx context.Context, cfg *Config) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	_, err := c.conn.Exec(ctx, `SELECT synchro.runner_claim($1, $2, $3, $4, $5)`,
-		cfg.Owner, int32(os.Getpid()), cfg.Slot, cfg.Publication, cfg.HeartbeatInterval)
+	err := gen.New(c.conn).RunnerClaim(ctx, gen.RunnerClaimParams{
+		Owner:       cfg.Owner,
+		Pid:         int32(os.Getpid()),
+		SlotName:    cfg.Slot,
+		Publication: cfg.Publication,
+		// What pgx encodes for a time.Duration: whole microseconds.
+		HeartbeatInterval: pgtype.Interval{Microseconds: cfg.HeartbeatInterval.Microseconds(), Valid: true},
+	})
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "55006" {
 		return ErrAlreadyRunning
@@ -63,9 +72,8 @@ func (c *control) claim(ctx context.Context, cfg *Config) error {
 func (c *control) serverVersion(ctx context.Context) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var v int
-	err := c.conn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&v)
-	return v, err
+	v, err := gen.New(c.conn).ServerVersionNum(ctx)
+	return int(v), err
 }
 
 // state reads synchro.runner_state(); ok is false before the first stream.
@@ -82,68 +90,46 @@ func (c *control) heartbeat(ctx context.Context, received pglogrepl.LSN, state s
 	if received != 0 {
 		recv = ptr(received.String())
 	}
-	_, err := c.conn.Exec(ctx, `SELECT synchro.runner_heartbeat($1::pg_lsn, $2)`, recv, state)
-	return err
+	return gen.New(c.conn).RunnerHeartbeat(ctx, gen.RunnerHeartbeatParams{ReceivedLsn: recv, State: state})
 }
 
 func (c *control) release(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	_, err := c.conn.Exec(ctx, `SELECT synchro.runner_release()`)
-	return err
+	return gen.New(c.conn).RunnerRelease(ctx)
 }
 
-// querier is what readState and slotPosition need from a connection.
-type querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-func readState(ctx context.Context, q querier) (Progress, bool, error) {
-	var (
-		p                                           Progress
-		start, mat, processed, acked, poison, class *string
-		gen, regGen                                 *int64
-		slot                                        *string
-		retry                                       *bool
-	)
-	err := q.QueryRow(ctx, `
-		SELECT stream_generation, slot_name, generation_start_lsn::text, materialized_commit_lsn::text,
-		       processed_end_lsn::text, acknowledged_end_lsn::text, registry_generation,
-		       poison_commit_lsn::text, poison_class, retry_requested
-		FROM synchro.runner_state()`).
-		Scan(&gen, &slot, &start, &mat, &processed, &acked, &regGen, &poison, &class, &retry)
+func readState(ctx context.Context, db gen.DBTX) (Progress, bool, error) {
+	var p Progress
+	row, err := gen.New(db).RunnerState(ctx)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return p, false, nil
 	}
 	if err != nil {
 		return p, false, fmt.Errorf("synchro: runner_state: %w", err)
 	}
-	if gen == nil || start == nil || processed == nil {
+	// The query maps NULL to '' (LSNs, text), 0 and false.
+	if row.GenerationStartLsn == "" || row.ProcessedEndLsn == "" {
 		return p, false, errors.New("synchro: runner_state: stream generation without start or processed boundary")
 	}
-	p.StreamGeneration = *gen
-	if slot != nil {
-		p.SlotName = *slot
-	}
+	p.StreamGeneration = row.StreamGeneration
+	p.SlotName = row.SlotName
 	for _, f := range []struct {
 		dst *pglogrepl.LSN
-		src *string
-	}{{&p.GenerationStart, start}, {&p.MaterializedCommit, mat}, {&p.ProcessedEnd, processed},
-		{&p.AcknowledgedEnd, acked}, {&p.PoisonCommit, poison}} {
-		if f.src == nil {
+		src string
+	}{{&p.GenerationStart, row.GenerationStartLsn}, {&p.MaterializedCommit, row.MaterializedCommitLsn},
+		{&p.ProcessedEnd, row.ProcessedEndLsn}, {&p.AcknowledgedEnd, row.AcknowledgedEndLsn},
+		{&p.PoisonCommit, row.PoisonCommitLsn}} {
+		if f.src == "" {
 			continue
 		}
-		if *f.dst, err = pglogrepl.ParseLSN(*f.src); err != nil {
+		if *f.dst, err = pglogrepl.ParseLSN(f.src); err != nil {
 			return p, false, fmt.Errorf("synchro: runner_state: %w", err)
 		}
 	}
-	if regGen != nil {
-		p.RegistryGeneration = *regGen
-	}
-	if class != nil {
-		p.PoisonClass = *class
-	}
-	p.RetryRequested = retry != nil && *retry
+	p.RegistryGeneration = row.RegistryGeneration
+	p.PoisonClass = row.PoisonClass
+	p.RetryRequested = row.RetryRequested
 	return p, true, nil
 }
 
@@ -155,29 +141,18 @@ type slotInfo struct {
 	Plugin         string
 }
 
-func slotPosition(ctx context.Context, q querier, slot string) (slotInfo, error) {
-	var (
-		s         slotInfo
-		confirmed *string
-		plugin    *string
-	)
-	err := q.QueryRow(ctx, `
-		SELECT confirmed_flush_lsn::text, active, plugin
-		FROM pg_replication_slots
-		WHERE slot_name = $1 AND database = current_database() AND slot_type = 'logical'`, slot).
-		Scan(&confirmed, &s.Active, &plugin)
+func slotPosition(ctx context.Context, db gen.DBTX, slot string) (slotInfo, error) {
+	var s slotInfo
+	row, err := gen.New(db).SlotPosition(ctx, slot)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return s, nil
 	}
 	if err != nil {
 		return s, fmt.Errorf("synchro: read slot position: %w", err)
 	}
-	s.Exists = true
-	if plugin != nil {
-		s.Plugin = *plugin
-	}
-	if confirmed != nil {
-		if s.ConfirmedFlush, err = pglogrepl.ParseLSN(*confirmed); err != nil {
+	s.Exists, s.Active, s.Plugin = true, row.Active, row.Plugin
+	if row.ConfirmedFlushLsn != "" { // '' is NULL
+		if s.ConfirmedFlush, err = pglogrepl.ParseLSN(row.ConfirmedFlushLsn); err != nil {
 			return s, err
 		}
 	}

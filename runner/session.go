@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/synchro/synchro/gen"
 	"github.com/synchro/synchro/runner/decode"
 )
 
@@ -123,12 +124,13 @@ func (r *Runner) reconcile(ctx context.Context, conn *pgx.Conn) (Progress, error
 			return st, errSlotActive
 		}
 		r.log.Warn("slot behind the durable acknowledgement: advancing it", "slot_lsn", slot.ConfirmedFlush, "ack", target)
-		if _, err := conn.Exec(ctx, `SELECT pg_replication_slot_advance($1, $2::pg_lsn)`, r.cfg.Slot, target.String()); err != nil {
+		if err := gen.New(conn).AdvanceReplicationSlot(ctx, gen.AdvanceReplicationSlotParams{
+			SlotName: r.cfg.Slot, Upto: target.String()}); err != nil {
 			return st, fmt.Errorf("synchro: advance slot: %w", err)
 		}
 	case SlotAdopt:
 		r.log.Warn("slot after the durable acknowledgement: adopting it", "slot_lsn", slot.ConfirmedFlush, "ack", st.Ack())
-		if _, err := conn.Exec(ctx, `SELECT synchro.runner_ack($1::pg_lsn)`, target.String()); err != nil {
+		if err := gen.New(conn).RunnerAck(ctx, target.String()); err != nil {
 			return st, fmt.Errorf("synchro: runner_ack: %w", err)
 		}
 		r.cfg.Metrics.acked(target)

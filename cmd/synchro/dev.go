@@ -7,37 +7,16 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/synchro/synchro/gen"
 	"github.com/synchro/synchro/internal/pgcluster"
 )
 
+// devDatabase is the dev database; queries/dev.sql (DevDatabaseExists,
+// CreateDevDatabase) names it too.
 const devDatabase = "synchro_dev"
 
-// demoSchema is the dev demo: tasks synced to users through project membership.
-const demoSchema = `
-CREATE TABLE IF NOT EXISTS public.projects (
-  id   int8 PRIMARY KEY,
-  name text NOT NULL
-);
-CREATE TABLE IF NOT EXISTS public.project_members (
-  id         int8 GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-  project_id int8 NOT NULL REFERENCES public.projects,
-  user_id    text NOT NULL,
-  CONSTRAINT project_members_once UNIQUE (project_id, user_id)
-);
-CREATE TABLE IF NOT EXISTS public.tasks (
-  id         uuid PRIMARY KEY DEFAULT gen_random_uuid(),
-  project_id int8 NOT NULL REFERENCES public.projects,
-  title      text NOT NULL,
-  done       bool NOT NULL DEFAULT false
-);`
-
-// demoRegistration registers the demo: tasks reach scope user:<user_id> through
-// project_members.
-const demoRegistration = `
-SELECT synchro.register_table('public.tasks', 'tasks');
-SELECT synchro.register_dependency('public.project_members');
-SELECT synchro.add_scope_rule('tasks', 'user:', 'project_id', 'public.project_members', 'project_id', 'user_id');
-SELECT synchro.activate_registry();`
+// The dev demo (tasks synced to users through project membership) and the dev
+// database are queries/dev.sql.
 
 func runDev(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "dev")
@@ -81,7 +60,7 @@ func runDev(ctx context.Context, e *env, args []string) error {
 		}
 	}()
 
-	if err := createDatabase(ctx, cluster.URL("postgres"), devDatabase); err != nil {
+	if err := createDevDatabase(ctx, cluster.URL("postgres")); err != nil {
 		return err
 	}
 	dbURL := cluster.URL(devDatabase)
@@ -99,21 +78,19 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
-func createDatabase(ctx context.Context, adminURL, name string) error {
+// createDevDatabase creates devDatabase unless it exists.
+func createDevDatabase(ctx context.Context, adminURL string) error {
 	conn, err := pgx.Connect(ctx, adminURL)
 	if err != nil {
 		return fmt.Errorf("connect %s: %w", redactURL(adminURL), err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
+	q := gen.New(conn)
+	exists, err := q.DevDatabaseExists(ctx)
+	if err != nil || exists {
 		return err
 	}
-	if exists {
-		return nil
-	}
-	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
-	return err
+	return q.CreateDevDatabase(ctx)
 }
 
 // setupDemo creates the demo tables and, when this build of the pack has the registry
@@ -126,34 +103,44 @@ func setupDemo(ctx context.Context, e *env, dbURL string) error {
 		return fmt.Errorf("connect %s: %w", redactURL(dbURL), err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, demoSchema); err != nil {
+	// One transaction, like the single script it replaces: all three tables or none.
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		q := gen.New(tx)
+		return runAll(ctx, q.CreateDemoProjects, q.CreateDemoProjectMembers, q.CreateDemoTasks)
+	})
+	if err != nil {
 		return fmt.Errorf("demo schema: %w", err)
 	}
 
-	var haveRegistry, registered bool
-	err = conn.QueryRow(ctx, `
-		SELECT EXISTS (SELECT FROM pg_proc WHERE proname = 'register_table'
-		                AND pronamespace = 'synchro'::regnamespace),
-		       EXISTS (SELECT FROM synchro.relation WHERE relid = 'public.tasks'::regclass)`,
-	).Scan(&haveRegistry, &registered)
+	st, err := gen.New(conn).DemoRegistryState(ctx)
 	if err != nil {
 		return fmt.Errorf("demo registry check: %w", err)
 	}
 	switch {
-	case !haveRegistry:
+	case !st.HaveRegistry:
 		e.logger.Warn("demo tables not registered: this pack has no synchro.register_table yet")
 		return nil
-	case registered:
+	case st.Registered:
 		return nil
 	}
 	// One transaction: a failed step leaves nothing staged, so the next run retries.
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, demoRegistration)
-		return err
+		q := gen.New(tx)
+		return runAll(ctx, q.DemoRegisterTasks, q.DemoRegisterProjectMembers, q.DemoAddScopeRule, q.DemoActivateRegistry)
 	})
 	if err != nil {
 		return fmt.Errorf("demo registration: %w", err)
 	}
 	e.logger.Info("demo tables registered", "table_id", "tasks", "scope", "user:<user_id>")
+	return nil
+}
+
+// runAll runs steps in order and stops at the first error.
+func runAll(ctx context.Context, steps ...func(context.Context) error) error {
+	for _, step := range steps {
+		if err := step(ctx); err != nil {
+			return err
+		}
+	}
 	return nil
 }

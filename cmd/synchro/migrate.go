@@ -112,8 +112,8 @@ func migrateStatus(ctx context.Context, e *env, dbURL string) error {
 	fmt.Fprintln(w, "GENERATION\tSTATE\tACTIVATED AT")
 	for _, g := range gens {
 		at := "-"
-		if g.ActivatedAt.Valid {
-			at = g.ActivatedAt.Time.UTC().Format("2006-01-02 15:04:05Z")
+		if g.ActivatedAt != nil {
+			at = g.ActivatedAt.UTC().Format("2006-01-02 15:04:05Z")
 		}
 		fmt.Fprintf(w, "%d\t%s\t%s\n", g.Generation, g.State, at)
 	}

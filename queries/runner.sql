@@ -1,0 +1,84 @@
+-- Queries of the WAL runner (runner/). LSNs cross as text: sqlc has no pg_lsn type,
+-- so parameters are cast text::pg_lsn and results pg_lsn::text (pglogrepl.ParseLSN /
+-- LSN.String() in Go). Nullable results are coalesced to '' / 0 / false, which the
+-- callers read as "absent".
+
+-- Control session (runner/control.go): take the runner claim (advisory lock + runner row).
+-- name: RunnerClaim :exec
+SELECT synchro.runner_claim(sqlc.arg(owner)::text, sqlc.arg(pid)::int, sqlc.arg(slot_name)::text,
+                            sqlc.arg(publication)::text, sqlc.arg(heartbeat_interval)::interval);
+
+-- Control session (runner/control.go): the server version, to check the capabilities the runner needs.
+-- name: ServerVersionNum :one
+SELECT current_setting('server_version_num')::int AS server_version_num;
+
+-- Control session (runner/control.go): periodic liveness, last received LSN (NULL before any) and state.
+-- name: RunnerHeartbeat :exec
+SELECT synchro.runner_heartbeat(sqlc.narg(received_lsn)::text::pg_lsn, sqlc.arg(state)::text);
+
+-- Control session (runner/control.go): mark the runner stopped at a clean exit.
+-- name: RunnerRelease :exec
+SELECT synchro.runner_release();
+
+-- readState (runner/control.go, session.go): the active stream's durable progress and blocking
+-- poison; no row before the first stream. '' / 0 / false stand for NULL.
+-- name: RunnerState :one
+SELECT s.stream_generation::bigint                     AS stream_generation,
+       coalesce(s.slot_name, '')::text                 AS slot_name,
+       coalesce(s.generation_start_lsn::text, '')::text AS generation_start_lsn,
+       coalesce(s.materialized_commit_lsn::text, '')::text AS materialized_commit_lsn,
+       coalesce(s.processed_end_lsn::text, '')::text   AS processed_end_lsn,
+       coalesce(s.acknowledged_end_lsn::text, '')::text AS acknowledged_end_lsn,
+       coalesce(s.registry_generation, 0)::bigint      AS registry_generation,
+       coalesce(s.poison_commit_lsn::text, '')::text   AS poison_commit_lsn,
+       coalesce(s.poison_class, '')::text              AS poison_class,
+       coalesce(s.retry_requested, false)::boolean     AS retry_requested
+FROM synchro.runner_state() AS s(stream_generation, slot_name, generation_start_lsn, materialized_commit_lsn,
+                                 processed_end_lsn, acknowledged_end_lsn, registry_generation,
+                                 poison_commit_lsn, poison_class, retry_requested);
+
+-- slotPosition (runner/control.go): the slot as pg_replication_slots shows it, for reconciliation
+-- and for recording acknowledgements; no row when it does not exist. '' stands for NULL.
+-- name: SlotPosition :one
+SELECT coalesce(confirmed_flush_lsn::text, '')::text AS confirmed_flush_lsn,
+       coalesce(active, false)::boolean              AS active,
+       coalesce(plugin, '')::text                    AS plugin
+FROM pg_catalog.pg_replication_slots
+WHERE slot_name = sqlc.arg(slot_name)::name AND database = current_database() AND slot_type = 'logical';
+
+-- Bootstrap (runner/bootstrap.go): drop a slot left by an unfinished first start or a failed baseline.
+-- name: DropReplicationSlot :exec
+SELECT pg_drop_replication_slot(sqlc.arg(slot_name)::name);
+
+-- Bootstrap (runner/bootstrap.go): materialize the baseline under the slot's exported snapshot
+-- and create stream generation 1 at the consistent point.
+-- name: RunnerBaseline :one
+SELECT synchro.runner_baseline(sqlc.arg(slot_name)::text, sqlc.arg(plugin)::text,
+                               sqlc.arg(consistent_point)::text::pg_lsn)::bigint AS stream_generation;
+
+-- Reconciliation (runner/session.go): move a slot that is behind the durable acknowledgement up to it.
+-- name: AdvanceReplicationSlot :exec
+SELECT pg_replication_slot_advance(sqlc.arg(slot_name)::name, sqlc.arg(upto)::text::pg_lsn);
+
+-- Apply session (runner/apply.go): create the session's pg_temp.synchro_stage.
+-- name: RunnerStageOpen :exec
+SELECT synchro.runner_stage_open();
+
+-- Applier (runner/apply.go): materialize one staged source transaction, inside its database transaction.
+-- name: Materialize :one
+SELECT synchro.materialize(sqlc.arg(stream_generation)::bigint, sqlc.arg(commit_lsn)::text::pg_lsn,
+                           sqlc.arg(end_lsn)::text::pg_lsn, sqlc.arg(xid)::bigint,
+                           sqlc.arg(commit_time)::timestamptz)::text AS outcome;
+
+-- Applier (runner/apply.go): move the processed boundary to an idle WAL position; returns the boundary now in force.
+-- name: RunnerIdle :one
+SELECT synchro.runner_idle(sqlc.arg(boundary)::text::pg_lsn)::text AS processed_end_lsn;
+
+-- Applier and reconciliation (runner/apply.go, session.go): record the slot's acknowledged boundary.
+-- name: RunnerAck :exec
+SELECT synchro.runner_ack(sqlc.arg(lsn)::text::pg_lsn);
+
+-- Applier (runner/apply.go): quarantine a poison source transaction (relation_id NULL when unknown).
+-- name: RunnerPoison :exec
+SELECT synchro.runner_poison(sqlc.arg(stream_generation)::bigint, sqlc.arg(commit_lsn)::text::pg_lsn,
+                             sqlc.arg(failure_class)::text, sqlc.narg(relation_id)::bigint);
