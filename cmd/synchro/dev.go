@@ -9,6 +9,7 @@ import (
 
 	"github.com/synchro/synchro/gen"
 	"github.com/synchro/synchro/internal/pgcluster"
+	"github.com/synchro/synchro/runner"
 )
 
 // devDatabase is the dev database; queries/dev.sql (DevDatabaseExists,
@@ -21,8 +22,8 @@ const devDatabase = "synchro_dev"
 func runDev(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "dev")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: synchro dev [--dir DIR] [--port N] [--database-url URL]")
-		fmt.Fprintln(fs.Output(), "Runs a private PostgreSQL 15 with Synchro and a demo schema until interrupted.")
+		fmt.Fprintln(fs.Output(), "usage: synchro dev [--dir DIR] [--port N] [--listen ADDR] [--database-url URL]")
+		fmt.Fprintln(fs.Output(), "Runs a private PostgreSQL 15 with Synchro, a demo schema and the runner until interrupted.")
 		fmt.Fprintln(fs.Output(), "With --database-url, sets up that database instead and exits.")
 		fs.PrintDefaults()
 	}
@@ -31,6 +32,7 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	// Flag only, not $SYNCHRO_DATABASE_URL: dev prints that export for the private
 	// cluster, and a later `synchro dev` must not then skip starting it.
 	existing := fs.String("database-url", "", "set up this database instead of a private cluster, then exit")
+	listen := fs.String("listen", "127.0.0.1:8080", "address of the attached runner's /livez, /readyz and /metrics")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -72,10 +74,16 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	}
 
 	fmt.Fprintf(e.stdout, "\nSynchro dev database ready (data in %s):\n\n  psql '%s'\n\n", cluster.Dir(), dbURL)
-	fmt.Fprintf(e.stdout, "  export %s='%s'\n\nPress Ctrl-C to stop.\n", envDatabaseURL, dbURL)
-	<-ctx.Done()
-	e.logger.Info("stopping")
-	return nil
+	fmt.Fprintf(e.stdout, "  export %s='%s'\n\n", envDatabaseURL, dbURL)
+	fmt.Fprintf(e.stdout, "The runner is attached: probes and metrics on http://%s/ (livez, readyz, metrics).\nPress Ctrl-C to stop.\n", *listen)
+	// The runner materializes the demo's writes until interrupted; a runner failure
+	// ends dev (the cluster is stopped by the deferred Stop).
+	err = serveRunner(ctx, e, runner.Config{DatabaseURL: dbURL}, *listen)
+	if ctx.Err() != nil {
+		e.logger.Info("stopping")
+		return nil
+	}
+	return err
 }
 
 // createDevDatabase creates devDatabase unless it exists.
