@@ -1,7 +1,8 @@
 -- Consults the operator's scope authorizer, when one is set: false (or NULL) is SY403.
 CREATE OR REPLACE FUNCTION synchro._authorize_scope(client_id text, scope text) RETURNS void
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
+-- No SET clause: an internal helper, called only from functions that pinned
+-- search_path already (a SET clause would cost a GUC save/restore per call).
 AS $$
 DECLARE
   fn text;

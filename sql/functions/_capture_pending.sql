@@ -3,7 +3,8 @@
 -- (page, session, cursor, checksum) advances.
 CREATE OR REPLACE FUNCTION synchro._capture_pending(client_id text) RETURNS void
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
+-- No SET clause: an internal helper, called only from functions that pinned
+-- search_path already (a SET clause would cost a GUC save/restore per call).
 AS $$
 BEGIN
   IF EXISTS (SELECT 1 FROM synchro.write_fence w WHERE w.client_id = _capture_pending.client_id AND w.coverage IS NULL) THEN

@@ -4,7 +4,8 @@
 CREATE OR REPLACE FUNCTION synchro._check_columns(relation regclass, key_column name, columns name[])
 RETURNS name[]
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
+-- No SET clause: an internal helper, called only from functions that pinned
+-- search_path already (a SET clause would cost a GUC save/restore per call).
 AS $$
 DECLARE
   result name[];

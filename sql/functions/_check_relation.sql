@@ -9,7 +9,8 @@ CREATE OR REPLACE FUNCTION synchro._check_relation(
   OUT key_pg_type text,
   OUT key_type text)
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
+-- No SET clause: an internal helper, called only from functions that pinned
+-- search_path already (a SET clause would cost a GUC save/restore per call).
 AS $$
 DECLARE
   c record;

@@ -4,7 +4,8 @@
 -- union of its table's rules; a NULL value gives no scope.
 CREATE OR REPLACE FUNCTION synchro._evaluate_membership(reg_gen bigint) RETURNS void
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
+-- No SET clause: an internal helper, called only from functions that pinned
+-- search_path already (a SET clause would cost a GUC save/restore per call).
 AS $$
 BEGIN
   DELETE FROM pg_temp.synchro_w_scopes;

@@ -4,7 +4,8 @@
 -- tokens bound to a changed prefix are stale anyway (its rule generation changed).
 CREATE OR REPLACE FUNCTION synchro._reevaluate_prefixes(reg_start bigint, reg_end bigint) RETURNS void
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
+-- No SET clause: an internal helper, called only from functions that pinned
+-- search_path already (a SET clause would cost a GUC save/restore per call).
 AS $$
 DECLARE
   changed text[];

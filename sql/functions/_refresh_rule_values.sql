@@ -3,7 +3,8 @@
 -- evaluation looks up to find the rows a dependency change impacts.
 CREATE OR REPLACE FUNCTION synchro._refresh_rule_values(reg_gen bigint) RETURNS void
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
+-- No SET clause: an internal helper, called only from functions that pinned
+-- search_path already (a SET clause would cost a GUC save/restore per call).
 AS $$
 BEGIN
   DELETE FROM synchro.rule_value v

@@ -2,7 +2,8 @@
 -- the scope starts with (prefixes never start one another), 0 when none matches.
 CREATE OR REPLACE FUNCTION synchro._scope_rule_generation(scope text) RETURNS bigint
 LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
+-- No SET clause: an internal helper, called only from functions that pinned
+-- search_path already (a SET clause would cost a GUC save/restore per call).
 AS $$
   SELECT coalesce((SELECT sp.rule_generation FROM synchro.scope_prefix sp
                     WHERE starts_with(scope, sp.scope_prefix)

@@ -2,7 +2,8 @@
 -- share one database commit (ON COMMIT DELETE ROWS empties them at commit anyway).
 CREATE OR REPLACE FUNCTION synchro._stage_clear(big boolean) RETURNS void
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
+-- No SET clause: an internal helper, called only from functions that pinned
+-- search_path already (a SET clause would cost a GUC save/restore per call).
 AS $$
 BEGIN
   IF big THEN

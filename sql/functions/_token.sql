@@ -4,7 +4,8 @@
 -- for another scope fail authentication like a forged one.
 CREATE OR REPLACE FUNCTION synchro._token(payload text, scope text) RETURNS text
 LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
+-- No SET clause: an internal helper, called only from functions that pinned
+-- search_path already (a SET clause would cost a GUC save/restore per call).
 AS $$
   SELECT rtrim(translate(encode(convert_to(payload, 'UTF8') || synchro._mac(payload, scope), 'base64'), E'+/\n', '-_'), '=')
 $$;

@@ -4,7 +4,8 @@
 -- the comparison's timing says nothing about the expected MAC.
 CREATE OR REPLACE FUNCTION synchro._token_payload(token text, scope text) RETURNS text
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
+-- No SET clause: an internal helper, called only from functions that pinned
+-- search_path already (a SET clause would cost a GUC save/restore per call).
 AS $$
 DECLARE
   raw bytea;
