@@ -1,12 +1,15 @@
 // Command synchro-bench measures what Synchro costs the application's writes, on a
-// private durable PostgreSQL cluster it starts and removes itself.
+// private durable PostgreSQL cluster it starts and removes itself, and what the runner
+// and the read path deliver (materialize, memory, pull), on a second private cluster
+// with the fast test settings (fast.go).
 //
 //	go run ./cmd/synchro-bench [--suite write] [--duration 10s] [--clients 1,8,32] [--out FILE]
 //
 // Each suite (write, fence-profile, ...) lives in its own file and registers itself in
-// suites (suite.go). The cluster always runs with durable settings (fsync=on,
+// suites (suite.go). The write-path cluster always runs with durable settings (fsync=on,
 // synchronous_commit=on, full_page_writes=on): the fast test settings would hide the
-// cost of WAL flushes and of serialized commits. docs/benchmarks.md describes the
+// cost of WAL flushes and of serialized commits. The runner suites measure CPU work and
+// use the fast cluster instead. docs/benchmarks.md describes the
 // method and the latest figures.
 package main
 
@@ -82,6 +85,14 @@ type config struct {
 	out      string
 	pgbench  string
 	binDir   string
+
+	// materialize, memory and pull suites (fast.go, materialize.go, memory.go, pull.go)
+	matSmallTxns int // 1-row source transactions per materialize run
+	matBigTxns   int // 1,000-row source transactions per materialize run
+	memRows      int // rows of the memory suite's one source transaction
+	memTimeout   time.Duration
+	synchroBin   string // prebuilt synchro binary for the memory suite (default: go build ./cmd/synchro)
+	pullEffects  int    // total effects of the pull suite's large stream
 }
 
 func parseFlags(args []string, stderr io.Writer) (*config, error) {
@@ -94,10 +105,16 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.repeat, "repeat", 1, "runs per measurement; the median tps is reported")
 	fs.BoolVar(&c.keep, "keep", false, "keep the cluster directory (its path is printed)")
 	fs.StringVar(&c.out, "out", "", "also write the results as markdown to this file")
+	fs.IntVar(&c.matSmallTxns, "mat-small-txns", 2000, "materialize: 1-row source transactions per run (~12 ms each today)")
+	fs.IntVar(&c.matBigTxns, "mat-big-txns", 50, "materialize: 1,000-row source transactions per run")
+	fs.IntVar(&c.memRows, "mem-rows", 1_000_000, "memory: rows in the one source transaction")
+	fs.DurationVar(&c.memTimeout, "mem-timeout", 15*time.Minute, "memory: give up waiting for materialization after this long")
+	fs.StringVar(&c.synchroBin, "synchro-bin", "", "memory: synchro binary to run (default: go build ./cmd/synchro)")
+	fs.IntVar(&c.pullEffects, "pull-effects", 10_000_000, "pull: total effects in the large stream")
 	fs.StringVar(&c.binDir, "pg-bin", "", "PostgreSQL server binaries (default $SYNCHRO_PG_BIN, else "+pgcluster.DefaultBinDir+")")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: synchro-bench [flags]")
-		fmt.Fprintln(fs.Output(), "Starts a private durable PostgreSQL cluster, runs the benchmark suites with pgbench and prints the results.")
+		fmt.Fprintln(fs.Output(), "Starts a private durable PostgreSQL cluster (and a fast one for the runner suites), runs the benchmark suites and prints the results.")
 		fmt.Fprintln(fs.Output(), "Suites:")
 		for _, n := range suiteNames() {
 			fmt.Fprintf(fs.Output(), "  %-14s %s\n", n, suites[n].summary)
@@ -185,6 +202,7 @@ func run(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logg
 	}()
 
 	b := &bench{cfg: cfg, cluster: cluster, scriptDir: scripts, stdout: stdout, logger: logger}
+	defer b.stopFast()
 	header, err := b.describe(ctx)
 	if err != nil {
 		return err
@@ -218,6 +236,9 @@ type bench struct {
 	scriptDir string
 	stdout    io.Writer
 	logger    *slog.Logger
+	// fast is the second cluster with test settings (fsync off) for the suites that
+	// measure the runner and the read path, started on first use (fast.go).
+	fast *pgcluster.Cluster
 }
 
 // newDatabase creates an empty database, installs Synchro into it and returns a pgx

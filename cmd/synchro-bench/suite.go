@@ -6,7 +6,8 @@ import "context"
 // init function, so new suites (materialize, pull, ...) need no change elsewhere.
 type suite struct {
 	summary string
-	// run sets up its own database on the shared cluster (bench.newDatabase), runs its
+	// run sets up its own database on the shared durable cluster (bench.newDatabase) or
+	// on the fast cluster (bench.newFastDatabase, for the runner suites), runs its
 	// measurements and returns its results as a markdown section (printed, and written
 	// to --out).
 	run func(ctx context.Context, b *bench) (string, error)

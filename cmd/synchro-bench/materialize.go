@@ -1,0 +1,572 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/synchro/synchro/internal/pgcluster"
+)
+
+// The materialize suite: materialized row events per second of the runner against the
+// raw decode rate of the same WAL (pg_recvlogical, pgoutput, into /dev/null), measured
+// in the same run, for 1-row and 1,000-row source transactions.
+func init() {
+	registerSuite("materialize", suite{
+		summary: "runner row events/s vs raw pgoutput decode (pg_recvlogical) of the same WAL, 1-row and 1,000-row txns",
+		run:     runMaterialize,
+	})
+}
+
+// goalMaterialize: materialized/raw ≥ 0.5 for both shapes; below it a profile is due.
+const goalMaterialize = 0.5
+
+// matShape is one kind of source transaction.
+type matShape struct {
+	name    string
+	rows    int // rows per source transaction
+	txns    int // source transactions per run
+	clients int
+}
+
+// matRun is one measurement of one shape.
+type matRun struct {
+	txns, events     int64
+	rawSec, synSec   float64
+	rawLoad, synLoad float64
+	rawWalsenderCPU  float64 // CPU seconds of pg_recvlogical's walsender
+	rawClientCPU     float64 // CPU seconds of pg_recvlogical itself
+	synWalsenderCPU  float64 // the runner's walsender
+	synApplyCPU      float64 // the runner's apply backend (staging COPY + materialize)
+	synRunnerCPU     float64 // the runner's Go code (this process)
+	walBytes         int64
+}
+
+func (r matRun) rawRate() float64 { return float64(r.events) / r.rawSec }
+func (r matRun) synRate() float64 { return float64(r.events) / r.synSec }
+
+func matScript(rows int) string {
+	if rows == 1 {
+		return "\\set o random(1, 100)\n\\set v random(1, 1000000)\n" +
+			"INSERT INTO public.items (owner, v, payload) VALUES ('o' || :o, :v, '" + payload64 + "');\n"
+	}
+	return fmt.Sprintf("INSERT INTO public.items (owner, v, payload) SELECT 'o' || (g %% 100), g, '%s' FROM generate_series(1, %d) g;\n",
+		payload64, rows)
+}
+
+// matEnv is the materialize suite's database.
+type matEnv struct {
+	b       *bench
+	cluster *pgcluster.Cluster
+	conn    *pgx.Conn
+	url     string
+	dbname  string
+}
+
+func runMaterialize(ctx context.Context, b *bench) (string, error) {
+	const dbname = "bench_materialize"
+	conn, url, err := b.newFastDatabase(ctx, dbname)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(ctx)
+	e := &matEnv{b: b, cluster: b.fast, conn: conn, url: url, dbname: dbname}
+	if _, err := conn.Exec(ctx, itemsTable+registerItems+`CREATE TABLE public.bench_tick (x int);`); err != nil {
+		return "", fmt.Errorf("setup: %w", err)
+	}
+	// First start: slot and (empty) baseline, then stop. Every later start resumes the
+	// same slot, so it decodes exactly the WAL written while it was stopped.
+	fmt.Fprintln(b.stdout, "first runner start (slot + baseline) ...")
+	if err := e.firstStart(ctx); err != nil {
+		return "", err
+	}
+
+	shapes := []matShape{
+		{name: "1-row", rows: 1, txns: b.cfg.matSmallTxns, clients: 2},
+		{name: "1,000-row", rows: 1000, txns: b.cfg.matBigTxns, clients: 2},
+	}
+	results := map[string][]matRun{}
+	for _, sh := range shapes {
+		for i := 0; i < b.cfg.repeat; i++ {
+			fmt.Fprintf(b.stdout, "  %s run %d/%d: %d txns ... ", sh.name, i+1, b.cfg.repeat, sh.txns)
+			r, err := e.measure(ctx, sh, fmt.Sprintf("bench_raw_%d_%d", sh.rows, i), false)
+			if err != nil {
+				return "", fmt.Errorf("%s: %w", sh.name, err)
+			}
+			fmt.Fprintf(b.stdout, "%d events: raw %.0f ev/s (%.2fs, load %.1f), synchro %.0f ev/s (%.2fs, load %.1f), ratio %.3f\n",
+				r.events, r.rawRate(), r.rawSec, r.rawLoad, r.synRate(), r.synSec, r.synLoad, r.synRate()/r.rawRate())
+			results[sh.name] = append(results[sh.name], r)
+		}
+	}
+
+	var sb strings.Builder
+	sb.WriteString("### materialize: runner materialization rate vs raw decode of the same WAL\n\n")
+	fmt.Fprintf(&sb, "Fast cluster: %s. Goal: synchro/raw ≥ %.1f for both shapes.\n\n", fastSettings(ctx, conn), goalMaterialize)
+	sb.WriteString("| source txns | txns | row events | raw decode ev/s | synchro ev/s | synchro/raw | goal | raw s | synchro s | WAL MB | load (raw/synchro, per run) |\n")
+	sb.WriteString("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---|\n")
+	below := false
+	for _, sh := range shapes {
+		runs := results[sh.name]
+		var raws, syns, rawS, synS, loads []float64
+		var loadTxt []string
+		for _, r := range runs {
+			raws = append(raws, r.rawRate())
+			syns = append(syns, r.synRate())
+			rawS = append(rawS, r.rawSec)
+			synS = append(synS, r.synSec)
+			loads = append(loads, r.rawLoad, r.synLoad)
+			loadTxt = append(loadTxt, fmt.Sprintf("%.1f/%.1f", r.rawLoad, r.synLoad))
+		}
+		ratio := median(syns) / median(raws)
+		m := "PASS"
+		if ratio < goalMaterialize {
+			m, below = "BELOW-GOAL", true
+		}
+		fmt.Fprintf(&sb, "| %s | %d | %d | %.0f | %.0f | %.3f | %s | %.2f | %.2f | %.0f | %s |\n",
+			sh.name, runs[0].txns, runs[0].events, median(raws), median(syns), ratio, m,
+			median(rawS), median(synS), float64(runs[0].walBytes)/1e6, strings.Join(loadTxt, ", "))
+	}
+	sb.WriteString("\nCPU seconds per run (median run by synchro time): the raw decode's walsender and pg_recvlogical; " +
+		"the runner's walsender, its apply backend (COPY staging + `synchro.materialize`) and its Go code:\n\n")
+	sb.WriteString("| source txns | raw walsender | pg_recvlogical | synchro walsender | apply backend | runner (Go) | synchro wall s |\n")
+	sb.WriteString("|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, sh := range shapes {
+		runs := results[sh.name]
+		r := medianRun(runs)
+		fmt.Fprintf(&sb, "| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
+			sh.name, r.rawWalsenderCPU, r.rawClientCPU, r.synWalsenderCPU, r.synApplyCPU, r.synRunnerCPU, r.synSec)
+	}
+	if below {
+		fmt.Fprintln(b.stdout, "below goal: profile pass with pg_stat_statements (track=all) and track_functions=pl ...")
+		prof, err := e.profile(ctx, shapes)
+		if err != nil {
+			return "", fmt.Errorf("profile: %w", err)
+		}
+		sb.WriteString(prof)
+	}
+	return sb.String(), nil
+}
+
+func medianRun(runs []matRun) matRun {
+	best, bestD := runs[0], -1.0
+	var secs []float64
+	for _, r := range runs {
+		secs = append(secs, r.synSec)
+	}
+	m := median(secs)
+	for _, r := range runs {
+		d := r.synSec - m
+		if d < 0 {
+			d = -d
+		}
+		if bestD < 0 || d < bestD {
+			best, bestD = r, d
+		}
+	}
+	return best
+}
+
+func (e *matEnv) firstStart(ctx context.Context) error {
+	r, err := startRunner(ctx, e.b, e.url, e.dbname)
+	if err != nil {
+		return err
+	}
+	if err := waitFor(ctx, 2*time.Minute, 50*time.Millisecond, r.done, baselineDone(ctx, e.conn)); err != nil {
+		_ = r.stop()
+		return fmt.Errorf("baseline: %w", err)
+	}
+	return r.stop()
+}
+
+// measure makes one run: a raw slot created before the writes, the writes, the raw
+// decode timed with pg_recvlogical, then the runner (stopped during the writes)
+// started and timed until it materialized the last transaction.
+func (e *matEnv) measure(ctx context.Context, sh matShape, rawSlot string, keepStats bool) (matRun, error) {
+	var r matRun
+	if _, err := e.conn.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, rawSlot); err != nil {
+		return r, fmt.Errorf("create raw slot: %w", err)
+	}
+	defer func() { _, _ = e.conn.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, rawSlot) }()
+	start, err := walInsertLSN(ctx, e.conn)
+	if err != nil {
+		return r, err
+	}
+
+	// The writes: all but the last by pgbench; the last one here, after noting the WAL
+	// position, so "materialized_commit_lsn > that position" means all are done.
+	script, err := e.b.writeScript(fmt.Sprintf("mat_%d", sh.rows), matScript(sh.rows))
+	if err != nil {
+		return r, err
+	}
+	perClient := (sh.txns - 1) / sh.clients
+	if perClient > 0 {
+		if err := e.b.pgbenchTxns(ctx, e.cluster, e.dbname, script, sh.clients, perClient); err != nil {
+			return r, err
+		}
+	}
+	lastBefore, err := walInsertLSN(ctx, e.conn)
+	if err != nil {
+		return r, err
+	}
+	stmt := matScript(sh.rows) // one statement when rows > 1
+	if sh.rows == 1 {
+		stmt = "INSERT INTO public.items (owner, v, payload) VALUES ('o1', 1, '" + payload64 + "')"
+	}
+	if _, err := e.conn.Exec(ctx, strings.TrimSuffix(strings.TrimSpace(stmt), ";")); err != nil {
+		return r, fmt.Errorf("last write: %w", err)
+	}
+	endpos, err := walInsertLSN(ctx, e.conn)
+	if err != nil {
+		return r, err
+	}
+	// WAL past endpos that decodes to nothing (an unpublished table), so the raw
+	// walsender reaches endpos and pg_recvlogical stops.
+	if _, err := e.conn.Exec(ctx, `INSERT INTO public.bench_tick VALUES (1)`); err != nil {
+		return r, err
+	}
+	if err := e.conn.QueryRow(ctx, `SELECT $1::pg_lsn - $2::pg_lsn`, endpos, start).Scan(&r.walBytes); err != nil {
+		return r, err
+	}
+	r.txns = int64(perClient*sh.clients + 1)
+	r.events = r.txns * int64(sh.rows)
+	if _, err := e.conn.Exec(ctx, `CHECKPOINT`); err != nil {
+		return r, err
+	}
+
+	// (a) raw decode.
+	r.rawLoad = loadAvg()
+	if err := e.rawDecode(ctx, rawSlot, endpos, &r); err != nil {
+		return r, err
+	}
+
+	// (b) the runner.
+	if keepStats {
+		if _, err := e.conn.Exec(ctx, `SELECT pg_stat_statements_reset(), pg_stat_reset()`); err != nil {
+			return r, err
+		}
+	}
+	r.synLoad = loadAvg()
+	cpu0 := selfCPU()
+	t0 := time.Now()
+	run, err := startRunner(ctx, e.b, e.url, e.dbname)
+	if err != nil {
+		return r, err
+	}
+	if err := waitFor(ctx, 30*time.Minute, 10*time.Millisecond, run.done, materializedPast(ctx, e.conn, lastBefore)); err != nil {
+		_ = run.stop()
+		return r, fmt.Errorf("runner: %w", err)
+	}
+	r.synSec = time.Since(t0).Seconds()
+	r.synRunnerCPU = selfCPU() - cpu0
+	r.synWalsenderCPU, r.synApplyCPU = e.runnerBackendCPU(ctx)
+	if err := run.stop(); err != nil {
+		return r, fmt.Errorf("runner stop: %w", err)
+	}
+
+	// Check: every source transaction was materialized, with its row events.
+	var txns, events int64
+	if err := e.conn.QueryRow(ctx, `SELECT count(*), coalesce(sum(event_count), 0) FROM synchro.txn WHERE commit_lsn > $1::pg_lsn`,
+		start).Scan(&txns, &events); err != nil {
+		return r, err
+	}
+	if txns != r.txns || events != r.events {
+		return r, fmt.Errorf("materialized %d txns / %d events, wrote %d / %d", txns, events, r.txns, r.events)
+	}
+	return r, nil
+}
+
+// runnerBackendCPU is the CPU time of the runner's walsender and apply backend.
+func (e *matEnv) runnerBackendCPU(ctx context.Context) (walsender, apply float64) {
+	rows, err := e.conn.Query(ctx, `SELECT pid, backend_type, coalesce(application_name, '') FROM pg_stat_activity
+	  WHERE datname = current_database() AND (backend_type = 'walsender' OR application_name = 'synchro-runner-apply')`)
+	if err != nil {
+		return 0, 0
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var pid int
+		var bt, app string
+		if rows.Scan(&pid, &bt, &app) != nil {
+			continue
+		}
+		if bt == "walsender" {
+			walsender += cpuSeconds(pid)
+		} else {
+			apply += cpuSeconds(pid)
+		}
+	}
+	return walsender, apply
+}
+
+// rawDecode times pg_recvlogical from its start to its exit at endpos, sampling its
+// walsender's CPU time meanwhile.
+func (e *matEnv) rawDecode(ctx context.Context, slot, endpos string, r *matRun) error {
+	bin := filepath.Join(e.b.cfg.binDir, "pg_recvlogical")
+	args := []string{
+		"-d", e.url, "--slot", slot, "--start", "--no-loop",
+		"-o", "proto_version=1", "-o", "publication_names=synchro", "-o", "messages=true",
+		"-f", "/dev/null", "--endpos", endpos,
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, bin, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	var wsCPU atomic.Uint64 // milli-seconds
+	stopSampler := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		pid := 0
+		for {
+			select {
+			case <-stopSampler:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			if pid == 0 {
+				_ = e.conn.QueryRow(ctx, `SELECT pid FROM pg_stat_replication WHERE application_name = 'pg_recvlogical'`).Scan(&pid)
+				continue
+			}
+			if c := cpuSeconds(pid); c > 0 {
+				wsCPU.Store(uint64(c * 1000))
+			}
+		}
+	}()
+	t0 := time.Now()
+	err := cmd.Run()
+	r.rawSec = time.Since(t0).Seconds()
+	close(stopSampler)
+	<-sampled
+	if err != nil {
+		return fmt.Errorf("pg_recvlogical %s: %w\n%s", strings.Join(args, " "), err, out.String())
+	}
+	r.rawWalsenderCPU = float64(wsCPU.Load()) / 1000
+	if ps := cmd.ProcessState; ps != nil {
+		r.rawClientCPU = (ps.UserTime() + ps.SystemTime()).Seconds()
+	}
+	var confirmed string
+	if err := e.conn.QueryRow(ctx, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&confirmed); err == nil {
+		var ok bool
+		if err := e.conn.QueryRow(ctx, `SELECT $1::pg_lsn >= $2::pg_lsn`, confirmed, endpos).Scan(&ok); err == nil && !ok {
+			return fmt.Errorf("pg_recvlogical stopped at %s, before endpos %s", confirmed, endpos)
+		}
+	}
+	return nil
+}
+
+// profile reruns each shape once with pg_stat_statements tracking nested statements and
+// track_functions=pl, and reports where the runner's time went.
+func (e *matEnv) profile(ctx context.Context, shapes []matShape) (string, error) {
+	set := func(on bool) error {
+		// auto_explain logs the plans of slow statements inside the functions, for
+		// sessions started after the reload (the runner's apply session).
+		qs := []string{`LOAD 'auto_explain'`, `ALTER SYSTEM SET pg_stat_statements.track = 'all'`, `ALTER SYSTEM SET track_functions = 'pl'`,
+			`ALTER SYSTEM SET pg_stat_statements.track_planning = on`,
+			`ALTER SYSTEM SET session_preload_libraries = 'auto_explain'`,
+			`ALTER SYSTEM SET auto_explain.log_min_duration = '3ms'`,
+			`ALTER SYSTEM SET auto_explain.log_nested_statements = on`,
+			`SELECT pg_reload_conf()`}
+		if !on {
+			qs = []string{`ALTER SYSTEM RESET pg_stat_statements.track`, `ALTER SYSTEM RESET track_functions`,
+				`ALTER SYSTEM RESET pg_stat_statements.track_planning`, `ALTER SYSTEM RESET session_preload_libraries`,
+				`ALTER SYSTEM RESET auto_explain.log_min_duration`, `ALTER SYSTEM RESET auto_explain.log_nested_statements`,
+				`SELECT pg_reload_conf()`}
+		}
+		for _, q := range qs {
+			if _, err := e.conn.Exec(ctx, q); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if _, err := e.conn.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
+		return "", err
+	}
+	if err := set(true); err != nil {
+		return "", err
+	}
+	defer func() { _ = set(false) }()
+	time.Sleep(200 * time.Millisecond) // the reload reaches the backends
+	// The harness's connection picks the settings up at its next command.
+	var sb strings.Builder
+	sb.WriteString("\n#### materialize profile\n\n")
+	sb.WriteString("One extra run per shape with `pg_stat_statements.track = all` (statements inside PL/pgSQL counted " +
+		"separately) and `track_functions = pl`; server execution time of the runner phase only (stats reset after the writes). " +
+		"Tracking adds overhead, so the wall time here is above the timed runs'.\n")
+	for _, sh := range shapes {
+		fmt.Fprintf(e.b.stdout, "  profile %s ...\n", sh.name)
+		logPath := filepath.Join(e.cluster.Dir(), "postgres.log")
+		logStart := fileSize(logPath)
+		r, err := e.measure(ctx, sh, fmt.Sprintf("bench_prof_%d", sh.rows), true)
+		if err != nil {
+			return "", err
+		}
+		plans := loggedPlans(logPath, logStart, []string{"DELETE FROM synchro.membership", "INSERT INTO synchro.effect"})
+		fmt.Fprintf(&sb, "\n**%s transactions** (%d txns, %d row events, runner wall %.2f s, %.0f ev/s, load %.1f; "+
+			"CPU s: apply backend %.2f, walsender %.2f, runner Go %.2f):\n\n",
+			sh.name, r.txns, r.events, r.synSec, r.synRate(), r.synLoad, r.synApplyCPU, r.synWalsenderCPU, r.synRunnerCPU)
+		var top float64
+		rows, err := e.conn.Query(ctx, `
+		  SELECT toplevel, calls, total_exec_time, total_plan_time, regexp_replace(left(query, 400), '\s+', ' ', 'g')
+		    FROM pg_stat_statements
+		   WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+		   ORDER BY total_exec_time + total_plan_time DESC LIMIT 40`)
+		if err != nil {
+			return "", err
+		}
+		type stmt struct {
+			top   bool
+			calls int64
+			ms    float64
+			plan  float64
+			q     string
+		}
+		var stmts []stmt
+		for rows.Next() {
+			var s stmt
+			if err := rows.Scan(&s.top, &s.calls, &s.ms, &s.plan, &s.q); err != nil {
+				rows.Close()
+				return "", err
+			}
+			stmts = append(stmts, s)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return "", err
+		}
+		if err := e.conn.QueryRow(ctx, `SELECT coalesce(sum(total_exec_time + total_plan_time), 0) FROM pg_stat_statements
+		   WHERE toplevel AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+		     AND query NOT LIKE '%pg_stat_statements%' AND query NOT LIKE '%materialized_commit_lsn >%'`).Scan(&top); err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&sb, "Top-level SQL of the runner: %.2f s of %.2f s wall (%.0f %%); the rest is outside SQL "+
+			"(decoding wait, Go, round trips).\n\n", top/1000, r.synSec, 100*top/1000/r.synSec)
+		var nestedPlan float64
+		if err := e.conn.QueryRow(ctx, `SELECT coalesce(sum(total_plan_time), 0) FROM pg_stat_statements
+		   WHERE NOT toplevel AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&nestedPlan); err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&sb, "Planning of statements inside the pack's functions: %.2f s (%.0f %% of wall).\n\n", nestedPlan/1000, 100*nestedPlan/1000/r.synSec)
+		sb.WriteString("| level | calls | exec ms | plan ms | % of wall | µs/call | statement |\n|---|---:|---:|---:|---:|---:|---|\n")
+		n := 0
+		for _, s := range stmts {
+			if strings.Contains(s.q, "pg_stat_statements") || strings.Contains(s.q, "materialized_commit_lsn >") {
+				continue
+			}
+			lvl := "nested"
+			if s.top {
+				lvl = "top"
+			}
+			q := s.q
+			if len(q) > 120 {
+				q = q[:120] + "…"
+			}
+			q = strings.ReplaceAll(q, "|", "\\|")
+			fmt.Fprintf(&sb, "| %s | %d | %.0f | %.0f | %.1f | %.0f | `%s` |\n", lvl, s.calls, s.ms, s.plan, 100*(s.ms+s.plan)/1000/r.synSec,
+				1000*(s.ms+s.plan)/float64(max(s.calls, 1)), q)
+			n++
+			if n == 18 {
+				break
+			}
+		}
+		for _, p := range plans {
+			sb.WriteString("\nPlan logged by auto_explain (first over 3 ms in this run; estimates only):\n\n```\n" + p + "\n```\n")
+		}
+		sb.WriteString("\nFunctions (`pg_stat_user_functions`, self time excludes the functions they call):\n\n")
+		sb.WriteString("| function | calls | total ms | self ms |\n|---|---:|---:|---:|\n")
+		frows, err := e.conn.Query(ctx, `SELECT schemaname || '.' || funcname, calls, total_time, self_time
+		  FROM pg_stat_user_functions ORDER BY total_time DESC LIMIT 10`)
+		if err != nil {
+			return "", err
+		}
+		for frows.Next() {
+			var name string
+			var calls int64
+			var tot, self float64
+			if err := frows.Scan(&name, &calls, &tot, &self); err != nil {
+				frows.Close()
+				return "", err
+			}
+			fmt.Fprintf(&sb, "| %s | %d | %.0f | %.0f |\n", name, calls, tot, self)
+		}
+		frows.Close()
+	}
+	return sb.String(), nil
+}
+
+func fileSize(p string) int64 {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// loggedPlans returns, for each marker, the first auto_explain plan logged after offset
+// whose query text contains it (at most 40 lines each).
+func loggedPlans(path string, offset int64, markers []string) []string {
+	b, err := os.ReadFile(path)
+	if err != nil || int64(len(b)) < offset {
+		return nil
+	}
+	lines := strings.Split(string(b[offset:]), "\n")
+	var entries [][]string
+	for i := 0; i < len(lines); i++ {
+		if !strings.Contains(lines[i], "LOG:  duration:") || !strings.Contains(lines[i], "plan:") {
+			continue
+		}
+		e := []string{lines[i][strings.Index(lines[i], "duration:"):]}
+		for i+1 < len(lines) && (strings.HasPrefix(lines[i+1], "\t") || strings.HasPrefix(lines[i+1], " ")) {
+			i++
+			e = append(e, strings.TrimRight(lines[i], " "))
+		}
+		entries = append(entries, e)
+	}
+	var out []string
+	for _, m := range markers {
+		for _, e := range entries {
+			if strings.Contains(strings.Join(e, "\n"), m) {
+				// Query Text is long: keep its first line only.
+				var keep []string
+				inText := false
+				for _, l := range e {
+					t := strings.TrimSpace(l)
+					if strings.HasPrefix(t, "Query Text:") {
+						keep = append(keep, "Query Text: "+firstN(strings.TrimSpace(strings.TrimPrefix(t, "Query Text:")), 100)+" …")
+						inText = true
+						continue
+					}
+					if inText && !strings.HasPrefix(t, "Insert") && !strings.HasPrefix(t, "Delete") && !strings.Contains(t, "->") &&
+						!strings.HasPrefix(t, "Update") && !strings.HasPrefix(t, "Hash") && !strings.HasPrefix(t, "Nested") &&
+						!strings.HasPrefix(t, "Merge") && !strings.HasPrefix(t, "Seq") && !strings.HasPrefix(t, "Index") {
+						continue
+					}
+					inText = false
+					keep = append(keep, l)
+				}
+				if len(keep) > 40 {
+					keep = append(keep[:40], "…")
+				}
+				out = append(out, strings.Join(keep, "\n"))
+				break
+			}
+		}
+	}
+	return out
+}
+
+func firstN(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
