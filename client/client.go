@@ -8,11 +8,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/synchro/synchro/gen"
 
 	_ "modernc.org/sqlite" // database/sql driver "sqlite"
 )
@@ -87,24 +88,22 @@ type Client struct {
 	sleep  func(ctx context.Context, d time.Duration) error
 }
 
+// schema is the store layout storeLayout (sync.go): each scope's image of a row is
+// kept on its hold, never shared between scopes (see the package documentation).
 const schema = `
-CREATE TABLE IF NOT EXISTS rows (
-  table_id TEXT NOT NULL,
-  pk       TEXT NOT NULL,
-  version  TEXT NOT NULL,
-  row      TEXT NOT NULL,
-  PRIMARY KEY (table_id, pk)
-);
 CREATE TABLE IF NOT EXISTS holds (
   scope    TEXT NOT NULL,
   table_id TEXT NOT NULL,
   pk       TEXT NOT NULL,
+  version  TEXT NOT NULL,
+  row      TEXT NOT NULL,
   PRIMARY KEY (scope, table_id, pk)
 );
 CREATE INDEX IF NOT EXISTS holds_row ON holds (table_id, pk);
 CREATE TABLE IF NOT EXISTS scopes (
   scope  TEXT PRIMARY KEY,
-  cursor TEXT
+  cursor TEXT,
+  synced INTEGER
 );
 CREATE TABLE IF NOT EXISTS staging (
   scope  TEXT NOT NULL,
@@ -118,16 +117,71 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.DB == nil {
 		return nil, errors.New("synchro client: Config.DB is required")
 	}
-	pool := cfg.DB
-	return open(ctx, cfg, func(ctx context.Context, fn string, args ...any) ([]byte, error) {
-		ph := make([]string, len(args))
-		for i := range args {
-			ph[i] = fmt.Sprintf("$%d", i+1)
+	return open(ctx, cfg, serverRPC(gen.New(cfg.DB)))
+}
+
+// serverRPC calls the server functions through the generated queries
+// (queries/client.sql). The arguments are those of the rpc calls in push.go and
+// sync.go.
+func serverRPC(q *gen.Queries) rpcFunc {
+	return func(ctx context.Context, fn string, args ...any) ([]byte, error) {
+		var (
+			res string
+			err error
+		)
+		switch fn {
+		case "push":
+			var p gen.PushParams
+			if err := bindArgs(fn, args, &p.ClientID, &p.Mutations); err != nil {
+				return nil, err
+			}
+			res, err = q.Push(ctx, p)
+		case "pull":
+			var p gen.PullParams
+			var max int
+			if err := bindArgs(fn, args, &p.ClientID, &p.Scope, &p.Cursor, &max); err != nil {
+				return nil, err
+			}
+			p.MaxChanges = int32(max) // 1 to 10000, checked by open
+			res, err = q.Pull(ctx, p)
+		case "rebuild":
+			var p gen.RebuildParams
+			var max int
+			if err := bindArgs(fn, args, &p.ClientID, &p.Scope, &p.Session, &max); err != nil {
+				return nil, err
+			}
+			p.MaxRows = int32(max) // 1 to 10000, checked by open
+			res, err = q.Rebuild(ctx, p)
+		default:
+			return nil, fmt.Errorf("synchro client: unknown server call %q", fn)
 		}
-		var out []byte
-		err := pool.QueryRow(ctx, "SELECT synchro."+fn+"("+strings.Join(ph, ", ")+")::text", args...).Scan(&out)
-		return out, err
-	})
+		if err != nil {
+			return nil, err
+		}
+		return []byte(res), nil
+	}
+}
+
+// bindArgs assigns args to dsts (pointers of the same types, in order).
+func bindArgs(fn string, args []any, dsts ...any) error {
+	if len(args) != len(dsts) {
+		return fmt.Errorf("synchro client: %s: %d arguments, want %d", fn, len(args), len(dsts))
+	}
+	for i, a := range args {
+		ok := false
+		switch d := dsts[i].(type) {
+		case *string:
+			*d, ok = a.(string)
+		case **string:
+			*d, ok = a.(*string)
+		case *int:
+			*d, ok = a.(int)
+		}
+		if !ok {
+			return fmt.Errorf("synchro client: %s: argument %d is %T", fn, i+1, a)
+		}
+	}
+	return nil
 }
 
 func open(ctx context.Context, cfg Config, rpc rpcFunc) (*Client, error) {
@@ -175,7 +229,7 @@ func open(ctx context.Context, cfg Config, rpc rpcFunc) (*Client, error) {
 	store.SetMaxIdleConns(1)
 	store.SetConnMaxLifetime(0)
 	store.SetConnMaxIdleTime(0)
-	if _, err := store.ExecContext(ctx, schema); err != nil {
+	if err := initStore(ctx, store); err != nil {
 		_ = store.Close()
 		return nil, fmt.Errorf("synchro client: create store schema: %w", err)
 	}
@@ -239,14 +293,11 @@ func (c *Client) Cursor(ctx context.Context, scope string) (string, bool, error)
 	return cur.String, cur.Valid, nil
 }
 
-// Rows returns the rows the scope holds in the local replica, ordered by table and
-// key text.
+// Rows returns the scope's replica: the rows it holds with the scope's own images,
+// ordered by table and key text.
 func (c *Client) Rows(ctx context.Context, scope string) ([]Row, error) {
 	rs, err := c.store.QueryContext(ctx, `
-SELECT r.table_id, r.pk, r.version, r.row
-  FROM holds h JOIN rows r ON r.table_id = h.table_id AND r.pk = h.pk
- WHERE h.scope = ?
- ORDER BY r.table_id, r.pk`, scope)
+SELECT table_id, pk, version, row FROM holds WHERE scope = ? ORDER BY table_id, pk`, scope)
 	if err != nil {
 		return nil, err
 	}
@@ -264,8 +315,14 @@ SELECT r.table_id, r.pk, r.version, r.row
 	return out, rs.Err()
 }
 
-// Row returns one row of the local replica, whatever scope holds it. pk is a
-// string, an integer, or a json.Number/json.RawMessage key as the server sends it.
+// Row returns one row of the local replica, whatever scope holds it, and false when
+// no scope does. pk is a string, an integer, or a json.Number/json.RawMessage key as
+// the server sends it. Each scope keeps its own image of a row; when several scopes
+// hold it, Row returns the image of the scope whose Sync completed last (ties, which
+// only a store upgraded from layout 0 has, go to the first scope by name). Of two
+// Syncs that do not overlap, the later one saw the later server state, so that is
+// the newest image the client has; versions are never compared. Use Rows for one
+// scope's consistent view.
 func (c *Client) Row(ctx context.Context, table string, pk any) (Row, bool, error) {
 	key, err := KeyText(pk)
 	if err != nil {
@@ -273,7 +330,10 @@ func (c *Client) Row(ctx context.Context, table string, pk any) (Row, bool, erro
 	}
 	r := Row{Table: table, PK: key}
 	var data string
-	err = c.store.QueryRowContext(ctx, `SELECT version, row FROM rows WHERE table_id = ? AND pk = ?`, table, key).Scan(&r.Version, &data)
+	err = c.store.QueryRowContext(ctx, `
+SELECT h.version, h.row FROM holds h LEFT JOIN scopes s ON s.scope = h.scope
+ WHERE h.table_id = ? AND h.pk = ?
+ ORDER BY s.synced IS NULL, s.synced DESC, h.scope LIMIT 1`, table, key).Scan(&r.Version, &data)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Row{}, false, nil
 	}

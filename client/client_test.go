@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"crypto/sha256"
+	"database/sql"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -401,6 +402,129 @@ func TestRebuildReplacesOnlyItsScopeHolds(t *testing.T) {
 	requireScope(t, c, "b", "items/1@v1")
 	requireRow(t, c, "items", 1, true)  // b holds it
 	requireRow(t, c, "items", 2, false) // no scope holds it
+}
+
+// A scope that is behind delivers an older image of a row another scope already holds
+// in a newer state (the stream of "a" ends with the row's v2 and its delete, that of
+// "b" with v3). Each scope keeps its own image, so b is not set back to v2 and does
+// not have to wait for a change that will never come (found by the model test with
+// shared scopes).
+func TestLaggingScopeDoesNotOverwriteAnotherScopesImage(t *testing.T) {
+	ctx := context.Background()
+	s := newFakeServer(t)
+	s.upsert("a", "items", 1, "v1", "one")
+	s.upsert("b", "items", 1, "v1", "one")
+	c := openFake(t, s, nil)
+	for _, scope := range []string{"a", "b"} {
+		require.NoError(t, c.Subscribe(ctx, scope))
+		require.NoError(t, c.Sync(ctx, scope))
+	}
+	s.upsert("a", "items", 1, "v2", "two") // the title changes: both scopes
+	s.upsert("b", "items", 1, "v2", "two")
+	s.remove("a", "items", 1)                // the row leaves a
+	s.upsert("b", "items", 1, "v3", "three") // and changes again in b
+
+	require.NoError(t, c.Sync(ctx, "b")) // v2, v3
+	requireScope(t, c, "b", "items/1@v3")
+	requireScope(t, c, "a", "items/1@v1") // a is at its own position
+	require.NoError(t, c.Sync(ctx, "a"))  // v2 (older than b's image), delete
+	requireScope(t, c, "a")
+	require.NoError(t, c.Sync(ctx, "b")) // nothing new
+	requireScope(t, c, "b", "items/1@v3")
+	r, ok, err := c.Row(ctx, "items", 1)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "v3", r.Version)
+	require.JSONEq(t, `{"id": 1, "name": "three"}`, string(r.Data))
+
+	// Both scopes hold the row at different positions: each shows its own image,
+	// and Row the one of the scope synced last. (The fake server lets a scope stay
+	// behind at a later Sync; the real one materializes every scope in commit order.)
+	s.upsert("a", "items", 2, "v1", "x")
+	s.upsert("b", "items", 2, "v1", "x")
+	require.NoError(t, c.Sync(ctx, "a"))
+	require.NoError(t, c.Sync(ctx, "b"))
+	s.upsert("b", "items", 2, "v2", "y")
+	require.NoError(t, c.Sync(ctx, "b"))
+	s.upsert("a", "items", 3, "v1", "z")
+	require.NoError(t, c.Sync(ctx, "a"))
+	requireScope(t, c, "a", "items/2@v1", "items/3@v1")
+	requireScope(t, c, "b", "items/1@v3", "items/2@v2")
+	r, _, err = c.Row(ctx, "items", 2)
+	require.NoError(t, err)
+	require.Equal(t, "v1", r.Version, "a synced last")
+	require.NoError(t, c.Sync(ctx, "b"))
+	r, _, err = c.Row(ctx, "items", 2)
+	require.NoError(t, err)
+	require.Equal(t, "v2", r.Version, "b synced last")
+
+	// A rebuild of a replaces a's images only.
+	s.mu.Lock()
+	s.rows["a"] = []fakeRow{{Table: "items", PK: rawKey(2), Version: "v9", Row: rowJSON(2, "rebuilt")}}
+	s.log["a"] = nil
+	once := true
+	s.fail = func(fn string, _ []any) error {
+		if fn == "pull" && once {
+			once = false
+			return sqlErr("SY409")
+		}
+		return nil
+	}
+	s.mu.Unlock()
+	require.NoError(t, c.Sync(ctx, "a"))
+	requireScope(t, c, "a", "items/2@v9")
+	requireScope(t, c, "b", "items/1@v3", "items/2@v2")
+	requireRow(t, c, "items", 3, false)
+}
+
+// A store of layout 0 (one shared rows table) is upgraded by Open: the holds get the
+// images they pointed at, readable at once, and every scope is rebuilt at its next
+// Sync since a shared image may not be its own.
+func TestOpenUpgradesSharedRowsStore(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "old.db")
+	old, err := sql.Open("sqlite", path)
+	require.NoError(t, err)
+	_, err = old.Exec(`
+CREATE TABLE rows (table_id TEXT NOT NULL, pk TEXT NOT NULL, version TEXT NOT NULL, row TEXT NOT NULL, PRIMARY KEY (table_id, pk));
+CREATE TABLE holds (scope TEXT NOT NULL, table_id TEXT NOT NULL, pk TEXT NOT NULL, PRIMARY KEY (scope, table_id, pk));
+CREATE INDEX holds_row ON holds (table_id, pk);
+CREATE TABLE scopes (scope TEXT PRIMARY KEY, cursor TEXT);
+CREATE TABLE staging (scope TEXT NOT NULL, seq INTEGER NOT NULL, change TEXT NOT NULL, PRIMARY KEY (scope, seq));
+INSERT INTO rows VALUES ('items', '1', 'v2', '{"id": 1, "name": "stale"}'), ('items', '2', 'v1', '{"id": 2, "name": "two"}');
+INSERT INTO holds VALUES ('a', 'items', '1'), ('b', 'items', '1'), ('a', 'items', '2');
+INSERT INTO scopes VALUES ('a', 'c:2'), ('b', 'c:9');
+INSERT INTO staging VALUES ('a', 0, '{}');`)
+	require.NoError(t, err)
+	require.NoError(t, old.Close())
+
+	s := newFakeServer(t)
+	s.upsert("a", "items", 2, "v1", "two")
+	s.upsert("b", "items", 1, "v3", "three")
+	open := func() *client.Client {
+		c, err := client.OpenWithRPC(ctx, client.Config{StorePath: path, ClientID: "c1", Logger: quietLogger()}, s.rpc)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	c := open()
+	requireScope(t, c, "a", "items/1@v2", "items/2@v1")
+	requireScope(t, c, "b", "items/1@v2")
+	require.Equal(t, "<none>", cursorOf(t, c, "a"))
+	require.Equal(t, "<none>", cursorOf(t, c, "b"))
+	var n int
+	require.NoError(t, client.Store(c).QueryRow(`SELECT count(*) FROM sqlite_master WHERE name IN ('rows', 'holds_v0')`).Scan(&n))
+	require.Zero(t, n)
+	require.NoError(t, c.Close())
+
+	// Opening again changes nothing; the Syncs rebuild.
+	c = open()
+	require.NoError(t, c.Sync(ctx, "a"))
+	require.NoError(t, c.Sync(ctx, "b"))
+	require.Equal(t, 2, s.calls["rebuild"])
+	requireScope(t, c, "a", "items/2@v1")
+	requireScope(t, c, "b", "items/1@v3")
+	require.Equal(t, "c:1", cursorOf(t, c, "b"))
 }
 
 // ---- staging atomicity -----------------------------------------------------------

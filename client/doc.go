@@ -6,19 +6,39 @@
 //
 // # Local store
 //
-// Four tables, created by Open:
+// Three tables, created by Open (layout 1, PRAGMA user_version):
 //
-//	rows(table_id, pk, version, row)          PRIMARY KEY (table_id, pk)
-//	holds(scope, table_id, pk)                PRIMARY KEY (scope, table_id, pk)
-//	scopes(scope PRIMARY KEY, cursor)         cursor NULL: the scope needs a rebuild
+//	holds(scope, table_id, pk, version, row)  PRIMARY KEY (scope, table_id, pk)
+//	scopes(scope PRIMARY KEY, cursor, synced) cursor NULL: the scope needs a rebuild
 //	staging(scope, seq, change)               PRIMARY KEY (scope, seq)
 //
 // pk is the canonical key text: decimal digits for int and int64 keys (JSON numbers),
 // the string itself for string keys, exactly as the rebuild checksum spells it. row is
-// the row image as the server rendered it (JSON text). A row is stored once whatever
-// the number of scopes that hold it; holds records which scopes do. A row leaves the
-// replica only when no scope holds it any more: a delete in one scope, or a rebuild of
-// one scope that no longer lists it, does not remove a row that another scope holds.
+// the row image as the server rendered it (JSON text), version its opaque version.
+// synced numbers the scopes' completed transfers in local commit order (see Row).
+//
+// # Images are per scope
+//
+// Each scope's replica is a consistent view of that scope at its own stream position:
+// a hold carries the scope's own image of the row, and a row that several scopes hold
+// is stored once per scope. Images are never shared, because the client cannot tell
+// which of two images is newer: versions are opaque and never ordered, and each
+// scope's stream is at its own position. With one shared image, a scope that is
+// behind would overwrite the newer image another scope already applied with an older
+// one (its stream can end with the old upsert and then the row's delete, when the row
+// left it), and the up-to-date scope, synced to the end of its stream, would never be
+// sent the newer image again. Per-scope images make every scope independent: an
+// upsert, a delete or a rebuild of one scope changes that scope's holds only, and a
+// row leaves the replica when no scope holds it any more.
+//
+// Rows(scope) reads one scope's view. Row(table, pk) reads a row whatever scope holds
+// it: when several do, the image of the scope whose Sync completed last, the newest
+// server state the client has seen (the server materializes every scope in commit
+// order, so of two Syncs that do not overlap the later one saw the later state).
+//
+// A store of layout 0 (one shared rows(table_id, pk, version, row) table) is upgraded
+// by Open: each hold gets the image it pointed at, and every scope's cursor is dropped
+// so that its next Sync rebuilds it, since a shared image may not be its own.
 //
 // # Sync
 //
@@ -30,8 +50,8 @@
 //     computes the checksum of CONTRACT.md "Rebuild" over exactly what it is about to
 //     apply and compares it with the server's; on a mismatch it rolls back and Sync
 //     returns ErrChecksumMismatch with nothing applied. Otherwise the same transaction
-//     replaces the scope's holds with the rebuilt set, upserts the rows, drops the
-//     rows that no scope holds any more and saves the last page's cursor.
+//     replaces the scope's holds (and their images) with the rebuilt set and saves
+//     the last page's cursor; other scopes' holds are not touched.
 //  2. With a cursor, synchro.pull is called page by page; pages are staged while
 //     has_more is true. The page with has_more false closes the transfer: one local
 //     transaction applies every staged change in order and saves that page's cursor
@@ -39,12 +59,9 @@
 //     pages. A crash or error between pages leaves the old cursor; the staged pages
 //     are discarded at the next Sync and fetched again.
 //
-// An upsert writes the row and adds the scope's hold; a delete removes the scope's
-// hold and removes the row only when no other scope holds it.
-//
-// A row that several scopes hold is stored once and shows the image of whichever
-// scope applied it last; versions are opaque, so the client never orders them. Each
-// scope converges to the server's state when it syncs to the end of its stream.
+// An upsert writes the scope's hold with its image (added, or replaced); a delete
+// removes the scope's hold. Each scope converges to the server's state when it syncs
+// to the end of its stream, whatever the positions of the other scopes.
 //
 // Cursors and session tokens are opaque: the client stores them and hands them back
 // verbatim, it never parses, compares or orders them. Row versions are opaque too.
@@ -54,8 +71,8 @@
 // The client reacts to the SQLSTATE of the server's error (pgconn.PgError.Code):
 //
 //   - SY409 rebuild_required: the scope's cursor is dropped at once (durably, so a
-//     crash resumes with a rebuild) and the scope is rebuilt. The rows and holds stay
-//     readable until the rebuild replaces them atomically. Consecutive rebuilds in
+//     crash resumes with a rebuild) and the scope is rebuilt. Its holds stay readable
+//     until the rebuild replaces them atomically. Consecutive rebuilds in
 //     one Sync are bounded by Config.MaxRebuilds; past it Sync returns
 //     ErrRebuildLoop wrapping the last SY409, so a misbehaving server cannot make the
 //     client loop (LESSONS.md, "Resets and caches").

@@ -241,23 +241,11 @@ func (c *Client) stage(ctx context.Context, scope string, seq int64, changes []s
 }
 
 // applyRebuild: in one local transaction, checks the checksum over the staged rows,
-// replaces the scope's holds with them, upserts the rows, drops the rows no scope
-// holds any more, saves the cursor and clears staging. A checksum mismatch rolls
-// back (nothing applied) and discards the staged rows.
+// replaces the scope's images with them, saves the cursor and clears staging. A
+// checksum mismatch rolls back (nothing applied) and discards the staged rows. Other
+// scopes' images are not touched, whatever rows they share with this one.
 func (c *Client) applyRebuild(ctx context.Context, scope, cursor, checksum string) error {
 	err := c.inTx(ctx, func(tx *sql.Tx) error {
-		// The rows the scope held before: candidates for removal afterwards.
-		for _, q := range []string{
-			`CREATE TEMP TABLE IF NOT EXISTS released (table_id TEXT NOT NULL, pk TEXT NOT NULL)`,
-			`DELETE FROM temp.released`,
-		} {
-			if _, err := tx.ExecContext(ctx, q); err != nil {
-				return err
-			}
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO temp.released SELECT table_id, pk FROM holds WHERE scope = ?`, scope); err != nil {
-			return err
-		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM holds WHERE scope = ?`, scope); err != nil {
 			return err
 		}
@@ -271,15 +259,6 @@ func (c *Client) applyRebuild(ctx context.Context, scope, cursor, checksum strin
 		}
 		if got := h.hex(); got != checksum {
 			return fmt.Errorf("%w: scope %q: server %s, received %s", ErrChecksumMismatch, scope, checksum, got)
-		}
-		if _, err := tx.ExecContext(ctx, `
-DELETE FROM rows
- WHERE (table_id, pk) IN (SELECT table_id, pk FROM temp.released)
-   AND NOT EXISTS (SELECT 1 FROM holds h WHERE h.table_id = rows.table_id AND h.pk = rows.pk)`); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM temp.released`); err != nil {
-			return err
 		}
 		return c.closeTransfer(ctx, tx, scope, cursor)
 	})
@@ -363,9 +342,13 @@ func (c *Client) eachStaged(ctx context.Context, tx *sql.Tx, scope string, fn fu
 	return nil
 }
 
-// closeTransfer saves the cursor and clears staging, inside the apply transaction.
+// closeTransfer saves the cursor, stamps the scope with the next local sync number
+// (the order in which scopes were brought up to date, used by Row) and clears
+// staging, inside the apply transaction.
 func (c *Client) closeTransfer(ctx context.Context, tx *sql.Tx, scope, cursor string) error {
-	res, err := tx.ExecContext(ctx, `UPDATE scopes SET cursor = ? WHERE scope = ?`, cursor, scope)
+	res, err := tx.ExecContext(ctx, `
+UPDATE scopes SET cursor = ?, synced = (SELECT coalesce(max(synced), 0) + 1 FROM scopes)
+ WHERE scope = ?`, cursor, scope)
 	if err != nil {
 		return err
 	}
@@ -376,31 +359,24 @@ func (c *Client) closeTransfer(ctx context.Context, tx *sql.Tx, scope, cursor st
 	return err
 }
 
-// upsert writes the row and adds the scope's hold.
+// upsert writes the scope's image of the row (version and row on its hold). The
+// images other scopes hold of the same row are not touched: their streams are at
+// their own positions, and versions are never compared.
 func upsert(ctx context.Context, tx *sql.Tx, scope string, ch stagedChange) error {
 	row := string(ch.Row)
 	if row == "" {
 		row = "null"
 	}
-	if _, err := tx.ExecContext(ctx, `
-INSERT INTO rows (table_id, pk, version, row) VALUES (?, ?, ?, ?)
-ON CONFLICT (table_id, pk) DO UPDATE SET version = excluded.version, row = excluded.row`,
-		ch.Table, ch.PK, ch.Version, row); err != nil {
-		return err
-	}
-	_, err := tx.ExecContext(ctx, `INSERT INTO holds (scope, table_id, pk) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`,
-		scope, ch.Table, ch.PK)
+	_, err := tx.ExecContext(ctx, `
+INSERT INTO holds (scope, table_id, pk, version, row) VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (scope, table_id, pk) DO UPDATE SET version = excluded.version, row = excluded.row`,
+		scope, ch.Table, ch.PK, ch.Version, row)
 	return err
 }
 
-// release removes the scope's hold and the row when no other scope holds it.
+// release removes the scope's image of the row; other scopes keep theirs.
 func release(ctx context.Context, tx *sql.Tx, scope, table, pk string) error {
-	if _, err := tx.ExecContext(ctx, `DELETE FROM holds WHERE scope = ? AND table_id = ? AND pk = ?`, scope, table, pk); err != nil {
-		return err
-	}
-	_, err := tx.ExecContext(ctx, `
-DELETE FROM rows WHERE table_id = ? AND pk = ?
-   AND NOT EXISTS (SELECT 1 FROM holds WHERE table_id = ? AND pk = ?)`, table, pk, table, pk)
+	_, err := tx.ExecContext(ctx, `DELETE FROM holds WHERE scope = ? AND table_id = ? AND pk = ?`, scope, table, pk)
 	return err
 }
 
@@ -412,6 +388,67 @@ func (c *Client) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
 	}
 	if err := fn(tx); err != nil {
 		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// storeLayout is the layout version of the local store (PRAGMA user_version). Layout 0
+// kept one image per row in a shared rows(table_id, pk, version, row) table; layout 1
+// keeps each scope's image on its hold (see the package documentation).
+const storeLayout = 1
+
+// initStore creates the store's schema, upgrading a layout 0 store in the same
+// transaction: every hold gets the shared image it pointed at, and every scope loses
+// its cursor, because a shared image may be older than its scope's position (the very
+// bug layout 1 fixes). The old images stay readable until each scope's next Sync
+// rebuilds it.
+func initStore(ctx context.Context, db *sql.DB) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	var layout, legacy int
+	if err := tx.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&layout); err != nil {
+		return err
+	}
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'rows'`).Scan(&legacy); err != nil {
+		return err
+	}
+	if layout > storeLayout {
+		return fmt.Errorf("synchro client: store layout %d is newer than this client's (%d)", layout, storeLayout)
+	}
+	migrate := layout == 0 && legacy > 0
+	if migrate {
+		for _, q := range []string{
+			`ALTER TABLE holds RENAME TO holds_v0`,
+			`DROP INDEX IF EXISTS holds_row`,
+			`ALTER TABLE scopes ADD COLUMN synced INTEGER`,
+		} {
+			if _, err := tx.ExecContext(ctx, q); err != nil {
+				return fmt.Errorf("synchro client: upgrade store: %w", err)
+			}
+		}
+	}
+	if _, err := tx.ExecContext(ctx, schema); err != nil {
+		return err
+	}
+	if migrate {
+		for _, q := range []string{
+			`INSERT INTO holds (scope, table_id, pk, version, row)
+			 SELECT h.scope, h.table_id, h.pk, r.version, r.row
+			   FROM holds_v0 h JOIN rows r ON r.table_id = h.table_id AND r.pk = h.pk`,
+			`DROP TABLE holds_v0`,
+			`DROP TABLE rows`,
+			`UPDATE scopes SET cursor = NULL`,
+		} {
+			if _, err := tx.ExecContext(ctx, q); err != nil {
+				return fmt.Errorf("synchro client: upgrade store: %w", err)
+			}
+		}
+	}
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, storeLayout)); err != nil {
 		return err
 	}
 	return tx.Commit()

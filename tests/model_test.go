@@ -29,9 +29,9 @@ var (
 	modelOps  = flag.Int("model.ops", 2000, "operations of TestModel")
 	modelSeed = flag.Int64("model.seed", 0, "seed of TestModel (0: from the clock)")
 	// Every client subscribes to every scope, so rows are shared between scopes of one
-	// replica. Red until the reference client stops letting a lagging scope overwrite
-	// a shared row with an older image (TestModelClientSharedRowStaleImage).
-	modelShared = flag.Bool("model.shared", false, "every model client subscribes to every scope (exposes the shared-row bug)")
+	// replica (TestModelClientSharedRowStaleImage). -model.shared=false gives each
+	// client one scope.
+	modelShared = flag.Bool("model.shared", true, "every model client subscribes to every scope (false: one scope each)")
 )
 
 var modelScopes = []string{"user:u1", "user:u2", "user:u3"}
@@ -366,17 +366,13 @@ func contains(xs []string, x string) bool {
 	return false
 }
 
-// The reference client stores a row once for every scope that holds it. A scope that
-// syncs later, and whose stream ends with an older image of the row followed by its
-// delete (it lost the row), overwrites the newer image another scope already applied;
-// that scope is synced to the end, so it never gets the newer image again. Found by
-// TestModel with -model.shared. Skipped unless -model.shared (a client bug, not ours
-// to fix here).
+// The reference client once stored a row once for every scope that holds it. A scope
+// that syncs later, and whose stream ends with an older image of the row followed by
+// its delete (it lost the row), overwrote the newer image another scope had already
+// applied; that scope is synced to the end, so it never got the newer image again.
+// Found by TestModel with shared scopes; the client now keeps one image per scope.
 func TestModelClientSharedRowStaleImage(t *testing.T) {
 	t.Parallel()
-	if !*modelShared {
-		t.Skip("known reference-client bug (shared rows between scopes); run with -model.shared")
-	}
 	ctx := context.Background()
 	e := newSyncEnv(t, `
 		INSERT INTO project_members VALUES (1, 1, 'u1'), (2, 1, 'u2');

@@ -9,7 +9,7 @@ BEGIN
   IF big THEN
     -- A large transaction: TRUNCATE beats deleting row by row.
     TRUNCATE pg_temp.synchro_stage, pg_temp.synchro_w_rows, pg_temp.synchro_w_final, pg_temp.synchro_w_impacted,
-             pg_temp.synchro_w_scopes, pg_temp.synchro_w_depvals;
+             pg_temp.synchro_w_scopes, pg_temp.synchro_w_depvals, pg_temp.synchro_w_oldscopes;
     RETURN;
   END IF;
   DELETE FROM pg_temp.synchro_stage;
@@ -18,6 +18,7 @@ BEGIN
   DELETE FROM pg_temp.synchro_w_impacted;
   DELETE FROM pg_temp.synchro_w_scopes;
   DELETE FROM pg_temp.synchro_w_depvals;
+  DELETE FROM pg_temp.synchro_w_oldscopes;
 END
 $$;
 

@@ -206,7 +206,10 @@ BEGIN
     -- A fence without its row event, or one fence paired twice.
     RAISE EXCEPTION 'poison: fence_mismatch' USING ERRCODE = 'SYP01', DETAIL = 'unpaired or duplicate fence';
   END IF;
-  SELECT e.relation_id INTO bad FROM synchro.event e JOIN pg_temp.synchro_w_rows w ON w.fence_id = e.fence_id LIMIT 1;
+  -- Probe the fence_id index with this transaction's ids: the ledger only grows, and a
+  -- join could scan it whole (temp tables have no statistics for the planner).
+  SELECT e.relation_id INTO bad FROM synchro.event e
+   WHERE e.fence_id = ANY (ARRAY(SELECT w.fence_id FROM pg_temp.synchro_w_rows w)) LIMIT 1;
   IF FOUND THEN
     RAISE EXCEPTION 'poison: fence_mismatch' USING ERRCODE = 'SYP01', DETAIL = format('relation_id=%s', bad.relation_id);
   END IF;
@@ -266,14 +269,23 @@ BEGIN
   END LOOP;
 
   -- Dependency rule values before and after: the synced rows they reach are impacted.
+  -- Statements below that touch the big permanent tables (projection, rule_value,
+  -- membership, write_fence, event) reach them through LATERAL index probes keyed by
+  -- the transaction's rows: the temp work tables have no statistics, and a hash join
+  -- would scan the permanent table whole on every source transaction.
   INSERT INTO pg_temp.synchro_w_depvals (relation_id, column_name, value, event_ordinal)
   SELECT v.relation_id, v.column_name, v.value, f.event_ordinal
     FROM pg_temp.synchro_w_final f
-    JOIN synchro.rule_value v ON v.relation_id = f.relation_id AND v.pk = f.pk
+    CROSS JOIN LATERAL (SELECT v.relation_id, v.column_name, v.value FROM synchro.rule_value v
+                         WHERE v.relation_id = f.relation_id AND v.pk = f.pk) v
    WHERE f.registration_kind = 'capture_dependency';
 
-  DELETE FROM synchro.projection pr USING pg_temp.synchro_w_final f
-   WHERE f.op = 'delete' AND pr.relation_id = f.relation_id AND pr.pk = f.pk;
+  DELETE FROM synchro.projection pr
+   WHERE pr.ctid = ANY (ARRAY(
+     SELECT x.ctid FROM pg_temp.synchro_w_final f
+      CROSS JOIN LATERAL (SELECT p2.ctid FROM synchro.projection p2
+                           WHERE p2.relation_id = f.relation_id AND p2.pk = f.pk) x
+      WHERE f.op = 'delete'));
   INSERT INTO synchro.projection AS pr (relation_id, pk, pk_int, version, image)
   SELECT f.relation_id, f.pk, f.pk_int, f.version, f.image FROM pg_temp.synchro_w_final f WHERE f.op <> 'delete'
   ON CONFLICT (relation_id, pk) DO UPDATE SET version = excluded.version, image = excluded.image;
@@ -282,7 +294,8 @@ BEGIN
   INSERT INTO pg_temp.synchro_w_depvals (relation_id, column_name, value, event_ordinal)
   SELECT v.relation_id, v.column_name, v.value, f.event_ordinal
     FROM pg_temp.synchro_w_final f
-    JOIN synchro.rule_value v ON v.relation_id = f.relation_id AND v.pk = f.pk
+    CROSS JOIN LATERAL (SELECT v.relation_id, v.column_name, v.value FROM synchro.rule_value v
+                         WHERE v.relation_id = f.relation_id AND v.pk = f.pk) v
    WHERE f.registration_kind = 'capture_dependency';
 
   -- A rule change activated in this transaction: re-index and re-evaluate the changed
@@ -301,7 +314,8 @@ BEGIN
   SELECT v.relation_id, v.pk, max(d.event_ordinal), false
     FROM pg_temp.synchro_w_depvals d
     JOIN synchro.scope_rule r ON r.generation = reg_end AND r.via_relation_id = d.relation_id AND r.via_match = d.column_name
-    JOIN synchro.rule_value v ON v.relation_id = r.relation_id AND v.column_name = r.column_name AND v.value = d.value
+    CROSS JOIN LATERAL (SELECT v.relation_id, v.pk FROM synchro.rule_value v
+                         WHERE v.relation_id = r.relation_id AND v.column_name = r.column_name AND v.value = d.value) v
    GROUP BY v.relation_id, v.pk
   ON CONFLICT (relation_id, pk) DO UPDATE SET event_ordinal = greatest(i.event_ordinal, excluded.event_ordinal);
 
@@ -317,10 +331,17 @@ BEGIN
   -- Net pull effects per scope: upsert when the row is in the scope and was touched
   -- (or just entered it); delete when it left the scope or was deleted. effect_ordinal
   -- counts within (event, scope) in canonical (table_id, typed key, operation) order.
+  -- The impacted rows' current memberships, probed by row (membership_by_row).
+  INSERT INTO pg_temp.synchro_w_oldscopes (relation_id, pk, scope)
+  SELECT i.relation_id, i.pk, m.scope
+    FROM pg_temp.synchro_w_impacted i
+    CROSS JOIN LATERAL (SELECT m.scope FROM synchro.membership m
+                         WHERE m.relation_id = i.relation_id AND m.pk = i.pk) m;
+
   INSERT INTO synchro.effect (stream_generation, scope, commit_lsn, event_ordinal, effect_ordinal,
                               table_id, relation_id, pk, op, version, image)
-  SELECT gen, e.scope, clsn, i.event_ordinal,
-         (row_number() OVER (PARTITION BY e.scope, i.event_ordinal
+  SELECT gen, e.scope, clsn, e.event_ordinal,
+         (row_number() OVER (PARTITION BY e.scope, e.event_ordinal
                              ORDER BY r.table_id COLLATE "C",
                                       CASE WHEN r.key_type <> 'string' THEN e.pk::bigint END,
                                       e.pk COLLATE "C", e.op))::int - 1,
@@ -328,36 +349,40 @@ BEGIN
          CASE WHEN e.op = 'upsert' THEN pr.version END,
          CASE WHEN e.op = 'upsert' THEN pr.image END
     FROM (
-      SELECT n.scope, n.relation_id, n.pk, 'upsert' AS op
+      SELECT n.scope, n.relation_id, n.pk, i.event_ordinal, 'upsert' AS op
         FROM pg_temp.synchro_w_scopes n
-        JOIN pg_temp.synchro_w_impacted i2 ON i2.relation_id = n.relation_id AND i2.pk = n.pk
-       WHERE i2.touched
-          OR NOT EXISTS (SELECT 1 FROM synchro.membership m
-                          WHERE m.scope = n.scope AND m.relation_id = n.relation_id AND m.pk = n.pk)
+        JOIN pg_temp.synchro_w_impacted i ON i.relation_id = n.relation_id AND i.pk = n.pk
+       WHERE i.touched
+          OR NOT EXISTS (SELECT 1 FROM pg_temp.synchro_w_oldscopes o
+                          WHERE o.relation_id = n.relation_id AND o.pk = n.pk AND o.scope = n.scope)
       UNION ALL
-      SELECT m.scope, m.relation_id, m.pk, 'delete'
-        FROM synchro.membership m
-        JOIN pg_temp.synchro_w_impacted i3 ON i3.relation_id = m.relation_id AND i3.pk = m.pk
+      SELECT o.scope, o.relation_id, o.pk, i.event_ordinal, 'delete'
+        FROM pg_temp.synchro_w_oldscopes o
+        JOIN pg_temp.synchro_w_impacted i ON i.relation_id = o.relation_id AND i.pk = o.pk
        WHERE NOT EXISTS (SELECT 1 FROM pg_temp.synchro_w_scopes n
-                          WHERE n.scope = m.scope AND n.relation_id = m.relation_id AND n.pk = m.pk)
+                          WHERE n.relation_id = o.relation_id AND n.pk = o.pk AND n.scope = o.scope)
     ) e
-    JOIN pg_temp.synchro_w_impacted i ON i.relation_id = e.relation_id AND i.pk = e.pk
     JOIN synchro.relation r ON r.relation_id = e.relation_id
-    LEFT JOIN synchro.projection pr ON pr.relation_id = e.relation_id AND pr.pk = e.pk;
+    LEFT JOIN LATERAL (SELECT pj.version, pj.image FROM synchro.projection pj
+                        WHERE pj.relation_id = e.relation_id AND pj.pk = e.pk) pr ON true;
 
-  DELETE FROM synchro.membership m USING pg_temp.synchro_w_impacted i
-   WHERE m.relation_id = i.relation_id AND m.pk = i.pk
-     AND NOT EXISTS (SELECT 1 FROM pg_temp.synchro_w_scopes n
-                      WHERE n.scope = m.scope AND n.relation_id = m.relation_id AND n.pk = m.pk);
+  -- Memberships that ended, by primary key; then the new ones.
+  DELETE FROM synchro.membership m
+   WHERE m.ctid = ANY (ARRAY(
+     SELECT x.ctid FROM pg_temp.synchro_w_oldscopes o
+      CROSS JOIN LATERAL (SELECT m2.ctid FROM synchro.membership m2
+                           WHERE m2.scope = o.scope AND m2.relation_id = o.relation_id AND m2.pk = o.pk) x
+      WHERE NOT EXISTS (SELECT 1 FROM pg_temp.synchro_w_scopes n
+                         WHERE n.relation_id = o.relation_id AND n.pk = o.pk AND n.scope = o.scope)));
   INSERT INTO synchro.membership (scope, relation_id, pk, table_id, pk_order)
   SELECT n.scope, n.relation_id, n.pk, r.table_id, CASE WHEN r.key_type = 'string' THEN 0 ELSE n.pk::bigint END
     FROM pg_temp.synchro_w_scopes n JOIN synchro.relation r ON r.relation_id = n.relation_id
-  ON CONFLICT DO NOTHING;
+   WHERE NOT EXISTS (SELECT 1 FROM pg_temp.synchro_w_oldscopes o
+                      WHERE o.relation_id = n.relation_id AND o.pk = n.pk AND o.scope = n.scope);
 
   -- Write-fence reconciliation: exactly these fences are now WAL-materialized.
   UPDATE synchro.write_fence wf SET coverage = 'wal', covered_at = now()
-    FROM pg_temp.synchro_w_rows w
-   WHERE wf.fence_id = w.fence_id AND wf.coverage IS NULL;
+   WHERE wf.fence_id = ANY (ARRAY(SELECT w.fence_id FROM pg_temp.synchro_w_rows w)) AND wf.coverage IS NULL;
 
   -- Replay identities and the transaction-end high-watermark.
   INSERT INTO synchro.txn (stream_generation, commit_lsn, end_lsn, xid, commit_time, event_count)

@@ -49,6 +49,9 @@ BEGIN
   CREATE TEMP TABLE synchro_w_scopes (
     relation_id bigint, pk text, scope text
   ) ON COMMIT DELETE ROWS;
+  CREATE TEMP TABLE synchro_w_oldscopes (
+    relation_id bigint, pk text, scope text
+  ) ON COMMIT DELETE ROWS;
   CREATE TEMP TABLE synchro_w_depvals (
     relation_id bigint, column_name name, value text, event_ordinal int
   ) ON COMMIT DELETE ROWS;
