@@ -55,6 +55,10 @@ BEGIN
     RAISE EXCEPTION 'poison: stream_order' USING ERRCODE = 'SYP06', DETAIL = 'commit position out of order';
   END IF;
 
+  -- The source transaction's own writes to synchro tables (write fences, registry
+  -- generations) must be visible before they are read below.
+  PERFORM synchro._await_visible(materialize.xid);
+
   SELECT count(*) FILTER (WHERE s.kind IN ('I', 'U', 'D', 'T')),
          count(*) FILTER (WHERE s.kind = 'M' AND s.prefix = 'synchro.fence')
     INTO n_events, n_fences
