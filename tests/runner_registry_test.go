@@ -58,3 +58,17 @@ func TestRunnerRegistryGenerationPerEvent(t *testing.T) {
 		`SELECT count(*) FROM synchro.effect WHERE scope = 'owner:a' AND table_id = 'later'`).Scan(&n))
 	require.Equal(t, 1, n)
 }
+
+// A runner configured with another publication than the registry keeps would read
+// none of the registered relations' changes: it refuses to start.
+func TestRunnerRefusesForeignPublication(t *testing.T) {
+	t.Parallel()
+	db := runnerSetup(t)
+	cfg := testRunnerConfig(t, db)
+	cfg.Publication = "not_synchro"
+	rr := startRunner(t, cfg)
+	err := rr.wait(t, 10*time.Second)
+	requireSQLState(t, err, "SY400")
+	_, ok := runnerState(t, db)
+	require.False(t, ok, "no stream was created")
+}

@@ -13,6 +13,12 @@ BEGIN
   IF NOT pg_try_advisory_lock(hashtextextended('synchro.runner', 0)) THEN
     RAISE EXCEPTION 'runner refused: another runner is active for this database' USING ERRCODE = 'object_in_use';
   END IF;
+  -- Fail closed: a runner reading another publication than the one the registry
+  -- keeps would see none of the registered relations' changes.
+  IF publication IS DISTINCT FROM (SELECT value FROM synchro.setting WHERE name = 'publication') THEN
+    RAISE EXCEPTION 'runner refused: the publication is not the one the registry keeps (synchro.setting publication)'
+      USING ERRCODE = 'SY400';
+  END IF;
   IF heartbeat_interval IS NULL OR heartbeat_interval <= interval '0' OR heartbeat_interval > interval '1 hour' THEN
     RAISE EXCEPTION 'runner refused: heartbeat_interval must be positive and at most one hour' USING ERRCODE = 'SY400';
   END IF;
