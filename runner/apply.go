@@ -249,8 +249,12 @@ func (a *applier) fail(ctx context.Context, err error, walStart pglogrepl.LSN) e
 			return perr
 		}
 		a.cfg.Metrics.poisoned(v.Class)
+		var relationID any // a number when known, not the pointer
+		if v.RelationID != nil {
+			relationID = *v.RelationID
+		}
 		a.log.Error("source transaction quarantined: stream blocked until retry or reset",
-			"commit_lsn", commitLSN, "class", v.Class, "relation_id", v.RelationID, "sqlstate", v.SQLState)
+			"commit_lsn", commitLSN, "class", v.Class, "relation_id", relationID, "sqlstate", v.SQLState)
 		return &PoisonError{CommitLSN: commitLSN, Class: v.Class, RelationID: v.RelationID, Err: err}
 	case Fatal:
 		return &fatalError{err: err}
