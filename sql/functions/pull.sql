@@ -74,8 +74,10 @@ BEGIN
   -- SY503.
   PERFORM synchro._capture_pending(client_id);
 
-  -- The high-watermark first: effects are read only up to it.
-  hw := g.materialized_commit_lsn;
+  -- The high-watermark first: effects are read only up to it. Read it again now, after
+  -- the capture_pending check: a materialization committed in between covered this
+  -- client's push, and the page must then reach that push's effects (read-your-writes).
+  SELECT p.materialized_commit_lsn INTO hw FROM synchro.progress p WHERE p.stream_generation = g.stream_generation;
   IF hw IS NULL THEN
     RETURN jsonb_build_object('changes', '[]'::jsonb, 'cursor', cursor, 'has_more', false);
   END IF;
