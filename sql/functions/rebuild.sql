@@ -23,7 +23,8 @@ DECLARE
   last_order bigint := -9223372036854775808;
   last_pk    text := '';
   h          bytea := decode(repeat('00', 32), 'hex');
-  pg         record;
+  rec        record;
+  out_rows   jsonb[] := '{}';
   n          int := 0;
   more       boolean := false;
   result     jsonb;
@@ -95,15 +96,8 @@ BEGIN
     h := decode(parts[8], 'hex');
   END IF;
 
-  -- The page, set-based in one statement: the keyset range (one row beyond the page
-  -- says whether there is more), the rows rendered as JSON text in delivery order, the
-  -- checksum chain folded over them in the same order (synchro._chain_agg), and the
-  -- last delivered row's key for the next session. Rendering text and parsing the
-  -- result once is cheaper than building jsonb per row and re-encoding it; the
-  -- rendering is exactly that of jsonb_build_object('table', 'pk', 'version', 'row').
-  WITH page AS MATERIALIZED (
-    SELECT m.table_id, m.pk_order, m.pk, pr.version, pr.image, r.key_type,
-           row_number() OVER (ORDER BY m.table_id COLLATE "C", m.pk_order, m.pk COLLATE "C") AS ord
+  FOR rec IN
+    SELECT m.table_id, m.pk_order, m.pk, pr.version, pr.image, r.key_type
       FROM synchro.membership m
       JOIN synchro.projection pr ON pr.relation_id = m.relation_id AND pr.pk = m.pk
       JOIN synchro.relation r ON r.relation_id = m.relation_id
@@ -111,39 +105,33 @@ BEGIN
        AND (m.table_id COLLATE "C", m.pk_order, m.pk COLLATE "C") > (last_tid COLLATE "C", last_order, last_pk COLLATE "C")
      ORDER BY m.table_id COLLATE "C", m.pk_order, m.pk COLLATE "C"
      LIMIT max_rows + 1
-  ), agg AS (
-    SELECT count(*) AS n,
-           string_agg('{"table":' || to_json(p.table_id)::text
-                      || ',"pk":' || CASE WHEN p.key_type = 'string' THEN to_json(p.pk)::text ELSE p.pk::bigint::text END
-                      || ',"version":' || to_json(p.version)::text
-                      || ',"row":' || p.image::text || '}', ',' ORDER BY p.ord) FILTER (WHERE p.ord <= max_rows) AS rows_json,
-           synchro._chain_agg(h, convert_to(p.table_id, 'UTF8') || '\x00'::bytea || convert_to(p.pk, 'UTF8') || '\x00'::bytea
-                                 || convert_to(p.version, 'UTF8') || '\x0a'::bytea ORDER BY p.ord) FILTER (WHERE p.ord <= max_rows) AS chain
-      FROM page p
-  )
-  SELECT a.n, a.rows_json, a.chain, l.table_id, l.pk_order, l.pk INTO pg
-    FROM agg a LEFT JOIN page l ON l.ord = least(a.n, max_rows);
-  n := pg.n;
-  more := n > max_rows;
-  IF pg.table_id IS NOT NULL THEN
-    h := pg.chain;
-    last_tid := pg.table_id;
-    last_order := pg.pk_order;
-    last_pk := pg.pk;
-  END IF;
+  LOOP
+    n := n + 1;
+    IF n > max_rows THEN
+      more := true;
+      EXIT;
+    END IF;
+    out_rows := out_rows || jsonb_build_object(
+      'table', rec.table_id,
+      'pk', CASE WHEN rec.key_type = 'string' THEN to_jsonb(rec.pk) ELSE to_jsonb(rec.pk::bigint) END,
+      'version', rec.version,
+      'row', rec.image);
+    h := sha256(h || convert_to(rec.table_id, 'UTF8') || '\x00'::bytea || convert_to(rec.pk, 'UTF8') || '\x00'::bytea
+                || convert_to(rec.version, 'UTF8') || '\x0a'::bytea);
+    last_tid := rec.table_id;
+    last_order := rec.pk_order;
+    last_pk := rec.pk;
+  END LOOP;
 
   tok := synchro._token(format('r1:%s:%s:%s:%s:%s:%s:%s', g.token, rg, p_point,
                                CASE WHEN last_tid = '' THEN '' ELSE last_tid END, last_order,
                                encode(convert_to(last_pk, 'UTF8'), 'hex'), encode(h, 'hex')), scope);
-  -- {"session", "rows", "has_more"} and on the last page {"checksum", "cursor"}.
-  result := ('{"session":' || to_json(tok)::text
-             || ',"rows":[' || coalesce(pg.rows_json, '') || ']'
-             || ',"has_more":' || CASE WHEN more THEN 'true' ELSE 'false' END
-             || CASE WHEN more THEN ''
-                ELSE ',"checksum":' || to_json(encode(h, 'hex'))::text
-                     || ',"cursor":' || to_json(synchro._token(format('c1:%s:%s:%s', g.token, rg, p_point), scope))::text
-                END
-             || '}')::jsonb;
+  result := jsonb_build_object('session', tok, 'rows', array_to_json(out_rows)::jsonb, 'has_more', more);
+  IF NOT more THEN
+    result := result || jsonb_build_object(
+      'checksum', encode(h, 'hex'),
+      'cursor', synchro._token(format('c1:%s:%s:%s', g.token, rg, p_point), scope));
+  END IF;
   RETURN result;
 END
 $$;
