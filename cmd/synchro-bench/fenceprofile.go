@@ -11,150 +11,66 @@ import (
 )
 
 // The fence-profile suite says where a fence's time goes. It times single-row INSERT
-// and UPDATE on tables whose AFTER ROW trigger is a staged copy of synchro._fence
-// (sql/functions/_fence.sql), each stage adding one part of the real fence, next to a
-// plain table and the registered table with the real fence. The copy lives in this
-// benchmark's own database only; the pack is never edited. The deltas between
+// and UPDATE on registered tables whose generated fence, synchro._fence_<relation_id>()
+// (rendered by synchro._fence_source, sql/functions/_fence_source.sql), is replaced by
+// a staged copy of that same rendered text cut short after one more part, next to a
+// plain table and a registered table with its fence as installed. The copies are made
+// from the template's own output at run time, in this benchmark's database only (the
+// pack is never edited), so they follow the template; a cut point the template no
+// longer has is an error, not a silently stale profile. The deltas between
 // consecutive stages are the cost of each part.
 func init() {
 	registerSuite("fence-profile", suite{
-		summary: "where a fence's time goes: a staged copy of synchro._fence, part by part",
+		summary: "where a fence's time goes: the generated fence cut short part by part",
 		run:     runFenceProfile,
 	})
 }
 
 // fenceStages name what each stage adds; stage 0 is the plain table (no trigger) and
-// the last entry is the real, registered fence.
+// the last entry is the registered table with its fence as installed.
 var fenceStages = []string{
 	"no trigger (plain)",
-	"+ empty AFTER ROW plpgsql trigger (SECURITY DEFINER)",
-	"+ to_jsonb(NEW), key, version + fence ids, COPY FREEZE check",
-	"+ row_version SELECT FOR UPDATE + upsert",
-	"+ live-tuple probe (dynamic EXECUTE)",
-	"+ nextval(fence_ordinal) + push_context lookup",
-	"+ json_build_object + pg_logical_emit_message (= full copy)",
-	"real synchro._fence on a registered table (+ key guard on UPDATE)",
+	"registered: key guard (UPDATE only) + empty SECURITY DEFINER AFTER ROW trigger",
+	"+ DECLARE (txid, version and fence_id UUIDs), key read, COPY FREEZE check",
+	"+ live-tuple probe (static SELECT xmin, cmin)",
+	"+ row_version UPDATE … RETURNING (INSERT … ON CONFLICT when missing) + order check",
+	"+ nextval(fence_ordinal) + push_active setting check",
+	"+ json_build_object + pg_logical_emit_message (= the generated fence, unmodified)",
+	"real fence on t_fenced (registered the same way, as installed)",
 }
 
-// fenceStageFn mirrors synchro._fence as of this commit, with each part behind a stage
-// guard (TG_ARGV[9]); the cheap IF tests are the only additions.
-const fenceStageFn = `
-CREATE SCHEMA bench_profile;
-CREATE FUNCTION bench_profile.fence_stage() RETURNS trigger
-LANGUAGE plpgsql
-SECURITY DEFINER
-AS $$
-DECLARE
-  lvl     int := TG_ARGV[9]::int;
-  rid     bigint := TG_ARGV[0]::bigint;
-  rowj    jsonb;
-  op      text;
-  k       text;
-  old_k   text;
-  new_k   text;
-  cur_txid xid8;
-  res     record;
-  live_xmin xid;
-  live_cmin cid;
-  v       text;
-  fid     uuid;
-  ord     bigint;
-  ctx     record;
-  msg     json;
-BEGIN
-  IF lvl < 2 THEN
-    RETURN NULL;
-  END IF;
-  cur_txid := pg_catalog.pg_current_xact_id();
-  v := synchro._new_version();
-  fid := pg_catalog.gen_random_uuid();
-  IF TG_OP = 'INSERT' THEN
-    op := 'insert';
-    rowj := pg_catalog.to_jsonb(NEW);
-    new_k := rowj ->> TG_ARGV[5];
-    k := new_k;
-  ELSIF TG_OP = 'UPDATE' THEN
-    op := 'update';
-    rowj := pg_catalog.to_jsonb(NEW);
-    new_k := rowj ->> TG_ARGV[5];
-    old_k := pg_catalog.to_jsonb(OLD) ->> TG_ARGV[5];
-    IF old_k IS DISTINCT FROM new_k THEN
-      RAISE EXCEPTION 'key change' USING ERRCODE = 'feature_not_supported';
-    END IF;
-    k := new_k;
-  ELSE
-    op := 'delete';
-    rowj := pg_catalog.to_jsonb(OLD);
-    old_k := rowj ->> TG_ARGV[5];
-    k := old_k;
-  END IF;
-  IF TG_OP = 'INSERT'
-     AND (TG_ARGV[7]::xid8 = cur_txid OR pg_catalog.pg_relation_filenode(TG_RELID) <> TG_ARGV[8]::oid)
-     AND pg_catalog.current_query() ~* '\mcopy\M[^;]*\mfreeze\M' THEN
-    RAISE EXCEPTION 'COPY FREEZE' USING ERRCODE = 'feature_not_supported';
-  END IF;
-  IF lvl < 3 THEN
-    RETURN NULL;
-  END IF;
+// fenceCuts are the lines of the rendered fence before which stages 2 to 5 return:
+// stage s ends before fenceCuts[s-2]. Stage 1 replaces the body by RETURN NULL (no
+// DECLARE initializers); stage 6 is the rendered text unmodified.
+var fenceCuts = []string{
+	"  -- The live tuple of this key now",
+	"  -- Lock the reservation and record this fence",
+	"  ord := pg_catalog.nextval('synchro.fence_ordinal');",
+	"  PERFORM pg_catalog.pg_logical_emit_message(",
+}
 
-  SELECT r.fence_txid, r.fence_xmin, r.fence_cmin INTO res
-    FROM synchro.row_version r
-   WHERE r.relation_id = rid AND r.pk = k
-     FOR UPDATE;
-  IF lvl >= 4 AND (TG_OP <> 'DELETE' OR res.fence_txid = cur_txid) THEN
-    EXECUTE TG_ARGV[6] INTO live_xmin, live_cmin USING k;
-    IF res.fence_txid = cur_txid AND (
-         (TG_OP <> 'DELETE' AND live_xmin IS NULL)
-         OR (live_xmin = res.fence_xmin AND live_cmin = res.fence_cmin)) THEN
-      RAISE EXCEPTION 'fence order violation' USING ERRCODE = 'triggered_data_change_violation';
-    END IF;
-  END IF;
-  INSERT INTO synchro.row_version AS r (relation_id, pk, version, deleted, fence_txid, fence_xmin, fence_cmin)
-  VALUES (rid, k, v, TG_OP = 'DELETE', cur_txid, live_xmin, live_cmin)
-  ON CONFLICT (relation_id, pk) DO UPDATE
-    SET version = excluded.version, deleted = excluded.deleted, fence_txid = excluded.fence_txid,
-        fence_xmin = excluded.fence_xmin, fence_cmin = excluded.fence_cmin;
-  IF lvl < 5 THEN
-    RETURN NULL;
-  END IF;
-
-  ord := pg_catalog.nextval('synchro.fence_ordinal');
-  SELECT c.client_id, c.mutation_id INTO ctx
-    FROM synchro.push_context c
-   WHERE c.txid = cur_txid AND c.relation_id = rid AND c.pk = k;
-  IF FOUND THEN
-    INSERT INTO synchro.write_fence (fence_id, client_id, mutation_id, relation_id, pk, op, version)
-    VALUES (fid, ctx.client_id, ctx.mutation_id, rid, k, op, v);
-  END IF;
-  IF lvl < 6 THEN
-    RETURN NULL;
-  END IF;
-
-  msg := pg_catalog.json_build_object(
-    'v', 1, 'kind', 'synced', 'relation_id', rid, 'schema', TG_ARGV[3], 'table', TG_ARGV[4],
-    'op', op, 'old_key', old_k, 'new_key', new_k, 'version', v, 'fence_id', fid, 'ordinal', ord,
-    'table_id', TG_ARGV[2], 'pk', rowj -> TG_ARGV[5]);
-  PERFORM pg_catalog.pg_logical_emit_message(true, 'synchro.fence', msg::text);
-  RETURN NULL;
-END
-$$;`
-
-// stageTrigger attaches the staged copy at stage %[2]d to bench_profile.%[1]s, with the
-// same arguments _install_triggers gives the real fence; its relation_id is negative
-// so it never meets a registered relation's row_version rows.
-const stageTrigger = `
-INSERT INTO synchro.row_version (relation_id, pk, version)
-SELECT -%[2]d, id::text, synchro._new_version() FROM bench_profile.%[1]s;
-DO $do$
-BEGIN
-  EXECUTE format(
-    'CREATE TRIGGER fence_stage AFTER INSERT OR UPDATE OR DELETE ON bench_profile.%[1]s FOR EACH ROW '
-    'EXECUTE FUNCTION bench_profile.fence_stage(%%L, %%L, %%L, %%L, %%L, %%L, %%L, %%L, %%L, %%L)',
-    -%[2]d, 'synced', '%[1]s', 'bench_profile', '%[1]s', 'id',
-    'SELECT xmin, cmin FROM ONLY bench_profile.%[1]s WHERE id = $1::int8',
-    pg_current_xact_id(), pg_relation_filenode('bench_profile.%[1]s'), %[2]d);
-END
-$do$;`
+// stagedFence returns the CREATE OR REPLACE FUNCTION text of stage s (1..6) from the
+// rendered source of a relation's fence.
+func stagedFence(src string, s int) (string, error) {
+	switch {
+	case s == 1:
+		head, _, ok := strings.Cut(src, "AS $fence$")
+		_, tail, ok2 := strings.Cut(src, "$fence$;")
+		if !ok || !ok2 {
+			return "", fmt.Errorf("fence template changed: no $fence$ body (update stagedFence in fenceprofile.go)")
+		}
+		return head + "AS $fence$\nBEGIN\n  RETURN NULL;\nEND\n$fence$;" + tail, nil
+	case s >= 2 && s <= 5:
+		cut := fenceCuts[s-2]
+		if strings.Count(src, cut) != 1 {
+			return "", fmt.Errorf("fence template changed: cut point %q of stage %d not found once (update fenceCuts in fenceprofile.go)", cut, s)
+		}
+		return strings.Replace(src, cut, "  RETURN NULL;\n"+cut, 1), nil
+	case s == 6:
+		return src, nil
+	}
+	return "", fmt.Errorf("no staged fence for stage %d", s)
+}
 
 func profileTable(stage int) string {
 	if stage == len(fenceStages)-1 {
@@ -171,8 +87,8 @@ func runFenceProfile(ctx context.Context, b *bench) (string, error) {
 	}
 	defer conn.Close(ctx)
 	fmt.Fprintf(b.stdout, "setting up %s (%d tables x %d rows) ...\n", dbname, len(fenceStages), preloadRows)
-	if _, err := conn.Exec(ctx, fenceStageFn); err != nil {
-		return "", fmt.Errorf("staged fence: %w", err)
+	if _, err := conn.Exec(ctx, `CREATE SCHEMA bench_profile`); err != nil {
+		return "", err
 	}
 	maintained := []string{"synchro.row_version"}
 	for s := range fenceStages {
@@ -183,14 +99,32 @@ func runFenceProfile(ctx context.Context, b *bench) (string, error) {
 			return "", fmt.Errorf("create %s: %w", t, err)
 		}
 		if s >= 1 && s < len(fenceStages)-1 {
-			if _, err := conn.Exec(ctx, fmt.Sprintf(stageTrigger, name, s)); err != nil {
-				return "", fmt.Errorf("stage trigger on %s: %w", t, err)
+			if _, err := conn.Exec(ctx, `SELECT synchro.register_table($1::regclass, $2)`, t, "profile_"+name); err != nil {
+				return "", fmt.Errorf("register %s: %w", t, err)
 			}
 		}
 		maintained = append(maintained, t)
 	}
+	// Registers t_fenced and activates all registrations: every registered table gets
+	// its generated fence and key guard, and its preloaded rows their row_version
+	// reservations.
 	if _, err := conn.Exec(ctx, registerFenced); err != nil {
 		return "", fmt.Errorf("register t_fenced: %w", err)
+	}
+	for s := 1; s < len(fenceStages)-1; s++ {
+		var rid int64
+		var src string
+		if err := conn.QueryRow(ctx, `SELECT relation_id, synchro._fence_source(relation_id) FROM synchro.relation WHERE table_id = $1`,
+			"profile_s"+fmt.Sprint(s)).Scan(&rid, &src); err != nil {
+			return "", fmt.Errorf("fence source of stage %d: %w", s, err)
+		}
+		staged, err := stagedFence(src, s)
+		if err != nil {
+			return "", err
+		}
+		if _, err := conn.Exec(ctx, staged); err != nil {
+			return "", fmt.Errorf("staged fence of stage %d: %w", s, err)
+		}
 	}
 	prepare := func() error { return maintain(ctx, conn, maintained) }
 

@@ -108,7 +108,8 @@ func runPull(ctx context.Context, b *bench) (string, error) {
 	}
 
 	// Where rebuild's time goes: the same keyset pages as one set-based SQL statement
-	// each (the rows as a JSON array, no checksum chain, no token), for comparison.
+	// each (the rows as a JSON array built with jsonb_agg(jsonb_build_object(…)), no
+	// checksum chain, no token), for comparison.
 	var scanSecs, setSecs, scanLoads []float64
 	for i := 0; i < b.cfg.repeat; i++ {
 		scanLoads = append(scanLoads, loadAvg())
@@ -127,7 +128,7 @@ func runPull(ctx context.Context, b *bench) (string, error) {
 		median(scanSecs), median(setSecs))
 	fmt.Fprintf(&sb, "\nWhere it goes: the same 100 keyset pages of 1,000 as one plain SQL statement each take "+
 		"%.2f s (%.0f rows/s) for the membership ⋈ projection range scan alone (count only) and %.2f s (%.0f rows/s) "+
-		"with the rows rendered as a JSON array and decoded by the client as rebuild's are; no checksum chain, no token "+
+		"with the rows rendered as a JSON array (`jsonb_agg(jsonb_build_object(…))`) and decoded by the client; no checksum chain, no token "+
 		"(load %s).\n", median(scanSecs), float64(rebuildRows)/median(scanSecs), median(setSecs),
 		float64(rebuildRows)/median(setSecs), fmtLoads(scanLoads))
 
@@ -366,8 +367,9 @@ func percentile(xs []float64, p float64) float64 {
 }
 
 // timeSetBasedPages reads a scope's member rows in keyset pages of size with one SQL
-// statement per page: with withJSON the page's rows as a JSON array (as rebuild renders
-// them), else only the count (the range scan and join alone).
+// statement per page: with withJSON the page's rows as a JSON array of the objects
+// rebuild returns (jsonb_agg of jsonb_build_object), else only the count (the range
+// scan and join alone).
 func timeSetBasedPages(ctx context.Context, conn *pgx.Conn, scope string, size int, withJSON bool) (float64, error) {
 	lastTid, lastOrder, lastPk := "", int64(-1<<63), ""
 	agg := `SELECT '[]'::jsonb`
