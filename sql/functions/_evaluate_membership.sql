@@ -15,7 +15,8 @@ BEGIN
     SELECT i.relation_id, i.pk, r.scope_prefix, r.via_relation_id, r.via_match, r.via_scope,
            p.image ->> r.column_name::text AS value
       FROM pg_temp.synchro_w_impacted i
-      JOIN synchro.projection p ON p.relation_id = i.relation_id AND p.pk = i.pk
+      CROSS JOIN LATERAL (SELECT p.image FROM synchro.projection p
+                           WHERE p.relation_id = i.relation_id AND p.pk = i.pk OFFSET 0) p
       JOIN synchro.scope_rule r ON r.generation = reg_gen AND r.relation_id = i.relation_id
      WHERE p.image ->> r.column_name::text IS NOT NULL)
   INSERT INTO pg_temp.synchro_w_scopes (relation_id, pk, scope)
@@ -25,8 +26,11 @@ BEGIN
   UNION
   SELECT x.relation_id, x.pk, x.scope_prefix || (d.image ->> x.via_scope::text)
     FROM vals x
-    JOIN synchro.rule_value v ON v.relation_id = x.via_relation_id AND v.column_name = x.via_match AND v.value = x.value
-    JOIN synchro.projection d ON d.relation_id = v.relation_id AND d.pk = v.pk
+    CROSS JOIN LATERAL (SELECT v.relation_id, v.pk FROM synchro.rule_value v
+                         WHERE v.relation_id = x.via_relation_id AND v.column_name = x.via_match
+                           AND v.value = x.value OFFSET 0) v
+    CROSS JOIN LATERAL (SELECT d.image FROM synchro.projection d
+                         WHERE d.relation_id = v.relation_id AND d.pk = v.pk OFFSET 0) d
    WHERE x.via_relation_id IS NOT NULL AND d.image ->> x.via_scope::text IS NOT NULL;
 END
 $$;

@@ -236,7 +236,7 @@ BEGIN
              FROM pg_temp.synchro_w_final f
              JOIN LATERAL (SELECT g.columns FROM synchro.registration g
                             WHERE g.relation_id = f.relation_id AND g.generation <= reg_end
-                            ORDER BY g.generation DESC LIMIT 1) reg ON true
+                            ORDER BY g.generation DESC LIMIT 1 OFFSET 0) reg ON true
             WHERE f.op <> 'delete' AND cardinality(f.toast) > 0 LOOP
     FOREACH col IN ARRAY t.toast LOOP
       CONTINUE WHEN NOT (col = ANY (t.columns::text[]));
@@ -262,7 +262,7 @@ BEGIN
       JOIN synchro.relation r ON r.relation_id = f.relation_id
       JOIN LATERAL (SELECT g.columns FROM synchro.registration g
                      WHERE g.relation_id = f.relation_id AND g.generation <= reg_end
-                     ORDER BY g.generation DESC LIMIT 1) reg ON true
+                     ORDER BY g.generation DESC LIMIT 1 OFFSET 0) reg ON true
      WHERE f.op <> 'delete'
   LOOP
     EXECUTE format(
@@ -276,19 +276,20 @@ BEGIN
   -- Statements below that touch the big permanent tables (projection, rule_value,
   -- membership, write_fence, event) reach them through LATERAL index probes keyed by
   -- the transaction's rows: the temp work tables have no statistics, and a hash join
-  -- would scan the permanent table whole on every source transaction.
+  -- would scan the permanent table whole on every source transaction. OFFSET 0 keeps
+  -- each LATERAL subquery from being pulled up into an ordinary join.
   INSERT INTO pg_temp.synchro_w_depvals (relation_id, column_name, value, event_ordinal)
   SELECT v.relation_id, v.column_name, v.value, f.event_ordinal
     FROM pg_temp.synchro_w_final f
     CROSS JOIN LATERAL (SELECT v.relation_id, v.column_name, v.value FROM synchro.rule_value v
-                         WHERE v.relation_id = f.relation_id AND v.pk = f.pk) v
+                         WHERE v.relation_id = f.relation_id AND v.pk = f.pk OFFSET 0) v
    WHERE f.registration_kind = 'capture_dependency';
 
   DELETE FROM synchro.projection pr
    WHERE pr.ctid = ANY (ARRAY(
      SELECT x.ctid FROM pg_temp.synchro_w_final f
       CROSS JOIN LATERAL (SELECT p2.ctid FROM synchro.projection p2
-                           WHERE p2.relation_id = f.relation_id AND p2.pk = f.pk) x
+                           WHERE p2.relation_id = f.relation_id AND p2.pk = f.pk OFFSET 0) x
       WHERE f.op = 'delete'));
   INSERT INTO synchro.projection AS pr (relation_id, pk, pk_int, version, image)
   SELECT f.relation_id, f.pk, f.pk_int, f.version, f.image FROM pg_temp.synchro_w_final f WHERE f.op <> 'delete'
@@ -299,7 +300,7 @@ BEGIN
   SELECT v.relation_id, v.column_name, v.value, f.event_ordinal
     FROM pg_temp.synchro_w_final f
     CROSS JOIN LATERAL (SELECT v.relation_id, v.column_name, v.value FROM synchro.rule_value v
-                         WHERE v.relation_id = f.relation_id AND v.pk = f.pk) v
+                         WHERE v.relation_id = f.relation_id AND v.pk = f.pk OFFSET 0) v
    WHERE f.registration_kind = 'capture_dependency';
 
   -- A rule change activated in this transaction: re-index and re-evaluate the changed
@@ -319,7 +320,7 @@ BEGIN
     FROM pg_temp.synchro_w_depvals d
     JOIN synchro.scope_rule r ON r.generation = reg_end AND r.via_relation_id = d.relation_id AND r.via_match = d.column_name
     CROSS JOIN LATERAL (SELECT v.relation_id, v.pk FROM synchro.rule_value v
-                         WHERE v.relation_id = r.relation_id AND v.column_name = r.column_name AND v.value = d.value) v
+                         WHERE v.relation_id = r.relation_id AND v.column_name = r.column_name AND v.value = d.value OFFSET 0) v
    GROUP BY v.relation_id, v.pk
   ON CONFLICT (relation_id, pk) DO UPDATE SET event_ordinal = greatest(i.event_ordinal, excluded.event_ordinal);
 
@@ -340,7 +341,7 @@ BEGIN
   SELECT i.relation_id, i.pk, m.scope
     FROM pg_temp.synchro_w_impacted i
     CROSS JOIN LATERAL (SELECT m.scope FROM synchro.membership m
-                         WHERE m.relation_id = i.relation_id AND m.pk = i.pk) m;
+                         WHERE m.relation_id = i.relation_id AND m.pk = i.pk OFFSET 0) m;
 
   INSERT INTO synchro.effect (stream_generation, scope, commit_lsn, event_ordinal, effect_ordinal,
                               table_id, relation_id, pk, op, version, image)
@@ -368,14 +369,14 @@ BEGIN
     ) e
     JOIN synchro.relation r ON r.relation_id = e.relation_id
     LEFT JOIN LATERAL (SELECT pj.version, pj.image FROM synchro.projection pj
-                        WHERE pj.relation_id = e.relation_id AND pj.pk = e.pk) pr ON true;
+                        WHERE pj.relation_id = e.relation_id AND pj.pk = e.pk OFFSET 0) pr ON true;
 
   -- Memberships that ended, by primary key; then the new ones.
   DELETE FROM synchro.membership m
    WHERE m.ctid = ANY (ARRAY(
      SELECT x.ctid FROM pg_temp.synchro_w_oldscopes o
       CROSS JOIN LATERAL (SELECT m2.ctid FROM synchro.membership m2
-                           WHERE m2.scope = o.scope AND m2.relation_id = o.relation_id AND m2.pk = o.pk) x
+                           WHERE m2.scope = o.scope AND m2.relation_id = o.relation_id AND m2.pk = o.pk OFFSET 0) x
       WHERE NOT EXISTS (SELECT 1 FROM pg_temp.synchro_w_scopes n
                          WHERE n.relation_id = o.relation_id AND n.pk = o.pk AND n.scope = o.scope)));
   INSERT INTO synchro.membership (scope, relation_id, pk, table_id, pk_order)
