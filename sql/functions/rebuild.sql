@@ -32,15 +32,7 @@ DECLARE
   horizon    pg_lsn;
 BEGIN
   -- SY400.
-  IF client_id IS NULL OR length(client_id) NOT BETWEEN 1 AND 256 THEN
-    RAISE EXCEPTION 'invalid_argument: client_id must be 1 to 256 characters' USING ERRCODE = 'SY400';
-  END IF;
-  IF scope IS NULL OR length(scope) NOT BETWEEN 1 AND 512 THEN
-    RAISE EXCEPTION 'invalid_argument: scope must be 1 to 512 characters' USING ERRCODE = 'SY400';
-  END IF;
-  IF max_rows IS NULL OR max_rows NOT BETWEEN 1 AND 10000 THEN
-    RAISE EXCEPTION 'invalid_argument: max_rows must be 1 to 10000' USING ERRCODE = 'SY400';
-  END IF;
+  PERFORM synchro._check_reader(client_id, scope, max_rows, 'max_rows');
   IF session IS NOT NULL THEN
     payload := synchro._token_payload(session, scope);
     parts := string_to_array(payload, ':');
