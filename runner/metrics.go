@@ -14,7 +14,7 @@ type Metrics struct {
 	transient      prometheus.Counter
 	acks           prometheus.Counter
 	idleAcks       prometheus.Counter
-	lastMaterialzd prometheus.Gauge
+	lastMaterialized prometheus.Gauge
 	lastAcked      prometheus.Gauge
 	received       prometheus.Gauge
 }
@@ -46,7 +46,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "synchro_runner_idle_boundaries_total",
 			Help: "Idle processed boundaries recorded with runner_idle.",
 		}),
-		lastMaterialzd: prometheus.NewGauge(prometheus.GaugeOpts{
+		lastMaterialized: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "synchro_runner_last_materialized_end_lsn",
 			Help: "End LSN of the last durably materialized source transaction.",
 		}),
@@ -60,7 +60,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 	}
 	reg.MustRegister(m.transactions, m.rowEvents, m.poison, m.transient, m.acks, m.idleAcks,
-		m.lastMaterialzd, m.lastAcked, m.received)
+		m.lastMaterialized, m.lastAcked, m.received)
 	return m
 }
 
@@ -70,7 +70,7 @@ func (m *Metrics) materialized(outcome string, end pglogrepl.LSN, rowEvents uint
 	}
 	m.transactions.WithLabelValues(outcome).Inc()
 	m.rowEvents.Add(float64(rowEvents))
-	m.lastMaterialzd.Set(float64(end))
+	m.lastMaterialized.Set(float64(end))
 }
 
 func (m *Metrics) poisoned(class string) {
