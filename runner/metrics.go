@@ -8,15 +8,15 @@ import (
 // Metrics are the runner's Prometheus metrics. Labels carry only bounded
 // values (failure classes, outcomes), never row data. A nil *Metrics is a no-op.
 type Metrics struct {
-	transactions   *prometheus.CounterVec // outcome: materialized, duplicate
-	rowEvents      prometheus.Counter
-	poison         *prometheus.CounterVec // class
-	transient      prometheus.Counter
-	acks           prometheus.Counter
-	idleAcks       prometheus.Counter
+	transactions     *prometheus.CounterVec // outcome: materialized, duplicate
+	rowEvents        prometheus.Counter
+	poison           *prometheus.CounterVec // class
+	transient        prometheus.Counter
+	acks             prometheus.Counter
+	idleAcks         prometheus.Counter
 	lastMaterialized prometheus.Gauge
-	lastAcked      prometheus.Gauge
-	received       prometheus.Gauge
+	lastAcked        prometheus.Gauge
+	received         prometheus.Gauge
 }
 
 // NewMetrics creates the metrics and registers them with reg.
