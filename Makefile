@@ -3,7 +3,7 @@
 GO         ?= go
 TEST_FLAGS ?= -count=1 -timeout 15m
 BENCH_ARGS ?=
-FUZZTIME   ?= 15s
+FUZZTIME   ?= 5m
 
 .DEFAULT_GOAL := help
 
@@ -20,7 +20,7 @@ test: ## Run every test (starts its own PostgreSQL; no server needed)
 	$(GO) test $(TEST_FLAGS) ./...
 
 .PHONY: fuzz
-fuzz: ## Short fuzz runs of the pgoutput decoder and the message parsers (FUZZTIME=15s)
+fuzz: ## Fuzz campaigns, FUZZTIME each (default 5m); commit every finding under testdata/fuzz with a fix
 	$(GO) test ./runner/decode -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./runner/decode -run '^$$' -fuzz '^FuzzParseMessages$$' -fuzztime $(FUZZTIME)
 

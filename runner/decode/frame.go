@@ -70,6 +70,12 @@ func (r *reader) tuple() (int, string) {
 	if !ok {
 		return 0, "short tuple header"
 	}
+	// A registered relation always has a key column, and pglogrepl.Parse
+	// refuses an insert whose tuple has none: refuse it here too, so the
+	// check and the parser agree (fuzz seed a193e8acaa066b8f).
+	if n == 0 {
+		return 0, "tuple without columns"
+	}
 	for range int(n) {
 		kind, ok := r.u8()
 		if !ok {
