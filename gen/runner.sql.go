@@ -37,32 +37,34 @@ func (q *Queries) DropReplicationSlot(ctx context.Context, slotName string) erro
 	return err
 }
 
-const materialize = `-- name: Materialize :one
-SELECT synchro.materialize($1::bigint, $2::text::pg_lsn,
-                           $3::text::pg_lsn, $4::bigint,
-                           $5::timestamptz)::text AS outcome
+const materializeBatch = `-- name: MaterializeBatch :one
+SELECT synchro.materialize_batch($1::bigint, $2::text[]::pg_lsn[],
+                                 $3::text[]::pg_lsn[], $4::bigint[],
+                                 $5::timestamptz[], $6::boolean)::text[] AS outcomes
 `
 
-type MaterializeParams struct {
+type MaterializeBatchParams struct {
 	StreamGeneration int64
-	CommitLsn        string
-	EndLsn           string
-	Xid              int64
-	CommitTime       time.Time
+	CommitLsns       []string
+	EndLsns          []string
+	Xids             []int64
+	CommitTimes      []time.Time
+	SetBased         bool
 }
 
-// Applier (runner/apply.go): materialize one staged source transaction, inside its database transaction.
-func (q *Queries) Materialize(ctx context.Context, arg MaterializeParams) (string, error) {
-	row := q.db.QueryRow(ctx, materialize,
+// Applier (runner/apply.go): materialize a staged batch of source transactions, inside its database transaction.
+func (q *Queries) MaterializeBatch(ctx context.Context, arg MaterializeBatchParams) ([]string, error) {
+	row := q.db.QueryRow(ctx, materializeBatch,
 		arg.StreamGeneration,
-		arg.CommitLsn,
-		arg.EndLsn,
-		arg.Xid,
-		arg.CommitTime,
+		arg.CommitLsns,
+		arg.EndLsns,
+		arg.Xids,
+		arg.CommitTimes,
+		arg.SetBased,
 	)
-	var outcome string
-	err := row.Scan(&outcome)
-	return outcome, err
+	var outcomes []string
+	err := row.Scan(&outcomes)
+	return outcomes, err
 }
 
 const runnerAck = `-- name: RunnerAck :exec

@@ -64,11 +64,11 @@ SELECT pg_replication_slot_advance(sqlc.arg(slot_name)::name, sqlc.arg(upto)::te
 -- name: RunnerStageOpen :exec
 SELECT synchro.runner_stage_open();
 
--- Applier (runner/apply.go): materialize one staged source transaction, inside its database transaction.
--- name: Materialize :one
-SELECT synchro.materialize(sqlc.arg(stream_generation)::bigint, sqlc.arg(commit_lsn)::text::pg_lsn,
-                           sqlc.arg(end_lsn)::text::pg_lsn, sqlc.arg(xid)::bigint,
-                           sqlc.arg(commit_time)::timestamptz)::text AS outcome;
+-- Applier (runner/apply.go): materialize a staged batch of source transactions, inside its database transaction.
+-- name: MaterializeBatch :one
+SELECT synchro.materialize_batch(sqlc.arg(stream_generation)::bigint, sqlc.arg(commit_lsns)::text[]::pg_lsn[],
+                                 sqlc.arg(end_lsns)::text[]::pg_lsn[], sqlc.arg(xids)::bigint[],
+                                 sqlc.arg(commit_times)::timestamptz[], sqlc.arg(set_based)::boolean)::text[] AS outcomes;
 
 -- Applier (runner/apply.go): move the processed boundary to an idle WAL position; returns the boundary now in force.
 -- name: RunnerIdle :one

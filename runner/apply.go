@@ -17,17 +17,19 @@ import (
 
 var stageTable = pgx.Identifier{"pg_temp", "synchro_stage"}
 
-// Materialization outcomes of synchro.materialize.
+// Materialization outcomes of synchro.materialize_batch, one per source transaction.
 const (
 	OutcomeMaterialized = "materialized"
 	OutcomeDuplicate    = "duplicate"
 )
 
-// applier is the collate.Sink of one session: it stages each source transaction
-// into pg_temp.synchro_stage in COPY batches inside one database transaction on
-// the apply connection and calls synchro.materialize at its Commit. It is also
-// the only writer of durable progress in a session (materialize, runner_idle,
-// runner_ack, runner_poison all run here, serially), so they never contend.
+// applier is the collate.Sink of one session: it stages consecutive source
+// transactions into pg_temp.synchro_stage in COPY batches inside one database
+// transaction on the apply connection (a materialization batch), and calls
+// synchro.materialize_batch once when the batch closes (see closeBatch). It is
+// also the only writer of durable progress in a session (materialize,
+// runner_idle, runner_ack, runner_poison all run here, serially), so they never
+// contend.
 type applier struct {
 	cfg      *Config
 	log      *slog.Logger
@@ -37,20 +39,36 @@ type applier struct {
 	wake     func() // tells the reader that the durable boundary moved
 
 	stager *Stager
-	batch  []StageRow
-	tx     pgx.Tx
+	batch  []StageRow // staged rows not yet sent by COPY
+	tx     pgx.Tx     // the open materialization batch, nil between batches
 	hdr    collate.TxnHeader
-	inTxn  bool
+	inTxn  bool // a source transaction is being staged
+
+	txns       []pendingTxn // complete source transactions of the open batch
+	events     int          // their row events
+	batchStart time.Time
+	// serialUntil: after a failed batch, every source transaction with a commit
+	// LSN up to here is materialized alone through the reference path, so that
+	// the failing one is quarantined with its own identity.
+	serialUntil pglogrepl.LSN
 
 	lastIdle time.Time
 	began    time.Time // when the open source transaction's Begin arrived
 }
 
-func newApplier(cfg *Config, log *slog.Logger, conn *pgx.Conn, gen int64, f *Frontier, wake func()) *applier {
+// pendingTxn is one complete source transaction staged in the open batch.
+type pendingTxn struct {
+	trailer collate.TxnTrailer
+	xid     uint32
+}
+
+func newApplier(cfg *Config, log *slog.Logger, conn *pgx.Conn, gen int64, f *Frontier, wake func(),
+	serialUntil pglogrepl.LSN) *applier {
 	return &applier{
 		cfg: cfg, log: log, conn: conn, gen: gen, frontier: f, wake: wake,
-		stager: NewStager(),
-		batch:  make([]StageRow, 0, cfg.BatchRows),
+		stager:      NewStager(),
+		batch:       make([]StageRow, 0, cfg.BatchRows),
+		serialUntil: serialUntil,
 	}
 }
 
@@ -62,16 +80,19 @@ func openStage(ctx context.Context, conn *pgx.Conn) error {
 	return nil
 }
 
-// Begin opens the database transaction of one source transaction.
+// Begin starts staging one source transaction, opening a batch when none is open.
 func (a *applier) Begin(ctx context.Context, h collate.TxnHeader) error {
-	tx, err := a.conn.Begin(ctx)
-	if err != nil {
-		return err
+	if a.tx == nil {
+		tx, err := a.conn.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		a.tx = tx
+		a.batchStart = time.Now()
 	}
-	a.tx, a.hdr, a.inTxn = tx, h, true
+	a.hdr, a.inTxn = h, true
 	a.began = time.Now()
-	a.stager.Reset()
-	a.batch = a.batch[:0]
+	a.stager.Reset(int32(len(a.txns)))
 	return nil
 }
 
@@ -116,37 +137,83 @@ func (a *applier) flush(ctx context.Context) error {
 	return nil
 }
 
-// Commit materializes the staged transaction and commits it; its end LSN then
-// becomes the durable processed boundary.
-func (a *applier) Commit(ctx context.Context, t collate.TxnTrailer) error {
+// Commit adds the staged source transaction to the open batch. The batch is
+// materialized when it closes (closeBatch), not here.
+func (a *applier) Commit(_ context.Context, t collate.TxnTrailer) error {
+	a.txns = append(a.txns, pendingTxn{trailer: t, xid: a.hdr.Xid})
+	a.events += int(t.RowEvents)
+	a.inTxn = false
+	return nil
+}
+
+// serial reports whether the open batch is a transaction being re-run alone
+// after a failed batch.
+func (a *applier) serial() bool {
+	return len(a.txns) > 0 && a.txns[len(a.txns)-1].trailer.CommitLSN <= a.serialUntil
+}
+
+// closeBatch reports whether the open batch must be materialized now, between
+// source transactions: when nothing more is buffered (idle: at low load a batch
+// is one transaction, so latency stays minimal), when it re-runs a failed batch
+// one transaction at a time, or at the transaction, row-event and time bounds.
+func (a *applier) closeBatch(idle bool) bool {
+	if a.inTxn || a.tx == nil || len(a.txns) == 0 {
+		return false
+	}
+	return idle || a.serial() || a.cfg.PerTransaction ||
+		len(a.txns) >= a.cfg.BatchTxns || a.events >= a.cfg.BatchEvents ||
+		time.Since(a.batchStart) >= a.cfg.BatchDelay
+}
+
+// materialize materializes the open batch and commits it; the end LSN of its
+// last source transaction then becomes the durable processed boundary.
+func (a *applier) materialize(ctx context.Context) error {
 	if err := a.flush(ctx); err != nil {
 		return err
 	}
-	staged := time.Since(a.began)
-	outcome, err := gen.New(a.tx).Materialize(ctx, gen.MaterializeParams{
+	staged := time.Since(a.batchStart)
+	n := len(a.txns)
+	p := gen.MaterializeBatchParams{
 		StreamGeneration: a.gen,
-		CommitLsn:        t.CommitLSN.String(),
-		EndLsn:           t.EndLSN.String(),
-		Xid:              int64(a.hdr.Xid),
-		CommitTime:       t.CommitTime,
-	})
+		CommitLsns:       make([]string, n),
+		EndLsns:          make([]string, n),
+		Xids:             make([]int64, n),
+		CommitTimes:      make([]time.Time, n),
+		SetBased:         !a.serial() && !a.cfg.PerTransaction,
+	}
+	for i, t := range a.txns {
+		p.CommitLsns[i] = t.trailer.CommitLSN.String()
+		p.EndLsns[i] = t.trailer.EndLSN.String()
+		p.Xids[i] = int64(t.xid)
+		p.CommitTimes[i] = t.trailer.CommitTime
+	}
+	outcomes, err := gen.New(a.tx).MaterializeBatch(ctx, p)
 	if err != nil {
 		return err
+	}
+	if len(outcomes) != n {
+		return fmt.Errorf("synchro: materialize_batch returned %d outcomes for %d transactions", len(outcomes), n)
 	}
 	if err := a.tx.Commit(ctx); err != nil {
 		return err
 	}
-	a.tx, a.inTxn = nil, false
+	a.tx = nil
+	last := a.txns[n-1].trailer
 	if h := a.cfg.Hooks.AfterMaterializeCommit; h != nil {
-		if err := h(t.CommitLSN, t.EndLSN); err != nil {
+		if err := h(last.CommitLSN, last.EndLSN); err != nil {
 			return &deathError{err: err}
 		}
 	}
-	a.cfg.Metrics.materialized(outcome, t.EndLSN, t.RowEvents)
-	a.log.Debug("source transaction materialized", "commit_lsn", t.CommitLSN, "end_lsn", t.EndLSN,
-		"outcome", outcome, "row_events", t.RowEvents, "messages", t.Messages,
-		"staged_rows", a.stager.Staged(), "stage_time", staged, "total_time", time.Since(a.began))
-	if a.frontier.Materialized(t.EndLSN) {
+	for i, t := range a.txns {
+		a.cfg.Metrics.materialized(outcomes[i], t.trailer.EndLSN, t.trailer.RowEvents)
+	}
+	a.cfg.Metrics.batch(n)
+	a.log.Debug("batch materialized", "transactions", n, "row_events", a.events,
+		"first_commit_lsn", a.txns[0].trailer.CommitLSN, "last_end_lsn", last.EndLSN,
+		"set_based", p.SetBased, "stage_time", staged, "total_time", time.Since(a.batchStart))
+	clear(a.txns)
+	a.txns, a.events = a.txns[:0], 0
+	if a.frontier.Materialized(last.EndLSN) {
 		a.wake()
 	}
 	return nil
@@ -162,14 +229,16 @@ func (a *applier) abort(ctx context.Context) {
 	a.tx, a.inTxn = nil, false
 	clear(a.batch)
 	a.batch = a.batch[:0]
+	clear(a.txns)
+	a.txns, a.events = a.txns[:0], 0
 }
 
 // maybeIdle records an offered idle boundary when allowed and not throttled.
 func (a *applier) maybeIdle(ctx context.Context) error {
-	if a.inTxn || time.Since(a.lastIdle) < a.cfg.IdleInterval {
+	if a.tx != nil || time.Since(a.lastIdle) < a.cfg.IdleInterval {
 		return nil
 	}
-	b, ok := a.frontier.TakeIdle(a.inTxn)
+	b, ok := a.frontier.TakeIdle(false)
 	if !ok {
 		return nil
 	}
@@ -190,10 +259,10 @@ func (a *applier) maybeIdle(ctx context.Context) error {
 }
 
 // maybeRecordAck records the acknowledgement once the slot shows the boundary
-// the reader sent. Only between source transactions: runner_ack must not join
-// a materialization transaction.
+// the reader sent. Only between batches: runner_ack must not join a
+// materialization transaction.
 func (a *applier) maybeRecordAck(ctx context.Context) error {
-	if a.inTxn || !a.frontier.Unrecorded() {
+	if a.tx != nil || !a.frontier.Unrecorded() {
 		return nil
 	}
 	s, err := slotPosition(ctx, a.conn, a.cfg.Slot)
@@ -225,14 +294,25 @@ func (a *applier) recordAck(ctx context.Context, lsn pglogrepl.LSN) error {
 	return nil
 }
 
-// fail handles a failure of the open source transaction (or of the payload at
-// walStart outside one): it rolls back, and for a poison records the
-// quarantine. It returns the error the session ends with.
+// fail handles a failure while staging or materializing: it rolls back the
+// open batch. A batch that held more than the one failing transaction, or that
+// went through the set-based path, is re-run one transaction at a time
+// (*batchFallbackError): the transactions before the failing one are then
+// materialized, and the failing one is quarantined with its own identity and
+// the class the reference path gives it. Otherwise a poison is quarantined
+// here. It returns the error the session ends with.
 func (a *applier) fail(ctx context.Context, err error, walStart pglogrepl.LSN) error {
+	// The failing source transaction: the one being staged, else the batch's.
 	commitLSN := walStart
-	if a.inTxn {
+	switch {
+	case a.inTxn:
 		commitLSN = a.hdr.CommitLSN
+	case len(a.txns) > 0:
+		commitLSN = a.txns[len(a.txns)-1].trailer.CommitLSN
 	}
+	setBased := !a.serial() && !a.cfg.PerTransaction
+	rerun := len(a.txns) > 0 && (a.inTxn || len(a.txns) > 1 || setBased)
+	through := commitLSN
 	a.abort(ctx)
 	var death *deathError
 	if errors.As(err, &death) {
@@ -242,6 +322,14 @@ func (a *applier) fail(ctx context.Context, err error, walStart pglogrepl.LSN) e
 		return ctx.Err()
 	}
 	v := Classify(err)
+	if v.Disposition != Transient && rerun && through > a.serialUntil {
+		// Nothing of the batch is quarantined yet: its transactions come again,
+		// from the slot, and are materialized alone up to the failing one.
+		a.cfg.Metrics.batchFallback()
+		a.log.Warn("materialization batch failed: re-running it one transaction at a time",
+			"through_commit_lsn", through, "sqlstate", v.SQLState)
+		return &batchFallbackError{Through: through, Err: err}
+	}
 	switch v.Disposition {
 	case Poison:
 		a.frontier.Poisoned()
@@ -299,6 +387,11 @@ func (a *applier) run(ctx, stop context.Context, items <-chan item) error {
 					a.abort(ctx)
 					return errors.New("synchro: replication ended inside a source transaction")
 				}
+				if a.closeBatch(true) {
+					if err := a.materialize(ctx); err != nil {
+						return a.fail(ctx, err, 0)
+					}
+				}
 				return nil
 			}
 			switch it.kind {
@@ -310,17 +403,29 @@ func (a *applier) run(ctx, stop context.Context, items <-chan item) error {
 				if err != nil {
 					return a.fail(ctx, err, it.walStart)
 				}
-				if stop.Err() != nil && !a.inTxn {
-					// Finish the transaction in hand, not everything buffered.
-					return errStopped
-				}
 			case itemIdle:
 				a.frontier.OfferIdle(it.walStart)
+			}
+			if a.closeBatch(len(items) == 0 || stop.Err() != nil) {
+				if err := a.materialize(ctx); err != nil {
+					return a.fail(ctx, err, it.walStart)
+				}
+			}
+			if stop.Err() != nil && !a.inTxn && a.tx == nil {
+				// Finish the transaction in hand, not everything buffered.
+				return errStopped
+			}
+			if it.kind == itemIdle {
 				if err := a.maybeIdle(ctx); err != nil {
 					return err
 				}
 			}
 		case <-tick.C:
+			if a.closeBatch(len(items) == 0) {
+				if err := a.materialize(ctx); err != nil {
+					return a.fail(ctx, err, 0)
+				}
+			}
 			if err := a.maybeIdle(ctx); err != nil {
 				return err
 			}
@@ -350,6 +455,19 @@ type deathError struct{ err error }
 
 func (e *deathError) Error() string { return "synchro: runner died (test hook): " + e.err.Error() }
 func (e *deathError) Unwrap() error { return e.err }
+
+// batchFallbackError: a materialization batch failed; the session ends and the
+// next one re-runs its transactions one at a time through commit LSN Through.
+type batchFallbackError struct {
+	Through pglogrepl.LSN
+	Err     error
+}
+
+func (e *batchFallbackError) Error() string {
+	return fmt.Sprintf("synchro: materialization batch through %s failed: re-running it one transaction at a time", e.Through)
+}
+
+func (e *batchFallbackError) Unwrap() error { return e.Err }
 
 // fatalError stops the runner: configuration or capability, never retried.
 type fatalError struct{ err error }

@@ -44,6 +44,20 @@ type Config struct {
 	BackoffMin, BackoffMax time.Duration
 	// BatchRows is the most staged rows per COPY (default 1000).
 	BatchRows int
+	// BatchTxns is the most source transactions materialized in one database
+	// transaction (default 1000). A batch also closes as soon as nothing more is
+	// buffered, so at low load it holds one transaction.
+	BatchTxns int
+	// BatchEvents closes a batch once it holds this many row events (default
+	// 20000). A single larger source transaction is still one batch.
+	BatchEvents int
+	// BatchDelay closes a batch that has been open this long while source
+	// transactions keep arriving (default 100ms).
+	BatchDelay time.Duration
+	// PerTransaction materializes every source transaction alone through the
+	// reference per-transaction path (synchro._materialize_txn), never set-based:
+	// for comparison tests and diagnosis. Much slower.
+	PerTransaction bool
 	// ShutdownTimeout bounds the drain after a stop: finishing the transaction
 	// in hand and acknowledging it (default 60s).
 	ShutdownTimeout time.Duration
@@ -109,6 +123,13 @@ func (c Config) withDefaults() (Config, error) {
 	if c.BatchRows <= 0 {
 		c.BatchRows = 1000
 	}
+	if c.BatchTxns <= 0 {
+		c.BatchTxns = 1000
+	}
+	if c.BatchEvents <= 0 {
+		c.BatchEvents = 20000
+	}
+	def(&c.BatchDelay, 100*time.Millisecond)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

@@ -17,6 +17,8 @@ type Metrics struct {
 	lastMaterialized prometheus.Gauge
 	lastAcked        prometheus.Gauge
 	received         prometheus.Gauge
+	batchSize        prometheus.Histogram
+	batchFallbacks   prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -58,9 +60,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "synchro_runner_received_lsn",
 			Help: "Highest WAL position received from the replication connection.",
 		}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "synchro_runner_batch_transactions",
+			Help:    "Source transactions per materialization batch (one database transaction).",
+			Buckets: prometheus.ExponentialBuckets(1, 4, 8),
+		}),
+		batchFallbacks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "synchro_runner_batch_fallbacks_total",
+			Help: "Failed batches re-run one source transaction at a time.",
+		}),
 	}
 	reg.MustRegister(m.transactions, m.rowEvents, m.poison, m.transient, m.acks, m.idleAcks,
-		m.lastMaterialized, m.lastAcked, m.received)
+		m.lastMaterialized, m.lastAcked, m.received, m.batchSize, m.batchFallbacks)
 	return m
 }
 
@@ -71,6 +82,18 @@ func (m *Metrics) materialized(outcome string, end pglogrepl.LSN, rowEvents uint
 	m.transactions.WithLabelValues(outcome).Inc()
 	m.rowEvents.Add(float64(rowEvents))
 	m.lastMaterialized.Set(float64(end))
+}
+
+func (m *Metrics) batch(transactions int) {
+	if m != nil {
+		m.batchSize.Observe(float64(transactions))
+	}
+}
+
+func (m *Metrics) batchFallback() {
+	if m != nil {
+		m.batchFallbacks.Inc()
+	}
 }
 
 func (m *Metrics) poisoned(class string) {

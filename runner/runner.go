@@ -28,6 +28,10 @@ type Runner struct {
 
 	fatalMu sync.Mutex
 	fatal   error // set when the claim is lost
+
+	// serialUntil: source transactions up to this commit LSN are materialized
+	// one at a time (after a failed batch). Used by the loop goroutine only.
+	serialUntil pglogrepl.LSN
 }
 
 // New validates cfg and returns a Runner. It connects nothing.
@@ -119,12 +123,17 @@ func (r *Runner) loop(work, stop context.Context) error {
 			pe    *PoisonError
 			fatal *fatalError
 			death *deathError
+			bf    *batchFallbackError
 		)
 		switch {
 		case err == nil:
 			bo.Reset()
 		case errors.As(err, &death):
 			return err
+		case errors.As(err, &bf):
+			// Not a failure of the stream: the next session re-reads the batch's
+			// transactions from the slot and materializes them one at a time.
+			r.serialUntil = max(r.serialUntil, bf.Through)
 		case errors.As(err, &fatal), errors.Is(err, ErrSlotMismatch):
 			r.log.Error("runner cannot go on", "err", err)
 			return err

@@ -67,7 +67,7 @@ func (r *Runner) session(work, stop context.Context) error {
 	frontier := NewFrontier(st.ProcessedEnd, start)
 	items := make(chan item, itemBuffer)
 	rd := newReader(&r.cfg, repl, frontier, items, stop, &r.received)
-	ap := newApplier(&r.cfg, r.log, apply, st.StreamGeneration, frontier, rd.wake)
+	ap := newApplier(&r.cfg, r.log, apply, st.StreamGeneration, frontier, rd.wake, r.serialUntil)
 	g, gctx := errgroup.WithContext(work)
 	g.Go(func() error { return rd.run(gctx) })
 	g.Go(func() error { return ap.run(gctx, stop, items) })

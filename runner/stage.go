@@ -26,7 +26,7 @@ const (
 
 // StageColumns are the columns of pg_temp.synchro_stage, in COPY order.
 var StageColumns = []string{
-	"seq", "kind", "event_ordinal", "relid", "nspname", "relname", "replident",
+	"txn", "seq", "kind", "event_ordinal", "relid", "nspname", "relname", "replident",
 	"col_names", "col_types", "col_keys", "new_row", "old_row", "toast", "truncated",
 	"prefix", "content",
 }
@@ -35,6 +35,7 @@ var StageColumns = []string{
 // NULL. NewRow, OldRow and Content hold JSON text. A StageRow carries row values:
 // it implements no Stringer and must never be logged.
 type StageRow struct {
+	Txn          int32 // the source transaction's index in its batch
 	Seq          int32
 	Kind         byte
 	EventOrdinal *int32
@@ -56,7 +57,7 @@ type StageRow struct {
 // Values returns the row as COPY values in StageColumns order.
 func (s *StageRow) Values() []any {
 	v := make([]any, 0, len(StageColumns))
-	v = append(v, s.Seq, s.Kind, nullable(s.EventOrdinal), nullable(s.RelID),
+	v = append(v, s.Txn, s.Seq, s.Kind, nullable(s.EventOrdinal), nullable(s.RelID),
 		nullable(s.Nspname), nullable(s.Relname), nullable(s.Replident))
 	v = append(v, nilIfEmpty(s.ColNames), nilIfEmpty(s.ColTypes), nilIfEmpty(s.ColKeys))
 	v = append(v, jsonOrNil(s.NewRow), jsonOrNil(s.OldRow), nilIfEmpty(s.Toast), nilIfEmpty(s.Truncated))
@@ -88,10 +89,12 @@ func jsonOrNil(b []byte) any {
 func ptr[T any](v T) *T { return &v }
 
 // Stager turns one source transaction's collated events into staged rows. It
-// numbers every staged row (seq) and stages a relation ('R') row before the first
-// row event of each relation shape in the transaction. Reset it at every Begin.
+// numbers every staged row (seq), marks it with the transaction's index in its
+// batch (txn) and stages a relation ('R') row before the first row event of each
+// relation shape in the transaction. Reset it at every Begin.
 // Not safe for concurrent use.
 type Stager struct {
+	txn    int32
 	seq    int32
 	staged map[uint32]*decode.Relation // relation shape already staged in this transaction
 }
@@ -99,8 +102,9 @@ type Stager struct {
 // NewStager returns a Stager for the first transaction.
 func NewStager() *Stager { return &Stager{staged: make(map[uint32]*decode.Relation)} }
 
-// Reset starts a new source transaction.
-func (s *Stager) Reset() {
+// Reset starts a new source transaction, the txn-th of its batch (from 0).
+func (s *Stager) Reset(txn int32) {
+	s.txn = txn
 	s.seq = 0
 	clear(s.staged)
 }
@@ -123,6 +127,7 @@ func (s *Stager) relation(out []StageRow, rel *decode.Relation) []StageRow {
 	}
 	s.staged[rel.OID] = rel
 	r := StageRow{
+		Txn:       s.txn,
 		Seq:       s.next(),
 		Kind:      StageRelation,
 		RelID:     ptr(rel.OID),
@@ -151,7 +156,7 @@ func (s *Stager) Row(out []StageRow, ordinal uint64, row *decode.Row) ([]StageRo
 	}
 	rel := row.Relation
 	out = s.relation(out, rel)
-	r := StageRow{EventOrdinal: ptr(ord), RelID: ptr(rel.OID)}
+	r := StageRow{Txn: s.txn, EventOrdinal: ptr(ord), RelID: ptr(rel.OID)}
 	switch row.Op {
 	case decode.OpInsert:
 		r.Kind = StageInsert
@@ -187,7 +192,7 @@ func (s *Stager) Truncate(out []StageRow, ordinal uint64, t *decode.Truncate) ([
 		out = s.relation(out, rel)
 		oids = append(oids, rel.OID)
 	}
-	return append(out, StageRow{Seq: s.next(), Kind: StageTruncate, EventOrdinal: ptr(ord), Truncated: oids}), nil
+	return append(out, StageRow{Txn: s.txn, Seq: s.next(), Kind: StageTruncate, EventOrdinal: ptr(ord), Truncated: oids}), nil
 }
 
 // Message appends a staged row for a transactional Synchro message; other
@@ -196,7 +201,7 @@ func (s *Stager) Message(out []StageRow, m *decode.LogicalMessage) []StageRow {
 	if m == nil || !m.Transactional || !strings.HasPrefix(m.Prefix, decode.PrefixNamespace) {
 		return out
 	}
-	return append(out, StageRow{Seq: s.next(), Kind: StageMessage, Prefix: ptr(m.Prefix), Content: m.Content})
+	return append(out, StageRow{Txn: s.txn, Seq: s.next(), Kind: StageMessage, Prefix: ptr(m.Prefix), Content: m.Content})
 }
 
 func ordinal32(o uint64) (int32, error) {

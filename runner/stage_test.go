@@ -103,13 +103,17 @@ func TestRunnerStagerRelationOncePerTransactionAndShape(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "RIIRI", kinds())
 
-	// The next transaction stages its relation again and restarts seq.
-	s.Reset()
+	// The next transaction of the batch stages its relation again, restarts seq
+	// and carries its own index.
+	require.Equal(t, int32(0), out[0].Txn)
+	s.Reset(1)
 	out, err = s.Row(out[:0], 0, ins(0, rel))
 	require.NoError(t, err)
 	require.Equal(t, "RI", kinds())
 	require.Equal(t, int32(0), out[0].Seq)
 	require.Equal(t, int32(1), out[1].Seq)
+	require.Equal(t, int32(1), out[0].Txn)
+	require.Equal(t, int32(1), out[1].Txn)
 }
 
 func TestRunnerStagerUpdateDeleteToastAndOldImages(t *testing.T) {
@@ -200,16 +204,17 @@ func TestRunnerStageRowValuesOrder(t *testing.T) {
 	require.NoError(t, err)
 	v := out[1].Values()
 	require.Len(t, v, len(StageColumns))
-	require.Equal(t, int32(1), v[0])
-	require.Equal(t, byte('I'), v[1])
-	require.Equal(t, int32(9), v[2])
-	require.Equal(t, uint32(16384), v[3])
-	require.Nil(t, v[4])     // nspname
-	require.Nil(t, v[7])     // col_names
-	require.NotNil(t, v[10]) // new_row
-	require.Nil(t, v[11])    // old_row
-	require.Equal(t, []string{"body"}, v[12])
-	require.Nil(t, v[13])
+	require.Equal(t, int32(0), v[0]) // txn
+	require.Equal(t, int32(1), v[1])
+	require.Equal(t, byte('I'), v[2])
+	require.Equal(t, int32(9), v[3])
+	require.Equal(t, uint32(16384), v[4])
+	require.Nil(t, v[5])     // nspname
+	require.Nil(t, v[8])     // col_names
+	require.NotNil(t, v[11]) // new_row
+	require.Nil(t, v[12])    // old_row
+	require.Equal(t, []string{"body"}, v[13])
 	require.Nil(t, v[14])
 	require.Nil(t, v[15])
+	require.Nil(t, v[16])
 }

@@ -122,6 +122,20 @@ func (r *runningRunner) counter(t *testing.T, name string, labels ...string) flo
 	return 0
 }
 
+// histogram reads the sample count and sum of a histogram of the runner's metrics.
+func (r *runningRunner) histogram(t *testing.T, name string) (count uint64, sum float64) {
+	t.Helper()
+	mfs, err := r.metrics.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) > 0 {
+			h := mf.GetMetric()[0].GetHistogram()
+			return h.GetSampleCount(), h.GetSampleSum()
+		}
+	}
+	return 0, 0
+}
+
 // testRunnerConfig is a runner configuration with short intervals.
 func testRunnerConfig(t *testing.T, db *testdb.DB) runner.Config {
 	w := &testLogWriter{t: t}

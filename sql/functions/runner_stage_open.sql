@@ -1,7 +1,8 @@
 -- Creates the session's staging and work tables (temporary, owned by the pack's owner,
--- emptied at every commit). The runner COPYs each source transaction's events into
--- pg_temp.synchro_stage, then calls synchro.materialize once: the events stream into
--- the materialization transaction instead of travelling as one giant argument.
+-- emptied at every commit). The runner COPYs the events of a batch of consecutive
+-- source transactions into pg_temp.synchro_stage (txn = the transaction's index in
+-- the batch), then calls synchro.materialize_batch once: the events stream into the
+-- materialization transaction instead of travelling as one giant argument.
 CREATE OR REPLACE FUNCTION synchro.runner_stage_open() RETURNS void
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -12,6 +13,7 @@ BEGIN
     RETURN;
   END IF;
   CREATE TEMP TABLE synchro_stage (
+    txn           int NOT NULL,    -- index of the source transaction in the batch, from 0
     seq           int NOT NULL,    -- position in decoded order within the source transaction
     kind          "char" NOT NULL, -- R relation, I/U/D row, T truncate, M message
     event_ordinal int,             -- I/U/D/T: row-event ordinal
@@ -31,7 +33,7 @@ BEGIN
   ) ON COMMIT DELETE ROWS;
   EXECUTE format('GRANT INSERT, SELECT ON TABLE pg_temp.synchro_stage TO %I', session_user);
 
-  -- Work tables of synchro.materialize and synchro.runner_baseline.
+  -- Work tables of synchro._materialize_txn and synchro.runner_baseline.
   CREATE TEMP TABLE synchro_w_rows (
     seq int, event_ordinal int, op text, relation_id bigint, registration_kind text, table_id text,
     key_column name, key_type text, pk text, reg_gen bigint, new_row jsonb, toast text[],
@@ -54,6 +56,25 @@ BEGIN
   ) ON COMMIT DELETE ROWS;
   CREATE TEMP TABLE synchro_w_depvals (
     relation_id bigint, column_name name, value text, event_ordinal int
+  ) ON COMMIT DELETE ROWS;
+
+  -- Work tables of the set-based path (synchro._materialize_run), keyed by the
+  -- transaction's index t in the batch.
+  CREATE TEMP TABLE synchro_b_txn (
+    t int PRIMARY KEY, commit_lsn pg_lsn, end_lsn pg_lsn, xid bigint, commit_time timestamptz, n_events int
+  ) ON COMMIT DELETE ROWS;
+  CREATE TEMP TABLE synchro_b_rows (
+    t int, seq int, event_ordinal int, op text, relation_id bigint, table_id text, key_column name,
+    key_type text, pk text, new_row jsonb, old_pk text, grp_rank int, fence_id uuid, version text
+  ) ON COMMIT DELETE ROWS;
+  -- One link per (transaction, row): the row's last event in that transaction.
+  CREATE TEMP TABLE synchro_b_links (
+    t int, relation_id bigint, pk text, pk_int bigint, table_id text, key_type text, op text,
+    new_row jsonb, version text, event_ordinal int, image jsonb, link int, last boolean,
+    PRIMARY KEY (relation_id, pk, t)
+  ) ON COMMIT DELETE ROWS;
+  CREATE TEMP TABLE synchro_b_scopes (
+    t int, relation_id bigint, pk text, scope text
   ) ON COMMIT DELETE ROWS;
 END
 $$;

@@ -1,31 +1,31 @@
--- synchro.materialize: the only path by which a change becomes pull-visible.
+-- synchro._materialize_txn: one committed source transaction of a batch, alone.
 --
--- One call per committed source transaction, in commit order, after the runner staged
--- the transaction's decoded events in pg_temp.synchro_stage (same database
--- transaction). Everything below commits atomically with the caller's transaction:
--- transaction and event replay identities, fence reconciliation, projections, rule
--- indexes, membership, pull effects, write-fence coverage and the progress row.
+-- synchro.materialize_batch calls it for transaction t of the staged batch (rows of
+-- pg_temp.synchro_stage with txn = t) when that transaction cannot take the set-based
+-- path (synchro._materialize_run): it carries a registry activation, a TRUNCATE, a
+-- capture-dependency row or an unchanged-TOAST column, or the runner re-runs a failed
+-- batch one transaction at a time to quarantine the failing one with its own
+-- identity. It is also the reference implementation the set-based path must equal
+-- (tests/batch_test.go). Everything below commits atomically with the caller's
+-- transaction: transaction and event replay identities, fence reconciliation,
+-- projections, rule indexes, membership, pull effects, write-fence coverage and the
+-- progress row.
 --
 -- Poison (a blocking failure the runner quarantines) raises SYP01..SYP07; the message
 -- names the class and never carries values:
 --   SYP01 fence_mismatch  SYP02 truncate  SYP03 relation_drift  SYP04 unknown_relation
 --   SYP05 message_format  SYP06 stream_order  SYP07 toast_missing
 -- DETAIL carries relation_id=<n> when a relation is known.
-CREATE OR REPLACE FUNCTION synchro.materialize(
-  stream_generation bigint, commit_lsn pg_lsn, end_lsn pg_lsn, xid bigint, commit_time timestamptz)
+CREATE OR REPLACE FUNCTION synchro._materialize_txn(
+  t int, stream_generation bigint, commit_lsn pg_lsn, end_lsn pg_lsn, xid bigint, commit_time timestamptz)
 RETURNS text
 LANGUAGE plpgsql
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
--- Row images render the same whatever the server's defaults.
-SET "TimeZone" TO 'UTC'
-SET "DateStyle" TO 'ISO'
-SET "IntervalStyle" TO 'postgres'
-SET extra_float_digits TO 3
+-- No SET clause: called only from synchro.materialize_batch, which pinned
+-- search_path and the row-image settings.
 AS $$
 DECLARE
-  gen       bigint := materialize.stream_generation;
-  clsn      pg_lsn := materialize.commit_lsn;
+  gen       bigint := _materialize_txn.stream_generation;
+  clsn      pg_lsn := _materialize_txn.commit_lsn;
   p         synchro.progress;
   reg_start bigint;
   reg_end   bigint;
@@ -46,23 +46,22 @@ BEGIN
   END IF;
   -- Replay of a durable transaction: same result, nothing new.
   IF EXISTS (SELECT 1 FROM synchro.txn x WHERE x.stream_generation = gen AND x.commit_lsn = clsn) THEN
-    PERFORM synchro._stage_clear(true);
     RETURN 'duplicate';
   END IF;
   -- Serial commit order, and nothing below the processed boundary can be new.
   IF clsn <= coalesce(p.materialized_commit_lsn, p.generation_start_lsn) OR clsn < p.processed_end_lsn
-     OR materialize.end_lsn <= clsn THEN
+     OR _materialize_txn.end_lsn <= clsn THEN
     RAISE EXCEPTION 'poison: stream_order' USING ERRCODE = 'SYP06', DETAIL = 'commit position out of order';
   END IF;
 
   -- The source transaction's own writes to synchro tables (write fences, registry
   -- generations) must be visible before they are read below.
-  PERFORM synchro._await_visible(materialize.xid);
+  PERFORM synchro._await_visible(_materialize_txn.xid);
 
   SELECT count(*) FILTER (WHERE s.kind IN ('I', 'U', 'D', 'T')),
          count(*) FILTER (WHERE s.kind = 'M' AND s.prefix = 'synchro.fence')
     INTO n_events, n_fences
-    FROM pg_temp.synchro_stage s;
+    FROM (SELECT * FROM pg_temp.synchro_stage s0 WHERE s0.txn = _materialize_txn.t) s;
   IF n_events > 1000 THEN
     -- Big transactions: give the planner real statistics for the joins below (temp
     -- tables have none, and nested loops over thousands of rows cost seconds).
@@ -70,7 +69,7 @@ BEGIN
   END IF;
 
   -- Messages: only the documented synchro prefixes exist.
-  IF EXISTS (SELECT 1 FROM pg_temp.synchro_stage s
+  IF EXISTS (SELECT 1 FROM (SELECT * FROM pg_temp.synchro_stage s0 WHERE s0.txn = _materialize_txn.t) s
               WHERE s.kind = 'M' AND s.prefix NOT IN ('synchro.fence', 'synchro.registry')) THEN
     RAISE EXCEPTION 'poison: message_format' USING ERRCODE = 'SYP05', DETAIL = 'unknown synchro message prefix';
   END IF;
@@ -78,7 +77,7 @@ BEGIN
   -- Registry activations in source order: each must follow the generation in effect.
   reg_start := p.registry_generation;
   reg_end := reg_start;
-  FOR act IN SELECT s.seq, s.content FROM pg_temp.synchro_stage s
+  FOR act IN SELECT s.seq, s.content FROM (SELECT * FROM pg_temp.synchro_stage s0 WHERE s0.txn = _materialize_txn.t) s
               WHERE s.kind = 'M' AND s.prefix = 'synchro.registry' ORDER BY s.seq LOOP
     IF (act.content ->> 'generation') IS NULL
        OR NOT EXISTS (SELECT 1 FROM synchro.registry_generation g
@@ -93,7 +92,7 @@ BEGIN
 
   -- TRUNCATE of a registered relation has no row-by-row meaning: it blocks capture.
   SELECT r.relation_id INTO bad
-    FROM pg_temp.synchro_stage s CROSS JOIN LATERAL unnest(s.truncated) AS tr(relid)
+    FROM (SELECT * FROM pg_temp.synchro_stage s0 WHERE s0.txn = _materialize_txn.t) s CROSS JOIN LATERAL unnest(s.truncated) AS tr(relid)
     JOIN synchro.relation r ON r.relid = tr.relid
    WHERE s.kind = 'T'
    LIMIT 1;
@@ -110,7 +109,7 @@ BEGIN
   FOR rel IN
     SELECT s.relid, s.nspname, s.relname, s.replident, s.col_names, s.col_types, s.col_keys,
            r.relation_id, r.schema_name, r.table_name, r.key_column, reg.columns, reg.column_types
-      FROM pg_temp.synchro_stage s
+      FROM (SELECT * FROM pg_temp.synchro_stage s0 WHERE s0.txn = _materialize_txn.t) s
       LEFT JOIN synchro.relation r ON r.relid = s.relid
       LEFT JOIN LATERAL (
         SELECT g.columns, g.column_types FROM synchro.registration g
@@ -147,7 +146,7 @@ BEGIN
          row_number() OVER (PARTITION BY r.relation_id,
                             CASE WHEN s.kind = 'D' THEN s.old_row ->> r.key_column::text ELSE s.new_row ->> r.key_column::text END
                             ORDER BY s.seq)
-    FROM pg_temp.synchro_stage s
+    FROM (SELECT * FROM pg_temp.synchro_stage s0 WHERE s0.txn = _materialize_txn.t) s
     LEFT JOIN synchro.relation r ON r.relid = s.relid
    WHERE s.kind IN ('I', 'U', 'D');
   IF n_events > 1000 THEN
@@ -157,14 +156,14 @@ BEGIN
   SELECT w.relation_id INTO bad FROM pg_temp.synchro_w_rows w
    WHERE w.relation_id IS NULL
       OR NOT EXISTS (SELECT 1 FROM synchro.registration g WHERE g.generation = w.reg_gen AND g.relation_id = w.relation_id)
-      OR NOT EXISTS (SELECT 1 FROM pg_temp.synchro_stage s JOIN synchro.relation r ON r.relid = s.relid
+      OR NOT EXISTS (SELECT 1 FROM (SELECT * FROM pg_temp.synchro_stage s0 WHERE s0.txn = _materialize_txn.t) s JOIN synchro.relation r ON r.relid = s.relid
                       WHERE s.kind = 'R' AND r.relation_id = w.relation_id)
    LIMIT 1;
   IF FOUND THEN
     RAISE EXCEPTION 'poison: unknown_relation' USING ERRCODE = 'SYP04', DETAIL = format('relation_id=%s', bad.relation_id);
   END IF;
   SELECT w.relation_id INTO bad FROM pg_temp.synchro_w_rows w
-    LEFT JOIN pg_temp.synchro_stage s ON s.seq = w.seq
+    LEFT JOIN (SELECT * FROM pg_temp.synchro_stage s0 WHERE s0.txn = _materialize_txn.t) s ON s.seq = w.seq
    WHERE w.pk IS NULL
       OR (w.op = 'update' AND s.old_row IS NOT NULL AND s.old_row ->> w.key_column::text IS DISTINCT FROM w.pk)
    LIMIT 1;
@@ -183,7 +182,7 @@ BEGIN
            s.content ->> 'version' AS version, (s.content ->> 'fence_id')::uuid AS fid,
            (s.content ->> 'ordinal')::bigint AS ord, s.content ->> 'table_id' AS tid,
            coalesce(s.content ->> 'new_key', s.content ->> 'old_key') AS k
-      FROM pg_temp.synchro_stage s
+      FROM (SELECT * FROM pg_temp.synchro_stage s0 WHERE s0.txn = _materialize_txn.t) s
      WHERE s.kind = 'M' AND s.prefix = 'synchro.fence'),
   fr AS (SELECT f.*, row_number() OVER (PARTITION BY f.rid, f.k ORDER BY f.ord) AS rnk FROM f)
   UPDATE pg_temp.synchro_w_rows w
@@ -391,14 +390,14 @@ BEGIN
 
   -- Replay identities and the transaction-end high-watermark.
   INSERT INTO synchro.txn (stream_generation, commit_lsn, end_lsn, xid, commit_time, event_count)
-  VALUES (gen, clsn, materialize.end_lsn, materialize.xid, materialize.commit_time, n_events);
+  VALUES (gen, clsn, _materialize_txn.end_lsn, _materialize_txn.xid, _materialize_txn.commit_time, n_events);
   INSERT INTO synchro.event (stream_generation, commit_lsn, event_ordinal, relation_id, op, pk, version, fence_id,
                              registry_generation)
   SELECT gen, clsn, w.event_ordinal, w.relation_id, w.op, w.pk, w.version, w.fence_id, w.reg_gen
     FROM pg_temp.synchro_w_rows w;
   UPDATE synchro.progress
      SET materialized_commit_lsn = clsn,
-         processed_end_lsn = greatest(processed_end_lsn, materialize.end_lsn),
+         processed_end_lsn = greatest(processed_end_lsn, _materialize_txn.end_lsn),
          registry_generation = reg_end,
          updated_at = now();
   UPDATE synchro.quarantine q SET resolved_at = now(), retry_requested = false
@@ -409,5 +408,4 @@ BEGIN
 END
 $$;
 
-REVOKE ALL ON FUNCTION synchro.materialize(bigint, pg_lsn, pg_lsn, bigint, timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION synchro.materialize(bigint, pg_lsn, pg_lsn, bigint, timestamptz) TO synchro_runner;
+REVOKE ALL ON FUNCTION synchro._materialize_txn(int, bigint, pg_lsn, pg_lsn, bigint, timestamptz) FROM PUBLIC;

@@ -1,0 +1,248 @@
+package tests
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math/rand"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/synchro/synchro/tests/testdb"
+)
+
+// Batched materialization (issue "Keep up with the database"): the same WAL
+// materialized one source transaction at a time through the reference path and in
+// large set-based batches leaves byte-identical synchro tables.
+//
+//	go test ./tests/ -run BatchInvariant -batch.txns=3000 -batch.seed=7
+
+var (
+	batchTxns = flag.Int("batch.txns", 400, "source transactions of TestBatchInvariant")
+	batchSeed = flag.Int64("batch.seed", 0, "seed of TestBatchInvariant (0: from the clock)")
+)
+
+// materializedTables are the synchro tables materialization writes, with the
+// columns that legitimately differ between two runs (wall-clock times, and the
+// processed and acknowledged boundaries, which idle keepalives move).
+var materializedTables = []struct {
+	name     string
+	volatile []string
+}{
+	{"txn", []string{"materialized_at"}},
+	{"event", nil},
+	{"projection", nil},
+	{"rule_value", nil},
+	{"membership", nil},
+	{"effect", []string{"created_at"}},
+	{"write_fence", []string{"covered_at", "created_at"}},
+	{"progress", []string{"updated_at", "processed_end_lsn", "acknowledged_end_lsn"}},
+	{"quarantine", []string{"first_seen", "last_seen"}},
+}
+
+// dumpMaterialized returns every materialized table's rows as canonical JSON text.
+func dumpMaterialized(t *testing.T, db *testdb.DB) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, tb := range materializedTables {
+		var s string
+		require.NoError(t, db.Pool.QueryRow(context.Background(), fmt.Sprintf(
+			`SELECT coalesce(jsonb_agg(x.j ORDER BY x.j::text), '[]')::text
+			   FROM (SELECT to_jsonb(t) - $1::text[] AS j FROM synchro.%s t) x`, tb.name),
+			tb.volatile).Scan(&s))
+		out[tb.name] = s
+	}
+	return out
+}
+
+// snapshotMaterialized copies the materialized tables into schema snap.
+func snapshotMaterialized(t *testing.T, db *testdb.DB) {
+	t.Helper()
+	mustExec(t, db, `CREATE SCHEMA snap`)
+	for _, tb := range materializedTables {
+		mustExec(t, db, fmt.Sprintf(`CREATE TABLE snap.%[1]s AS SELECT * FROM synchro.%[1]s`, tb.name))
+	}
+}
+
+// restoreMaterialized puts the materialized tables back as snapshotMaterialized
+// found them (write fences written since keep their rows, without coverage), and
+// points the stream at slot.
+func restoreMaterialized(t *testing.T, db *testdb.DB, slot string) {
+	t.Helper()
+	mustExec(t, db, `
+DO $$
+DECLARE
+  tb text;
+  cols text;
+BEGIN
+  FOREACH tb IN ARRAY ARRAY['txn', 'event', 'projection', 'rule_value', 'membership', 'effect', 'quarantine', 'progress'] LOOP
+    -- Generated columns cannot be inserted: list the others.
+    SELECT string_agg(format('%I', c.column_name), ', ' ORDER BY c.ordinal_position) INTO cols
+      FROM information_schema.columns c
+     WHERE c.table_schema = 'synchro' AND c.table_name = tb AND c.is_generated = 'NEVER';
+    EXECUTE format('DELETE FROM synchro.%I', tb);
+    EXECUTE format('INSERT INTO synchro.%1$I (%2$s) SELECT %2$s FROM snap.%1$I', tb, cols);
+  END LOOP;
+  UPDATE synchro.write_fence w SET coverage = s.coverage, covered_at = s.covered_at
+    FROM snap.write_fence s WHERE s.fence_id = w.fence_id;
+  UPDATE synchro.write_fence w SET coverage = NULL, covered_at = NULL
+   WHERE NOT EXISTS (SELECT 1 FROM snap.write_fence s WHERE s.fence_id = w.fence_id);
+  DELETE FROM synchro.runner;
+END
+$$`)
+	mustExec(t, db, `UPDATE synchro.stream_generation SET slot_name = $1 WHERE state = 'active'`, slot)
+}
+
+// batchWorkload writes n random source transactions: tasks and notes changed
+// directly (several times in one transaction too, rows moving between scopes),
+// dependency changes, pushes, an unchanged-TOAST update, and one registry activation
+// with a new scope rule halfway.
+func batchWorkload(t *testing.T, db *testdb.DB, rng *rand.Rand, n int) {
+	t.Helper()
+	ctx := context.Background()
+	owners := []string{"a", "b", "c"}
+	mut := 0
+	for i := 0; i < n; i++ {
+		if i == n/2 {
+			mustExec(t, db, `SELECT synchro.add_scope_rule('tasks', 'title:', 'title'); SELECT synchro.activate_registry();`)
+			continue
+		}
+		if i == n/3 {
+			// An incompressible value large enough to be stored out of line, then an
+			// update that leaves it unchanged (pgoutput sends it as unchanged TOAST).
+			big := make([]byte, 12000)
+			for k := range big {
+				big[k] = "0123456789abcdef"[rng.Intn(16)]
+			}
+			mustExec(t, db, `INSERT INTO notes VALUES ('toast', 'a', $1) ON CONFLICT (id) DO UPDATE SET body = excluded.body`, string(big))
+			mustExec(t, db, `UPDATE notes SET owner = 'b' WHERE id = 'toast'`)
+			continue
+		}
+		if rng.Intn(10) == 0 {
+			// A push of one to three mutations on tasks.
+			var muts []map[string]any
+			for k := 1 + rng.Intn(3); k > 0; k-- {
+				mut++
+				id := 1 + rng.Intn(60)
+				m := map[string]any{"id": fmt.Sprintf("00000000-0000-4000-8000-%012d", mut), "table": "tasks", "pk": id}
+				var version string
+				err := db.Pool.QueryRow(ctx, `SELECT rv.version FROM synchro.row_version rv JOIN tasks x ON x.id::text = rv.pk
+					WHERE rv.relation_id = (SELECT relation_id FROM synchro.relation WHERE table_id = 'tasks') AND x.id = $1`, id).Scan(&version)
+				if err != nil {
+					m["op"], m["row"] = "insert", map[string]any{"project_id": 1 + rng.Intn(4), "owner": owners[rng.Intn(3)], "title": "pushed"}
+				} else if rng.Intn(3) == 0 {
+					m["op"], m["base_version"] = "delete", version
+				} else {
+					m["op"], m["base_version"], m["row"] = "update", version, map[string]any{"owner": owners[rng.Intn(3)], "title": fmt.Sprintf("p%d", mut)}
+				}
+				muts = append(muts, m)
+			}
+			body, err := json.Marshal(muts)
+			require.NoError(t, err)
+			mustExec(t, db, `SELECT synchro.push($1, $2::jsonb)`, fmt.Sprintf("client%d", rng.Intn(3)), string(body))
+			continue
+		}
+		var stmts []string
+		for k := 1 + rng.Intn(4); k > 0; k-- {
+			id := 1 + rng.Intn(60)
+			switch r := rng.Intn(20); {
+			case r < 5:
+				stmts = append(stmts, fmt.Sprintf(`INSERT INTO tasks (id, project_id, owner, title) VALUES (%d, %d, '%s', 't%d')
+					ON CONFLICT (id) DO UPDATE SET title = excluded.title, v = tasks.v + 1`, id, 1+rng.Intn(4), owners[rng.Intn(3)], i))
+			case r < 8:
+				stmts = append(stmts, fmt.Sprintf(`UPDATE tasks SET owner = '%s', v = v + 1 WHERE id = %d`, owners[rng.Intn(3)], id))
+			case r < 10:
+				stmts = append(stmts, fmt.Sprintf(`UPDATE tasks SET project_id = %d WHERE id = %d`, 1+rng.Intn(4), id))
+			case r < 12:
+				stmts = append(stmts, fmt.Sprintf(`DELETE FROM tasks WHERE id = %d`, id))
+			case r < 16:
+				stmts = append(stmts, fmt.Sprintf(`INSERT INTO notes VALUES ('n%d', '%s', 'b%d') ON CONFLICT (id) DO UPDATE SET owner = excluded.owner`,
+					id%20, owners[rng.Intn(3)], rng.Intn(3)))
+			case r < 17:
+				stmts = append(stmts, fmt.Sprintf(`DELETE FROM notes WHERE id = 'n%d'`, id%20))
+			case r < 18:
+				// The same row changed twice in one transaction.
+				stmts = append(stmts, fmt.Sprintf(`UPDATE tasks SET owner = 'a' WHERE id = %d; UPDATE tasks SET owner = 'c', v = v + 1 WHERE id = %d`, id, id))
+			default:
+				// A dependency change: moves tasks between user scopes.
+				stmts = append(stmts, fmt.Sprintf(`INSERT INTO project_members VALUES (%d, %d, 'u%d') ON CONFLICT (id) DO UPDATE SET user_id = excluded.user_id`,
+					1+rng.Intn(8), 1+rng.Intn(4), rng.Intn(4)))
+			}
+		}
+		mustExec(t, db, strings.Join(stmts, "; "))
+	}
+}
+
+// catchUp waits until the running runner processed every transaction committed
+// before it was called.
+func catchUp(t *testing.T, db *testdb.DB) {
+	t.Helper()
+	var target string
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT pg_current_wal_lsn()::text`).Scan(&target))
+	eventually(t, 120*time.Second, "the runner to catch up", func() bool {
+		return countOf(t, db, `SELECT count(*) FROM synchro.progress WHERE processed_end_lsn >= $1::pg_lsn`, target) == 1
+	})
+}
+
+func TestBatchInvariant(t *testing.T) {
+	t.Parallel()
+	seed := *batchSeed
+	if seed == 0 {
+		seed = time.Now().UnixNano()
+	}
+	t.Logf("batch seed %d (rerun with -batch.seed=%d), %d transactions", seed, seed, *batchTxns)
+	rng := rand.New(rand.NewSource(seed))
+
+	e := newSyncEnv(t, `
+		INSERT INTO project_members VALUES (1, 1, 'u1'), (2, 2, 'u2'), (3, 3, 'u3');
+		INSERT INTO tasks (id, project_id, owner, title) SELECT g, g % 4 + 1, 'a', 'seed' FROM generate_series(1, 20) g;`)
+	db := e.db
+	e.stopRunner(t)
+
+	// A second slot at exactly the stream's acknowledged position: both decode the
+	// same source transactions.
+	slotA := e.cfg.Slot
+	slotB := slotA[:min(len(slotA), 60)] + "_b"
+	mustExec(t, db, `SELECT pg_copy_logical_replication_slot($1, $2)`, slotA, slotB)
+	snapshotMaterialized(t, db)
+
+	batchWorkload(t, db, rng, *batchTxns)
+
+	// Reference: one source transaction per database transaction, per-transaction path.
+	cfg := e.cfg
+	cfg.PerTransaction = true
+	rr := startRunner(t, cfg)
+	catchUp(t, db)
+	require.NoError(t, rr.stop(t))
+	waitRunnerGone(t, db)
+	require.Zero(t, countOf(t, db, `SELECT count(*) FROM synchro.quarantine`), "the reference run quarantined nothing")
+	reference := dumpMaterialized(t, db)
+
+	// The same WAL again from the copied slot, in large set-based batches.
+	restoreMaterialized(t, db, slotB)
+	cfg = e.cfg
+	cfg.Slot = slotB
+	cfg.BatchTxns = 10000
+	cfg.BatchEvents = 1000000
+	cfg.BatchDelay = time.Hour
+	rr = startRunner(t, cfg)
+	catchUp(t, db)
+	require.NoError(t, rr.stop(t))
+	require.Zero(t, rr.counter(t, "synchro_runner_batch_fallbacks_total"), "no batch fell back to one at a time")
+	batches, batchedTxns := rr.histogram(t, "synchro_runner_batch_transactions")
+	t.Logf("batched run: %d batches for %.0f source transactions", batches, batchedTxns)
+	require.Less(t, float64(batches)*2, batchedTxns, "most batches hold several transactions")
+	batched := dumpMaterialized(t, db)
+
+	txns := countOf(t, db, `SELECT count(*) FROM synchro.txn`)
+	require.Greater(t, txns, *batchTxns/2)
+	for _, tb := range materializedTables {
+		require.Equal(t, reference[tb.name], batched[tb.name], "synchro.%s differs between one-at-a-time and batched", tb.name)
+	}
+	t.Logf("%d source transactions, %d events, %d effects identical", txns,
+		countOf(t, db, `SELECT count(*) FROM synchro.event`), countOf(t, db, `SELECT count(*) FROM synchro.effect`))
+}
