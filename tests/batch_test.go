@@ -246,3 +246,52 @@ func TestBatchInvariant(t *testing.T) {
 	t.Logf("%d source transactions, %d events, %d effects identical", txns,
 		countOf(t, db, `SELECT count(*) FROM synchro.event`), countOf(t, db, `SELECT count(*) FROM synchro.effect`))
 }
+
+// A poison in the middle of a batch: the batch falls back to one transaction at a
+// time, the transactions before the poison are materialized, and the poison is
+// quarantined with its own identity and class; nothing after it is materialized.
+func TestBatchPoisonInTheMiddle(t *testing.T) {
+	t.Parallel()
+	db := runnerSetup(t)
+	cfg := testRunnerConfig(t, db)
+	rr := startRunner(t, cfg)
+	waitStream(t, db)
+	require.NoError(t, rr.stop(t))
+	waitRunnerGone(t, db)
+	before := countOf(t, db, `SELECT count(*) FROM synchro.txn`)
+
+	for i := 100; i < 130; i++ {
+		mustExec(t, db, `INSERT INTO items (id, owner) VALUES ($1, 'a')`, i)
+	}
+	var lo, hi string
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT pg_current_wal_lsn()::text`).Scan(&lo))
+	// A row event whose fence trigger was bypassed: no fence, a blocking mismatch.
+	mustExec(t, db, `BEGIN;
+		ALTER TABLE items DISABLE TRIGGER synchro_fence_insert;
+		INSERT INTO items (id, owner) VALUES (999, 'a');
+		ALTER TABLE items ENABLE TRIGGER synchro_fence_insert;
+		COMMIT;`)
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT pg_current_wal_lsn()::text`).Scan(&hi))
+	for i := 200; i < 210; i++ {
+		mustExec(t, db, `INSERT INTO items (id, owner) VALUES ($1, 'a')`, i)
+	}
+
+	cfg.BatchTxns = 10000
+	cfg.BatchDelay = time.Hour
+	rr = startRunner(t, cfg)
+	var q []quarantineRow
+	eventually(t, 20*time.Second, "a quarantine record", func() bool {
+		q = quarantines(t, db)
+		return len(q) > 0
+	})
+	require.Len(t, q, 1)
+	require.Equal(t, "fence_mismatch", q[0].Class)
+	require.NotNil(t, q[0].RelationID)
+	require.Equal(t, itemsRelationID(t, db), *q[0].RelationID)
+	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.quarantine
+		WHERE commit_lsn > $1::pg_lsn AND commit_lsn < $2::pg_lsn`, lo, hi), "quarantined with its own commit LSN")
+	require.Equal(t, before+30, countOf(t, db, `SELECT count(*) FROM synchro.txn`), "every transaction before it materialized")
+	require.Equal(t, 30, countOf(t, db, `SELECT count(*) FROM synchro.effect WHERE pk::int8 BETWEEN 100 AND 129`))
+	requireBlockedAt(t, db, q[0])
+	require.GreaterOrEqual(t, rr.counter(t, "synchro_runner_batch_fallbacks_total"), float64(1), "the batch fell back")
+}
