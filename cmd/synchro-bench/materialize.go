@@ -135,7 +135,7 @@ func runMaterialize(ctx context.Context, b *bench) (string, error) {
 			median(rawS), median(synS), float64(runs[0].walBytes)/1e6, strings.Join(loadTxt, ", "))
 	}
 	sb.WriteString("\nCPU seconds per run (median run by synchro time): the raw decode's walsender and pg_recvlogical; " +
-		"the runner's walsender, its apply backend (COPY staging + `synchro.materialize`) and its Go code:\n\n")
+		"the runner's walsender, its apply backend (COPY staging + `synchro.materialize_batch`) and its Go code:\n\n")
 	sb.WriteString("| source txns | raw walsender | pg_recvlogical | synchro walsender | apply backend | runner (Go) | synchro wall s |\n")
 	sb.WriteString("|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, sh := range shapes {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,6 +22,9 @@ const (
 	envPublication = "SYNCHRO_PUBLICATION"
 	envListen      = "SYNCHRO_LISTEN"
 	envHeartbeat   = "SYNCHRO_HEARTBEAT_INTERVAL"
+	envBatchTxns   = "SYNCHRO_BATCH_TXNS"
+	envBatchEvents = "SYNCHRO_BATCH_EVENTS"
+	envBatchDelay  = "SYNCHRO_BATCH_DELAY"
 )
 
 func envOr(name, def string) string {
@@ -50,6 +54,23 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		heartbeat = d
 	}
 	fs.DurationVar(&heartbeat, "heartbeat-interval", heartbeat, "runner heartbeat interval (default $"+envHeartbeat+")")
+	batchTxns, err := envInt(envBatchTxns, 1000)
+	if err != nil {
+		return err
+	}
+	batchEvents, err := envInt(envBatchEvents, 20000)
+	if err != nil {
+		return err
+	}
+	batchDelay := 100 * time.Millisecond
+	if v := os.Getenv(envBatchDelay); v != "" {
+		if batchDelay, err = time.ParseDuration(v); err != nil {
+			return fmt.Errorf("run: %s: %w", envBatchDelay, err)
+		}
+	}
+	fs.IntVar(&batchTxns, "batch-txns", batchTxns, "most source transactions per materialization batch (default $"+envBatchTxns+")")
+	fs.IntVar(&batchEvents, "batch-events", batchEvents, "a batch closes at this many row events (default $"+envBatchEvents+")")
+	fs.DurationVar(&batchDelay, "batch-delay", batchDelay, "a batch closes after this long while transactions keep arriving (default $"+envBatchDelay+")")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -65,6 +86,9 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		Slot:              *slot,
 		Publication:       *publication,
 		HeartbeatInterval: heartbeat,
+		BatchTxns:         batchTxns,
+		BatchEvents:       batchEvents,
+		BatchDelay:        batchDelay,
 	}, *listen)
 }
 
@@ -100,4 +124,17 @@ func serveRunner(ctx context.Context, e *env, cfg runner.Config, listen string) 
 		e.logger.Warn("http server", "err", err)
 	}
 	return runErr
+}
+
+// envInt reads a positive integer environment variable, def when unset.
+func envInt(name string, def int) (int, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("run: %s: want a positive integer", name)
+	}
+	return n, nil
 }
