@@ -5,7 +5,8 @@
 //
 //	replication connection (stream.go: reader)
 //	  → decode (package decode) → collate one source transaction (package collate)
-//	  → stage in COPY batches and call synchro.materialize (apply.go: applier)
+//	  → stage in COPY batches; one synchro.materialize_batch call per batch of
+//	    consecutive source transactions (apply.go: applier)
 //	  → acknowledge (frontier.go: the boundary state machine)
 //
 // The reader and the applier run concurrently: the reader answers the server's
