@@ -21,6 +21,7 @@ DECLARE
   c_lsn    pg_lsn;
   c_ev     int;
   c_eff    int;
+  stale_at pg_lsn;
   changes  jsonb;
   n        int;
   last_point text;
@@ -51,15 +52,19 @@ BEGIN
       USING ERRCODE = 'SY409';
   END IF;
   -- Points: s (generation_start), t.<lsn> (transaction_end), e.<lsn>.<event>.<effect>.
+  -- stale_at is the lowest retention horizon that makes the cursor stale. Compaction
+  -- removes whole source transactions up to and including the horizon: a position
+  -- inside transaction L (or generation_start) is stale once L is compacted, the end
+  -- of L only once a later transaction is. Written once, checked twice (below).
   IF point[1] = 's' THEN
-    c_lsn := '0/0'; c_ev := -1; c_eff := -1;
+    c_lsn := '0/0'; c_ev := -1; c_eff := -1; stale_at := '0/0';
   ELSIF point[1] = 't' THEN
-    c_lsn := point[2]::pg_lsn; c_ev := 2147483647; c_eff := 2147483647;
+    c_lsn := point[2]::pg_lsn; c_ev := 2147483647; c_eff := 2147483647; stale_at := c_lsn + 1;
   ELSE
-    c_lsn := point[2]::pg_lsn; c_ev := point[3]::int; c_eff := point[4]::int;
+    c_lsn := point[2]::pg_lsn; c_ev := point[3]::int; c_eff := point[4]::int; stale_at := c_lsn;
   END IF;
   SELECT r.horizon_commit_lsn INTO horizon FROM synchro.retention r WHERE r.stream_generation = g.stream_generation;
-  IF horizon IS NOT NULL AND (c_lsn < horizon OR (c_lsn = horizon AND point[1] <> 't')) THEN
+  IF horizon >= stale_at THEN
     RAISE EXCEPTION 'rebuild_required: the cursor is older than the retention horizon' USING ERRCODE = 'SY409';
   END IF;
 
@@ -93,9 +98,18 @@ BEGIN
            END ORDER BY rn) FILTER (WHERE rn <= max_changes), '[]'::jsonb),
          count(*),
          (array_agg(format('e.%s.%s.%s', commit_lsn, event_ordinal, effect_ordinal) ORDER BY rn DESC)
-            FILTER (WHERE rn <= max_changes))[1]
-    INTO changes, n, last_point
+            FILTER (WHERE rn <= max_changes))[1],
+         (SELECT r.horizon_commit_lsn FROM synchro.retention r WHERE r.stream_generation = g.stream_generation)
+    INTO changes, n, last_point, horizon
     FROM numbered;
+  -- The horizon again, read by the page's own statement and so with the page's
+  -- snapshot: a compaction that committed after the check above (between two
+  -- statements of this function) deleted effects this page would have held, and its
+  -- horizon is then visible here. The page must not pass for complete. One snapshot for
+  -- both, so a compaction that commits after the page read costs no needless SY409.
+  IF horizon >= stale_at THEN
+    RAISE EXCEPTION 'rebuild_required: the cursor is older than the retention horizon' USING ERRCODE = 'SY409';
+  END IF;
 
   IF n > max_changes THEN
     -- Stop inside the stream: the cursor is the position of the last change returned.
