@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -162,4 +163,118 @@ func TestPullCompactionBetweenHorizonCheckAndPageRead(t *testing.T) {
 			len(r.page.Changes), opsOf(r.page.Changes), r.page.HasMore)
 	}
 	requireSQLState(t, r.err, "SY409")
+}
+
+// Issue 13 item 5, the same race without a held lock: compactions in a loop on one
+// connection, inserts on another (the runner materializing them), and a client pulling
+// in pages of one change, rebuilding on SY409. Rows are only inserted, so after every
+// pull that reached the end (has_more false, cursor at high-watermark H) the replica
+// must hold every row whose insert was materialized at or below H: a skipped effect
+// would be missing. The source of truth is synchro.event (compaction keeps the replay
+// ledger).
+func TestPullRacingCompactionsSkipNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newSyncEnv(t, "")
+	db := e.db
+	const writes = 120
+
+	stop := make(chan struct{})
+	errs := make(chan error, 2)
+	go func() {
+		for i := 1; i <= writes; i++ {
+			if _, err := db.Pool.Exec(ctx, `INSERT INTO tasks (id, owner, title) VALUES ($1, 'race', 'r')`, i); err != nil {
+				errs <- err
+				return
+			}
+		}
+		errs <- nil
+	}()
+	var compactions atomic.Int64
+	go func() {
+		for {
+			select {
+			case <-stop:
+				errs <- nil
+				return
+			default:
+			}
+			if _, err := db.Pool.Exec(ctx, `SELECT synchro.compact('0 seconds')`); err != nil {
+				errs <- err
+				return
+			}
+			compactions.Add(1)
+		}
+	}()
+
+	materializedUpTo := func(hw string) []string {
+		rows, err := db.Pool.Query(ctx, `
+			SELECT ev.pk FROM synchro.event ev JOIN synchro.relation r ON r.relation_id = ev.relation_id
+			 WHERE r.table_id = 'tasks' AND ev.op = 'insert' AND ev.commit_lsn <= $1::pg_lsn ORDER BY ev.pk::int8`, hw)
+		require.NoError(t, err)
+		defer rows.Close()
+		var out []string
+		for rows.Next() {
+			var pk string
+			require.NoError(t, rows.Scan(&pk))
+			out = append(out, pk)
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+
+	rep, cur := startScope(t, db, "racer", "owner:race")
+	rebuilds, checked := 0, 0
+	writerDone := false
+	for {
+		// One pull to the end, in pages of one change.
+		var got []change
+		cursor := cur
+		var err error
+		for {
+			var p pullPage
+			p, err = pullRaw(db, "racer", "owner:race", cursor, 1)
+			if err != nil {
+				break
+			}
+			got = append(got, p.Changes...)
+			cursor = p.Cursor
+			if !p.HasMore {
+				break
+			}
+		}
+		if err != nil {
+			requireSQLState(t, err, "SY409")
+			rep, cur = startScope(t, db, "racer", "owner:race")
+			rebuilds++
+			continue
+		}
+		rep.apply(t, got)
+		cur = cursor
+		payload := cursorPayload(t, cur)
+		hw := "0/0" // generation_start: nothing materialized yet
+		if i := strings.LastIndex(payload, ":t."); i >= 0 {
+			hw = payload[i+3:]
+		}
+		want := materializedUpTo(hw)
+		for _, pk := range want {
+			_, ok := rep["tasks/"+pk]
+			require.True(t, ok, "silent miss: row %s was materialized at or below %s but never arrived (%d rebuilds)", pk, hw, rebuilds)
+		}
+		checked++
+		if writerDone && len(want) == writes {
+			break
+		}
+		if !writerDone {
+			select {
+			case err := <-errs:
+				require.NoError(t, err)
+				writerDone = true
+			default:
+			}
+		}
+	}
+	close(stop)
+	require.NoError(t, <-errs)
+	t.Logf("%d pulls to the end checked, %d rebuilds, %d compactions", checked, rebuilds, compactions.Load())
 }
