@@ -59,7 +59,8 @@ BEGIN
   -- stale_at is the lowest retention horizon that makes the cursor stale. Compaction
   -- removes whole source transactions up to and including the horizon: a position
   -- inside transaction L (or generation_start) is stale once L is compacted, the end
-  -- of L only once a later transaction is. Written once, checked twice (below).
+  -- of L only once a later transaction is. Written once, checked twice (below); no
+  -- horizon (NULL) makes no cursor stale.
   IF point[1] = 's' THEN
     c_lsn := '0/0'; c_ev := -1; c_eff := -1; stale_at := '0/0';
   ELSIF point[1] = 't' THEN

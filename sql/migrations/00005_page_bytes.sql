@@ -4,7 +4,9 @@
 -- octet_length of its JSON text, the bytes a client receives for it, measured once when
 -- the image is stored: a stored generated column, so materialization and the baseline
 -- are unchanged and a page never renders an image it does not deliver just to measure
--- it (a page reads up to its row bound plus one, whatever their size).
+-- it (a page reads up to its row bound plus one, whatever their size). Adding a stored
+-- generated column rewrites both tables once, under ACCESS EXCLUSIVE: on an install with
+-- a long stream, compact first.
 ALTER TABLE synchro.effect
   ADD COLUMN image_bytes int GENERATED ALWAYS AS (pg_catalog.octet_length(image::pg_catalog.text)) STORED;
 ALTER TABLE synchro.projection
