@@ -23,6 +23,7 @@ type SynchroEffect struct {
 	Version          *string
 	Image            []byte
 	CreatedAt        time.Time
+	ImageBytes       *int32
 }
 
 type SynchroEvent struct {
@@ -81,6 +82,7 @@ type SynchroProjection struct {
 	PkInt      *int64
 	Version    string
 	Image      []byte
+	ImageBytes *int32
 }
 
 type SynchroPushContext struct {

@@ -4,6 +4,8 @@
 -- Positions compare as (commit_lsn, event_ordinal, effect_ordinal); transaction_end(L)
 -- is (L, +inf, +inf) and generation_start is below everything. Cost per page is one
 -- range scan of the effect primary key: O(page) whatever the length of the stream.
+-- A page stops at max_changes or at the byte budget of row images
+-- (synchro._page_byte_budget), whichever comes first, with at least one change.
 -- Errors are checked in the contract's order: SY400, SY403, SY409, SY503.
 CREATE OR REPLACE FUNCTION synchro.pull(client_id text, scope text, cursor text DEFAULT NULL, max_changes int DEFAULT 1000)
 RETURNS jsonb
@@ -21,8 +23,11 @@ DECLARE
   c_lsn    pg_lsn;
   c_ev     int;
   c_eff    int;
+  stale_at pg_lsn;
   changes  jsonb;
   n        int;
+  n_sent   int;
+  budget   bigint;
   last_point text;
   next_cur text;
 BEGIN
@@ -51,15 +56,20 @@ BEGIN
       USING ERRCODE = 'SY409';
   END IF;
   -- Points: s (generation_start), t.<lsn> (transaction_end), e.<lsn>.<event>.<effect>.
+  -- stale_at is the lowest retention horizon that makes the cursor stale. Compaction
+  -- removes whole source transactions up to and including the horizon: a position
+  -- inside transaction L (or generation_start) is stale once L is compacted, the end
+  -- of L only once a later transaction is. Written once, checked twice (below); no
+  -- horizon (NULL) makes no cursor stale.
   IF point[1] = 's' THEN
-    c_lsn := '0/0'; c_ev := -1; c_eff := -1;
+    c_lsn := '0/0'; c_ev := -1; c_eff := -1; stale_at := '0/0';
   ELSIF point[1] = 't' THEN
-    c_lsn := point[2]::pg_lsn; c_ev := 2147483647; c_eff := 2147483647;
+    c_lsn := point[2]::pg_lsn; c_ev := 2147483647; c_eff := 2147483647; stale_at := c_lsn + 1;
   ELSE
-    c_lsn := point[2]::pg_lsn; c_ev := point[3]::int; c_eff := point[4]::int;
+    c_lsn := point[2]::pg_lsn; c_ev := point[3]::int; c_eff := point[4]::int; stale_at := c_lsn;
   END IF;
   SELECT r.horizon_commit_lsn INTO horizon FROM synchro.retention r WHERE r.stream_generation = g.stream_generation;
-  IF horizon IS NOT NULL AND (c_lsn < horizon OR (c_lsn = horizon AND point[1] <> 't')) THEN
+  IF horizon >= stale_at THEN
     RAISE EXCEPTION 'rebuild_required: the cursor is older than the retention horizon' USING ERRCODE = 'SY409';
   END IF;
 
@@ -74,15 +84,27 @@ BEGIN
     RETURN jsonb_build_object('changes', '[]'::jsonb, 'cursor', cursor, 'has_more', false);
   END IF;
 
+  budget := synchro._page_byte_budget();
+  -- The range scan reads the row bound plus one, whatever their sizes: image_bytes is
+  -- stored with each effect, so a change beyond the budget is counted, never rendered.
+  -- A change is sent while the running total of image bytes stays within the budget,
+  -- and the first one always (an image larger than the budget comes alone); the sent
+  -- changes are a prefix, so "more" is any change read but not sent.
   WITH page AS (
-    SELECT e.commit_lsn, e.event_ordinal, e.effect_ordinal, e.table_id, e.pk, e.op, e.version, e.image, r.key_type
+    SELECT e.commit_lsn, e.event_ordinal, e.effect_ordinal, e.table_id, e.pk, e.op, e.version, e.image, r.key_type,
+           coalesce(e.image_bytes, 0) AS bytes
       FROM synchro.effect e JOIN synchro.relation r ON r.relation_id = e.relation_id
      WHERE e.stream_generation = g.stream_generation AND e.scope = pull.scope
        AND (e.commit_lsn, e.event_ordinal, e.effect_ordinal) > (c_lsn, c_ev, c_eff)
        AND e.commit_lsn <= hw
      ORDER BY e.commit_lsn, e.event_ordinal, e.effect_ordinal
      LIMIT max_changes + 1),
-  numbered AS (SELECT page.*, row_number() OVER (ORDER BY commit_lsn, event_ordinal, effect_ordinal) AS rn FROM page)
+  numbered AS (
+    SELECT page.*, row_number() OVER w AS rn, sum(bytes) OVER w AS run_bytes
+      FROM page
+    WINDOW w AS (ORDER BY commit_lsn, event_ordinal, effect_ordinal ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)),
+  delivery AS (
+    SELECT numbered.*, rn <= max_changes AND (rn = 1 OR run_bytes <= budget) AS sent FROM numbered)
   SELECT coalesce(jsonb_agg(
            CASE WHEN op = 'upsert' THEN
              jsonb_build_object('table', table_id, 'pk', CASE WHEN key_type = 'string' THEN to_jsonb(pk) ELSE to_jsonb(pk::bigint) END,
@@ -90,15 +112,26 @@ BEGIN
            ELSE
              jsonb_build_object('table', table_id, 'pk', CASE WHEN key_type = 'string' THEN to_jsonb(pk) ELSE to_jsonb(pk::bigint) END,
                                 'op', 'delete')
-           END ORDER BY rn) FILTER (WHERE rn <= max_changes), '[]'::jsonb),
+           END ORDER BY rn) FILTER (WHERE sent), '[]'::jsonb),
+         count(*) FILTER (WHERE sent),
          count(*),
          (array_agg(format('e.%s.%s.%s', commit_lsn, event_ordinal, effect_ordinal) ORDER BY rn DESC)
-            FILTER (WHERE rn <= max_changes))[1]
-    INTO changes, n, last_point
-    FROM numbered;
+            FILTER (WHERE sent))[1],
+         (SELECT r.horizon_commit_lsn FROM synchro.retention r WHERE r.stream_generation = g.stream_generation)
+    INTO changes, n_sent, n, last_point, horizon
+    FROM delivery;
+  -- The horizon again, read by the page's own statement and so with the page's
+  -- snapshot: a compaction that committed after the check above (between two
+  -- statements of this function) deleted effects this page would have held, and its
+  -- horizon is then visible here. The page must not pass for complete. One snapshot for
+  -- both, so a compaction that commits after the page read costs no needless SY409.
+  IF horizon >= stale_at THEN
+    RAISE EXCEPTION 'rebuild_required: the cursor is older than the retention horizon' USING ERRCODE = 'SY409';
+  END IF;
 
-  IF n > max_changes THEN
-    -- Stop inside the stream: the cursor is the position of the last change returned.
+  IF n > n_sent THEN
+    -- Stop inside the stream (row bound or byte budget): the cursor is the position of
+    -- the last change returned.
     next_cur := synchro._token(format('c1:%s:%s:%s', g.token, parts[3], last_point), scope);
     RETURN jsonb_build_object('changes', changes, 'cursor', next_cur, 'has_more', true);
   END IF;

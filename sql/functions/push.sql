@@ -49,6 +49,15 @@ BEGIN
     tgt := format('%I.%I', m ->> 'schema', m ->> 'table');
     keypred := format('t.%I = $1::%s', m ->> 'key_column', m ->> 'key_pg_type');
     BEGIN
+      -- A key over 2048 bytes (octet_length of its text; docs/errors.md) cannot be
+      -- indexed: a btree entry is at most about 2.7 kB, so row_version's primary key (or
+      -- the application's own) would fail the whole call with 54000, and a client would
+      -- send that mutation for ever. Reject just this mutation, as a data exception, and
+      -- record the outcome like any other. The limit is the fence trigger's too.
+      IF octet_length(m ->> 'key') > 2048 THEN
+        RAISE EXCEPTION 'push: the key is longer than 2048 bytes'
+          USING ERRCODE = 'string_data_right_truncation', COLUMN = m ->> 'key_column';
+      END IF;
       -- Lock the source row first, then the reservation: the order a direct write
       -- takes them (row, then fence), so the two never deadlock each other.
       IF m ->> 'op' <> 'insert' THEN

@@ -30,6 +30,7 @@ DECLARE
   h          bytea := decode(repeat('00', 32), 'hex');
   result     jsonb;
   horizon    pg_lsn;
+  budget     bigint;
 BEGIN
   -- SY400.
   PERFORM synchro._check_reader(client_id, scope, max_rows, 'max_rows');
@@ -95,24 +96,34 @@ BEGIN
   -- row whose "rows" is an array of (table, pk, version, row) rows: converted once,
   -- with the stored images copied as jsonb, instead of a jsonb_build_object per row
   -- re-encoded by an array append, or text rendering parsed back.
+  -- The page stops at max_rows or at the byte budget of row images, whichever comes
+  -- first (CONTRACT.md "Pull"): a row is delivered while the running total of its
+  -- projection's image_bytes stays within the budget, and the first one always (an
+  -- image larger than the budget comes alone). Delivered rows are a prefix, so the
+  -- chain, the last key and "more" follow them whichever bound stopped the page.
+  budget := synchro._page_byte_budget();
   WITH page AS MATERIALIZED (
     SELECT m.table_id, m.pk_order, m.pk, pr.version, pr.image, r.key_type,
-           row_number() OVER (ORDER BY m.table_id COLLATE "C", m.pk_order, m.pk COLLATE "C") AS ord
+           row_number() OVER w AS ord,
+           sum(coalesce(pr.image_bytes, 0)) OVER w AS run_bytes
       FROM synchro.membership m
       JOIN synchro.projection pr ON pr.relation_id = m.relation_id AND pr.pk = m.pk
       JOIN synchro.relation r ON r.relation_id = m.relation_id
      WHERE m.scope = rebuild.scope
        AND (m.table_id COLLATE "C", m.pk_order, m.pk COLLATE "C") > (last_tid COLLATE "C", last_order, last_pk COLLATE "C")
+    WINDOW w AS (ORDER BY m.table_id COLLATE "C", m.pk_order, m.pk COLLATE "C" ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
      ORDER BY m.table_id COLLATE "C", m.pk_order, m.pk COLLATE "C"
      LIMIT max_rows + 1
+  ), delivery AS (
+    SELECT page.*, ord <= max_rows AND (ord = 1 OR run_bytes <= budget) AS sent FROM page
   ), agg AS (
-    SELECT count(*) > max_rows AS more,
-           max(p.ord) FILTER (WHERE p.ord <= max_rows) AS last_ord,
-           coalesce(array_agg(x ORDER BY p.ord) FILTER (WHERE p.ord <= max_rows), '{}') AS rows,
+    SELECT count(*) > count(*) FILTER (WHERE p.sent) AS more,
+           max(p.ord) FILTER (WHERE p.sent) AS last_ord,
+           coalesce(array_agg(x ORDER BY p.ord) FILTER (WHERE p.sent), '{}') AS rows,
            coalesce(synchro._chain_agg(h, convert_to(p.table_id, 'UTF8') || '\x00'::bytea || convert_to(p.pk, 'UTF8') || '\x00'::bytea
-                                          || convert_to(p.version, 'UTF8') || '\x0a'::bytea ORDER BY p.ord) FILTER (WHERE p.ord <= max_rows),
+                                          || convert_to(p.version, 'UTF8') || '\x0a'::bytea ORDER BY p.ord) FILTER (WHERE p.sent),
                     h) AS chain
-      FROM page p
+      FROM delivery p
       CROSS JOIN LATERAL (
         SELECT p.table_id AS "table",
                CASE WHEN p.key_type = 'string' THEN to_jsonb(p.pk) ELSE to_jsonb(p.pk::bigint) END AS pk,
