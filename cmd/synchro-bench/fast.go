@@ -35,6 +35,8 @@ var fastConf = map[string]string{
 	"pg_stat_statements.max":           "5000",
 	"pg_stat_statements.track_utility": "on",
 	"track_functions":                  "none",
+	// The lag suite reads the commit time of materialization transactions.
+	"track_commit_timestamp": "on",
 }
 
 // fastCluster starts the fast cluster on first use.

@@ -93,6 +93,12 @@ type config struct {
 	memTimeout   time.Duration
 	synchroBin   string // prebuilt synchro binary for the memory suite (default: go build ./cmd/synchro)
 	pullEffects  int    // total effects of the pull suite's large stream
+
+	// lag suite (lag.go)
+	lagRate       int
+	lagDuration   time.Duration
+	headroomRates []int
+	headroomStep  time.Duration
 }
 
 func parseFlags(args []string, stderr io.Writer) (*config, error) {
@@ -111,6 +117,10 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&c.memTimeout, "mem-timeout", 15*time.Minute, "memory: give up waiting for materialization after this long")
 	fs.StringVar(&c.synchroBin, "synchro-bin", "", "memory: synchro binary to run (default: go build ./cmd/synchro)")
 	fs.IntVar(&c.pullEffects, "pull-effects", 10_000_000, "pull: total effects in the large stream")
+	fs.IntVar(&c.lagRate, "lag-rate", 1000, "lag: steady single-row transactions per second")
+	fs.DurationVar(&c.lagDuration, "lag-duration", 60*time.Second, "lag: length of the steady load")
+	headroom := fs.String("headroom-rates", "1000,2000,4000,8000", "lag: comma-separated ladder of steady rates (tps) for the headroom")
+	fs.DurationVar(&c.headroomStep, "headroom-step", 60*time.Second, "lag: length of each headroom rate")
 	fs.StringVar(&c.binDir, "pg-bin", "", "PostgreSQL server binaries (default $SYNCHRO_PG_BIN, else "+pgcluster.DefaultBinDir+")")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: synchro-bench [flags]")
@@ -127,6 +137,13 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	if fs.NArg() > 0 {
 		fs.Usage()
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	for _, r := range strings.Split(*headroom, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(r))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("-headroom-rates: %q is not a positive rate", r)
+		}
+		c.headroomRates = append(c.headroomRates, n)
 	}
 	if c.duration < time.Second {
 		return nil, fmt.Errorf("--duration must be at least 1s")
