@@ -39,3 +39,7 @@ verify: ## Check generated code, vet, go.mod tidiness and formatting
 .PHONY: bench
 bench: ## Run the benchmark harness (BENCH_ARGS are passed through)
 	$(GO) run ./cmd/synchro-bench $(BENCH_ARGS)
+
+.PHONY: bench-quick
+bench-quick: ## Short same-run ratios (CI); fails below half of docs/benchmarks.md's figures
+	$(GO) run ./cmd/synchro-bench --suite materialize --mat-small-txns 10000 --mat-big-txns 20 --no-profile --check docs/benchmarks.md

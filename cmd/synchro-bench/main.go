@@ -26,6 +26,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -94,6 +95,10 @@ type config struct {
 	synchroBin   string // prebuilt synchro binary for the memory suite (default: go build ./cmd/synchro)
 	pullEffects  int    // total effects of the pull suite's large stream
 
+	cpuProfile string // write a Go CPU profile of the whole run (the in-process runners included)
+	noProfile  bool   // skip the materialize suite's pg_stat_statements profile pass
+	check      string // compare recorded ratios with the summary table of this markdown file
+
 	// lag suite (lag.go)
 	lagRate       int
 	lagDuration   time.Duration
@@ -117,6 +122,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&c.memTimeout, "mem-timeout", 15*time.Minute, "memory: give up waiting for materialization after this long")
 	fs.StringVar(&c.synchroBin, "synchro-bin", "", "memory: synchro binary to run (default: go build ./cmd/synchro)")
 	fs.IntVar(&c.pullEffects, "pull-effects", 10_000_000, "pull: total effects in the large stream")
+	fs.BoolVar(&c.noProfile, "no-profile", false, "materialize: skip the profile pass that runs when a ratio is below its goal")
+	fs.StringVar(&c.check, "check", "", "fail when a same-run ratio falls below half of the figure in this file's summary table (docs/benchmarks.md)")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run (in-process runners included) to this file")
 	fs.IntVar(&c.lagRate, "lag-rate", 1000, "lag: steady single-row transactions per second")
 	fs.DurationVar(&c.lagDuration, "lag-duration", 60*time.Second, "lag: length of the steady load")
 	headroom := fs.String("headroom-rates", "1000,2000,4000,8000", "lag: comma-separated ladder of steady rates (tps) for the headroom")
@@ -184,6 +192,18 @@ func run(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logg
 		return err
 	}
 
+	if cfg.cpuProfile != "" {
+		f, err := os.Create(cfg.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+
 	// Our own directory (under $TMPDIR, which the postgres OS user can traverse when we
 	// run as root), so --keep can leave it behind.
 	dir, err := os.MkdirTemp("", "synchro-bench-")
@@ -243,6 +263,9 @@ func run(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logg
 		}
 		fmt.Fprintf(stdout, "\nwrote %s\n", cfg.out)
 	}
+	if cfg.check != "" {
+		return checkRatios(cfg.check, b.ratios, stdout)
+	}
 	return nil
 }
 
@@ -256,6 +279,17 @@ type bench struct {
 	// fast is the second cluster with test settings (fsync off) for the suites that
 	// measure the runner and the read path, started on first use (fast.go).
 	fast *pgcluster.Cluster
+	// ratios are the same-run ratios the suites measured, by metric name (the first
+	// column of the summary table in docs/benchmarks.md), for --check.
+	ratios map[string]float64
+}
+
+// record keeps a same-run ratio for --check.
+func (b *bench) record(metric string, ratio float64) {
+	if b.ratios == nil {
+		b.ratios = map[string]float64{}
+	}
+	b.ratios[metric] = ratio
 }
 
 // newDatabase creates an empty database, installs Synchro into it and returns a pgx

@@ -126,6 +126,7 @@ func runMaterialize(ctx context.Context, b *bench) (string, error) {
 			loadTxt = append(loadTxt, fmt.Sprintf("%.1f/%.1f", r.rawLoad, r.synLoad))
 		}
 		ratio := median(syns) / median(raws)
+		b.record("materialize "+sh.name, ratio)
 		m := "PASS"
 		if ratio < goalMaterialize {
 			m, below = "BELOW-GOAL", true
@@ -144,7 +145,7 @@ func runMaterialize(ctx context.Context, b *bench) (string, error) {
 		fmt.Fprintf(&sb, "| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
 			sh.name, r.rawWalsenderCPU, r.rawClientCPU, r.synWalsenderCPU, r.synApplyCPU, r.synRunnerCPU, r.synSec)
 	}
-	if below {
+	if below && !b.cfg.noProfile {
 		fmt.Fprintln(b.stdout, "below goal: profile pass with pg_stat_statements (track=all) and track_functions=pl ...")
 		prof, err := e.profile(ctx, shapes)
 		if err != nil {
