@@ -38,9 +38,12 @@ func (q *Queries) DropReplicationSlot(ctx context.Context, slotName string) erro
 }
 
 const materialize = `-- name: Materialize :one
-SELECT synchro.materialize($1::bigint, $2::text::pg_lsn,
-                           $3::text::pg_lsn, $4::bigint,
-                           $5::timestamptz)::text AS outcome
+SELECT m.outcome::text AS outcome,
+       coalesce(nullif(current_setting('synchro.ignored_messages', true), ''), '0')::int AS ignored_messages
+FROM (SELECT synchro.materialize($1::bigint, $2::text::pg_lsn,
+                                 $3::text::pg_lsn, $4::bigint,
+                                 $5::timestamptz)::text AS outcome
+      OFFSET 0) m
 `
 
 type MaterializeParams struct {
@@ -51,8 +54,15 @@ type MaterializeParams struct {
 	CommitTime       time.Time
 }
 
-// Applier (runner/apply.go): materialize one staged source transaction, inside its database transaction.
-func (q *Queries) Materialize(ctx context.Context, arg MaterializeParams) (string, error) {
+type MaterializeRow struct {
+	Outcome         string
+	IgnoredMessages int32
+}
+
+// Applier (runner/apply.go): materialize one staged source transaction, inside its database transaction,
+// and how many staged messages it dropped as unauthenticated (synchro._authenticate_messages leaves the
+// count in a transaction-local setting; the subquery runs first, OFFSET 0 keeps it from being flattened).
+func (q *Queries) Materialize(ctx context.Context, arg MaterializeParams) (MaterializeRow, error) {
 	row := q.db.QueryRow(ctx, materialize,
 		arg.StreamGeneration,
 		arg.CommitLsn,
@@ -60,9 +70,9 @@ func (q *Queries) Materialize(ctx context.Context, arg MaterializeParams) (strin
 		arg.Xid,
 		arg.CommitTime,
 	)
-	var outcome string
-	err := row.Scan(&outcome)
-	return outcome, err
+	var i MaterializeRow
+	err := row.Scan(&i.Outcome, &i.IgnoredMessages)
+	return i, err
 }
 
 const runnerAck = `-- name: RunnerAck :exec
@@ -123,6 +133,38 @@ func (q *Queries) RunnerClaim(ctx context.Context, arg RunnerClaimParams) error 
 		arg.HeartbeatInterval,
 	)
 	return err
+}
+
+const runnerColumns = `-- name: RunnerColumns :many
+SELECT c.relid::bigint AS relid, c.columns::text[] AS columns
+FROM synchro.runner_columns($1::bigint) AS c
+`
+
+type RunnerColumnsRow struct {
+	Relid   int64
+	Columns []string
+}
+
+// Applier (runner/apply.go, stage.go): the registered columns of every relation (union over
+// generations, key included), after the source transaction xid is visible (NULL: none).
+func (q *Queries) RunnerColumns(ctx context.Context, xid *int64) ([]RunnerColumnsRow, error) {
+	rows, err := q.db.Query(ctx, runnerColumns, xid)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []RunnerColumnsRow
+	for rows.Next() {
+		var i RunnerColumnsRow
+		if err := rows.Scan(&i.Relid, &i.Columns); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const runnerHeartbeat = `-- name: RunnerHeartbeat :exec

@@ -44,6 +44,12 @@ type applier struct {
 
 	lastIdle time.Time
 	began    time.Time // when the open source transaction's Begin arrived
+
+	// Registered columns (Stager.SetRegistered) were last loaded for these
+	// registry activations and unknown relations; each is reloaded for at most
+	// once per session, so a stream of forged activations costs one query each.
+	reloadedGen map[int64]struct{}
+	reloadedRel map[uint32]struct{}
 }
 
 func newApplier(cfg *Config, log *slog.Logger, conn *pgx.Conn, gen int64, f *Frontier, wake func()) *applier {
@@ -51,7 +57,53 @@ func newApplier(cfg *Config, log *slog.Logger, conn *pgx.Conn, gen int64, f *Fro
 		cfg: cfg, log: log, conn: conn, gen: gen, frontier: f, wake: wake,
 		stager: NewStager(),
 		batch:  make([]StageRow, 0, cfg.BatchRows),
+
+		reloadedGen: make(map[int64]struct{}),
+		reloadedRel: make(map[uint32]struct{}),
 	}
+}
+
+// loadRegistered loads the registered columns of every relation into the
+// stager, on q (the open materialization transaction, or the connection), once
+// the source transaction xid is visible (nil: at session start).
+func (a *applier) loadRegistered(ctx context.Context, q gen.DBTX, xid *int64) error {
+	rows, err := gen.New(q).RunnerColumns(ctx, xid)
+	if err != nil {
+		return fmt.Errorf("synchro: runner_columns: %w", err)
+	}
+	reg := make(map[uint32]map[string]struct{}, len(rows))
+	for _, r := range rows {
+		cols := make(map[string]struct{}, len(r.Columns))
+		for _, c := range r.Columns {
+			cols[c] = struct{}{}
+		}
+		reg[uint32(r.Relid)] = cols
+	}
+	a.stager.SetRegistered(reg)
+	return nil
+}
+
+// maybeReload reloads the registered columns when event e may need columns the
+// stager does not know: a registry activation (it may register columns that the
+// same transaction's later row events carry), or a row of a relation the stager
+// does not know.
+func (a *applier) maybeReload(ctx context.Context, e collate.Event) error {
+	switch {
+	case e.Kind == collate.KindMessage && e.Activation != nil:
+		if _, done := a.reloadedGen[e.Activation.Generation]; done {
+			return nil
+		}
+		a.reloadedGen[e.Activation.Generation] = struct{}{}
+	case e.Kind == collate.KindRow && e.Row != nil && e.Row.Relation != nil && !a.stager.Registered(e.Row.Relation.OID):
+		if _, done := a.reloadedRel[e.Row.Relation.OID]; done {
+			return nil
+		}
+		a.reloadedRel[e.Row.Relation.OID] = struct{}{}
+	default:
+		return nil
+	}
+	xid := int64(a.hdr.Xid)
+	return a.loadRegistered(ctx, a.tx, &xid)
 }
 
 // openStage creates pg_temp.synchro_stage for this session.
@@ -60,6 +112,11 @@ func openStage(ctx context.Context, conn *pgx.Conn) error {
 		return fmt.Errorf("synchro: runner_stage_open: %w", err)
 	}
 	return nil
+}
+
+// Ignored counts a "synchro." message the collator dropped (collate.IgnoreSink).
+func (a *applier) Ignored(reason collate.IgnoreReason) {
+	a.cfg.Metrics.ignoredMessages(string(reason), 1)
 }
 
 // Begin opens the database transaction of one source transaction.
@@ -77,6 +134,9 @@ func (a *applier) Begin(ctx context.Context, h collate.TxnHeader) error {
 
 // Event stages one event, flushing a full batch.
 func (a *applier) Event(ctx context.Context, e collate.Event) error {
+	if err := a.maybeReload(ctx, e); err != nil {
+		return err
+	}
 	var err error
 	switch e.Kind {
 	case collate.KindRow:
@@ -123,7 +183,7 @@ func (a *applier) Commit(ctx context.Context, t collate.TxnTrailer) error {
 		return err
 	}
 	staged := time.Since(a.began)
-	outcome, err := gen.New(a.tx).Materialize(ctx, gen.MaterializeParams{
+	res, err := gen.New(a.tx).Materialize(ctx, gen.MaterializeParams{
 		StreamGeneration: a.gen,
 		CommitLsn:        t.CommitLSN.String(),
 		EndLsn:           t.EndLSN.String(),
@@ -133,10 +193,13 @@ func (a *applier) Commit(ctx context.Context, t collate.TxnTrailer) error {
 	if err != nil {
 		return err
 	}
+	outcome := res.Outcome
 	if err := a.tx.Commit(ctx); err != nil {
 		return err
 	}
 	a.tx, a.inTxn = nil, false
+	// Messages materialization dropped: well-formed, but not under the server key.
+	a.cfg.Metrics.ignoredMessages("unauthenticated", int(res.IgnoredMessages))
 	if h := a.cfg.Hooks.AfterMaterializeCommit; h != nil {
 		if err := h(t.CommitLSN, t.EndLSN); err != nil {
 			return &deathError{err: err}

@@ -11,6 +11,7 @@ type Metrics struct {
 	transactions     *prometheus.CounterVec // outcome: materialized, duplicate
 	rowEvents        prometheus.Counter
 	poison           *prometheus.CounterVec // class
+	ignored          *prometheus.CounterVec // reason
 	transient        prometheus.Counter
 	acks             prometheus.Counter
 	idleAcks         prometheus.Counter
@@ -34,6 +35,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "synchro_runner_poison_total",
 			Help: "Blocking poison transactions recorded, by failure class.",
 		}, []string{"class"}),
+		ignored: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "synchro_runner_ignored_messages_total",
+			Help: "Logical messages with a synchro. prefix that are not the pack's own and were dropped, by reason " +
+				"(non_transactional, unknown_prefix, malformed, unauthenticated). Anyone may emit them; they never block.",
+		}, []string{"reason"}),
 		transient: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "synchro_runner_transient_errors_total",
 			Help: "Transient failures retried after a backoff.",
@@ -59,7 +65,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Highest WAL position received from the replication connection.",
 		}),
 	}
-	reg.MustRegister(m.transactions, m.rowEvents, m.poison, m.transient, m.acks, m.idleAcks,
+	reg.MustRegister(m.transactions, m.rowEvents, m.poison, m.ignored, m.transient, m.acks, m.idleAcks,
 		m.lastMaterialized, m.lastAcked, m.received)
 	return m
 }
@@ -76,6 +82,13 @@ func (m *Metrics) materialized(outcome string, end pglogrepl.LSN, rowEvents uint
 func (m *Metrics) poisoned(class string) {
 	if m != nil {
 		m.poison.WithLabelValues(class).Inc()
+	}
+}
+
+// ignoredMessages counts n dropped synchro. messages.
+func (m *Metrics) ignoredMessages(reason string, n int) {
+	if m != nil && n > 0 {
+		m.ignored.WithLabelValues(reason).Add(float64(n))
 	}
 }
 

@@ -68,6 +68,9 @@ func (r *Runner) session(work, stop context.Context) error {
 	items := make(chan item, itemBuffer)
 	rd := newReader(&r.cfg, repl, frontier, items, stop, &r.received)
 	ap := newApplier(&r.cfg, r.log, apply, st.StreamGeneration, frontier, rd.wake)
+	if err := ap.loadRegistered(work, apply, nil); err != nil {
+		return err
+	}
 	g, gctx := errgroup.WithContext(work)
 	g.Go(func() error { return rd.run(gctx) })
 	g.Go(func() error { return ap.run(gctx, stop, items) })

@@ -13,15 +13,22 @@ import (
 
 // Prefixes of Synchro's logical messages (docs/wire-format.md).
 const (
-	// PrefixNamespace starts every Synchro prefix. A message whose prefix
-	// starts with it but is not one of the known prefixes is poison.
+	// PrefixNamespace starts every Synchro prefix. Anyone can emit a message
+	// with it (pg_logical_emit_message is executable by PUBLIC): one that is not
+	// a well-formed, authenticated message of a known prefix is ignored and
+	// counted, never poison (docs/wire-format.md).
 	PrefixNamespace = "synchro."
 	PrefixFence     = "synchro.fence"
 	PrefixRegistry  = "synchro.registry"
 )
 
-// WireFormatVersion is the only accepted "v".
-const WireFormatVersion = 1
+// WireFormatVersion is the only accepted "v". Version 2 added "mac".
+const WireFormatVersion = 2
+
+// MACHexLen is the length of a message's "mac": 16 bytes as lowercase hex. The
+// runner cannot check it (the server key never leaves the database);
+// materialization does, and drops a message whose MAC does not match.
+const MACHexLen = 32
 
 // FenceKind is a registration kind.
 type FenceKind string
@@ -86,6 +93,7 @@ type Fence struct {
 	TableID    string      // synced only
 	PK         *PrimaryKey // synced only
 	CaptureKey string      // capture_dependency only
+	MAC        string      // lowercase hex, MACHexLen long; unverified here
 }
 
 // Key returns the registered key identity of the fenced row: NewKey, or
@@ -121,6 +129,7 @@ func (f *Fence) LogValue() slog.Value {
 type Activation struct {
 	Generation int64
 	Previous   *int64 // nil for the first generation
+	MAC        string // lowercase hex, MACHexLen long; unverified here
 }
 
 type fenceWire struct {
@@ -138,12 +147,14 @@ type fenceWire struct {
 	TableID    json.RawMessage `json:"table_id"`
 	PK         json.RawMessage `json:"pk"`
 	CaptureKey json.RawMessage `json:"capture_key"`
+	MAC        json.RawMessage `json:"mac"`
 }
 
 type activationWire struct {
 	V          json.RawMessage `json:"v"`
 	Generation json.RawMessage `json:"generation"`
 	Previous   json.RawMessage `json:"previous"`
+	MAC        json.RawMessage `json:"mac"`
 }
 
 func formatErr(detail string) *Error { return newErr(ClassMessageFormat, 0, detail) }
@@ -246,6 +257,9 @@ func ParseFence(content []byte) (Fence, error) {
 			return Fence{}, err
 		}
 	}
+	if f.MAC, err = reqMAC(w.MAC, "fence mac"); err != nil {
+		return Fence{}, err
+	}
 	return f, nil
 }
 
@@ -279,6 +293,9 @@ func ParseRegistryActivation(content []byte) (Activation, error) {
 			return Activation{}, formatErr("registry previous is not a positive generation below generation")
 		}
 		a.Previous = &p
+	}
+	if a.MAC, err = reqMAC(w.MAC, "registry mac"); err != nil {
+		return Activation{}, err
 	}
 	return a, nil
 }
@@ -427,6 +444,23 @@ func reqPK(raw json.RawMessage) (PrimaryKey, error) {
 		return PrimaryKey{}, formatErr("fence pk is not a string or an integer")
 	}
 	return PrimaryKey{IsInt: true, Int: n}, nil
+}
+
+// reqMAC reads a required MAC: MACHexLen lowercase hex digits.
+func reqMAC(raw json.RawMessage, field string) (string, error) {
+	s, err := reqString(raw, field)
+	if err != nil {
+		return "", err
+	}
+	if len(s) != MACHexLen {
+		return "", formatErr(field + " is not " + strconv.Itoa(MACHexLen) + " hex digits")
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return "", formatErr(field + " is not lowercase hex")
+		}
+	}
+	return s, nil
 }
 
 // canonicalUUID reports whether s is 8-4-4-4-12 lowercase hex.

@@ -14,7 +14,8 @@
 --   3. allocates an opaque transition version and a UUID fence_id,
 --   4. takes the next registered-DML ordinal,
 --   5. records the transition (and, under push, the immutable write fence), and
---   6. emits one transactional logical message (docs/wire-format.md).
+--   6. emits one transactional logical message (docs/wire-format.md), authenticated by
+--      a MAC under the server key (synchro._message_mac).
 -- It makes nothing pull-visible: only WAL materialization does.
 --
 -- Out-of-order check. PostgreSQL fires the AFTER ROW triggers of a statement when
@@ -67,6 +68,7 @@ DECLARE
   fid       uuid := pg_catalog.gen_random_uuid();
   ord       bigint;
   ctx       record;
+  msg       pg_catalog.jsonb; -- the message before its MAC (issue 13)
 BEGIN
   IF TG_OP = 'INSERT' THEN
     new_k := NEW.%4$I::text;
@@ -128,10 +130,15 @@ BEGIN
     END IF;
   END IF;
 
-  PERFORM pg_catalog.pg_logical_emit_message(true, 'synchro.fence', pg_catalog.json_build_object(
-    'v', 1, 'kind', %9$L, 'relation_id', %6$s, 'schema', %10$L, 'table', %11$L,
+  -- Authenticated message (issue 13): anyone may emit a 'synchro.fence' message, so
+  -- the runner counts only one whose "mac" (synchro._message_mac, under the server
+  -- key this trigger may read as the owner; never in this generated source) matches.
+  msg := pg_catalog.jsonb_build_object(
+    'v', 2, 'kind', %9$L, 'relation_id', %6$s, 'schema', %10$L, 'table', %11$L,
     'op', pg_catalog.lower(TG_OP), 'old_key', old_k, 'new_key', new_k, 'version', v, 'fence_id', fid,
-    'ordinal', ord, %12$s)::text);
+    'ordinal', ord, %12$s);
+  PERFORM pg_catalog.pg_logical_emit_message(true, 'synchro.fence',
+    (msg OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object('mac', synchro._message_mac('synchro.fence', msg)))::pg_catalog.text);
   RETURN NULL;
 END
 $fence$;

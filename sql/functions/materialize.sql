@@ -58,6 +58,9 @@ BEGIN
   -- The source transaction's own writes to synchro tables (write fences, registry
   -- generations) must be visible before they are read below.
   PERFORM synchro._await_visible(materialize.xid);
+  -- Only the pack's own messages count: unauthenticated ones are dropped (and
+  -- counted for the runner) before anything below counts or pairs them.
+  PERFORM synchro._authenticate_messages();
 
   SELECT count(*) FILTER (WHERE s.kind IN ('I', 'U', 'D', 'T')),
          count(*) FILTER (WHERE s.kind = 'M' AND s.prefix = 'synchro.fence')
