@@ -120,7 +120,7 @@ func TestFenceMessageFields(t *testing.T) {
 			}
 			// Authenticated: the MAC under the server key over the rest of the object.
 			var ok bool
-			require.NoError(t, db.Pool.QueryRow(ctx, `SELECT $1::jsonb ->> 'mac' = synchro._message_mac('synchro.fence', $1::jsonb - 'mac')`,
+			require.NoError(t, db.Pool.QueryRow(ctx, `SELECT $1::jsonb ->> 'mac' = synchro._message_mac('synchro.fence', synchro._message_body('synchro.fence', $1::jsonb))`,
 				string(m.Content)).Scan(&ok))
 			require.True(t, ok, "fence mac")
 		}

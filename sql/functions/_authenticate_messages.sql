@@ -26,7 +26,7 @@ BEGIN
      AND (s.prefix IS NULL OR s.prefix NOT IN ('synchro.fence', 'synchro.registry')
           OR s.content IS NULL OR jsonb_typeof(s.content) IS DISTINCT FROM 'object'
           OR jsonb_typeof(s.content -> 'mac') IS DISTINCT FROM 'string'
-          OR (s.content ->> 'mac') IS DISTINCT FROM synchro._message_mac(s.prefix, s.content - 'mac'));
+          OR (s.content ->> 'mac') IS DISTINCT FROM synchro._message_mac(s.prefix, synchro._message_body(s.prefix, s.content)));
   GET DIAGNOSTICS n = ROW_COUNT;
   PERFORM set_config('synchro.ignored_messages', n::text, true);
   RETURN n;

@@ -158,7 +158,7 @@ BEGIN
   -- activation messages, whoever else emits one with this prefix.
   msg := jsonb_build_object('v', 2, 'generation', g, 'previous', prev);
   PERFORM pg_logical_emit_message(true, 'synchro.registry',
-    (msg || jsonb_build_object('mac', synchro._message_mac('synchro.registry', msg)))::text);
+    (msg || jsonb_build_object('mac', synchro._message_mac('synchro.registry', synchro._message_body('synchro.registry', msg))))::text);
   RETURN g;
 END
 $$;
