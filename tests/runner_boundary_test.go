@@ -355,3 +355,58 @@ func TestBoundaryLongScopeValues(t *testing.T) {
 	changes, _ := pullAll(t, e.db, "c1", "user:"+short, last.Cursor, 10)
 	require.Equal(t, []string{"upsert:tasks/1", "upsert:tasks/2"}, opsOf(changes))
 }
+
+// gauge reads a gauge of the runner's metrics (0 when absent).
+func (r *runningRunner) gauge(t *testing.T, name string) float64 {
+	t.Helper()
+	mfs, err := r.metrics.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) > 0 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return 0
+}
+
+// Item 6: the runner's buffer between replication and materialization and its COPY
+// batches are bounded by bytes, not only by counts (4,096 payloads, BatchRows):
+// 1 MB rows stay within the buffer bound, 10 MB rows and a 40 MB message pass one at
+// a time, and a COPY batch never holds more than its byte bound or one row.
+func TestBoundaryRunnerBoundedByBytes(t *testing.T) {
+	t.Parallel()
+	const bufferBytes, batchBytes = 4 << 20, 2 << 20
+	e := newAppEnv(t, `CREATE TABLE app.blobs (id int8 PRIMARY KEY, owner text, body text)`, `
+		SELECT synchro.register_table('app.blobs', 'blobs');
+		SELECT synchro.add_scope_rule('blobs', 'owner:', 'owner');
+		SELECT synchro.activate_registry();`, func(c *runner.Config) {
+		c.BufferBytes = bufferBytes
+		c.BatchBytes = batchBytes
+	})
+	ctx := context.Background()
+	const mb = 1 << 20
+
+	// Phase 1: 40 rows of 1 MB in one source transaction.
+	e.appExec(t, `INSERT INTO app.blobs SELECT g, 'a', repeat(chr(64 + g % 26), 1024 * 1024) FROM generate_series(1, 40) g`)
+	e.requireHealthy(t, `INSERT INTO app.blobs (id, owner) VALUES (100, 'a')`, "100")
+	peak := e.rr.gauge(t, "synchro_runner_buffer_peak_bytes")
+	require.Greater(t, peak, float64(mb), "the buffer held at least one 1 MB row")
+	require.LessOrEqual(t, peak, float64(bufferBytes), "the buffer stays within its byte bound")
+	batchPeak := e.rr.gauge(t, "synchro_runner_batch_peak_bytes")
+	require.Greater(t, batchPeak, float64(mb))
+	require.LessOrEqual(t, batchPeak, float64(batchBytes+2*mb), "a batch stops at its byte bound (plus the row that crossed it)")
+
+	// Phase 2: 10 MB rows (three in one transaction) and a 40 MB message, each larger
+	// than the bounds: they pass alone.
+	e.appExec(t, `INSERT INTO app.blobs SELECT g, 'b', repeat(chr(64 + g), 10 * 1024 * 1024) FROM generate_series(1, 3) g`)
+	e.appExec(t, `INSERT INTO app.blobs VALUES (4, 'b', repeat('z', 10 * 1024 * 1024))`)
+	e.appExec(t, `SELECT pg_logical_emit_message(true, 'app.huge', repeat('m', 40 * 1024 * 1024))`)
+	e.appExec(t, `SELECT pg_logical_emit_message(true, 'synchro.fence', repeat('m', 40 * 1024 * 1024))`)
+	e.requireHealthy(t, `INSERT INTO app.blobs (id, owner) VALUES (101, 'b')`, "101")
+	var n int
+	require.NoError(t, e.db.Pool.QueryRow(ctx, `SELECT count(*) FROM synchro.projection
+		WHERE relation_id = $1 AND octet_length(image ->> 'body') = 10 * 1024 * 1024`, e.relationID(t, "blobs")).Scan(&n))
+	require.Equal(t, 4, n)
+	require.LessOrEqual(t, e.rr.gauge(t, "synchro_runner_batch_peak_bytes"), float64(11*mb), "one 10 MB row per batch")
+	require.Equal(t, 1.0, e.rr.counter(t, "synchro_runner_ignored_messages_total", "reason", "malformed"))
+}
