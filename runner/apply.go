@@ -36,8 +36,11 @@ type applier struct {
 	frontier *Frontier
 	wake     func() // tells the reader that the durable boundary moved
 
-	stager *Stager
-	batch  []StageRow
+	budget *byteBudget // the reader's; the applier releases what it takes
+
+	stager     *Stager
+	batch      []StageRow
+	batchBytes int64 // row data in batch (Config.BatchBytes)
 	tx     pgx.Tx
 	hdr    collate.TxnHeader
 	inTxn  bool
@@ -129,6 +132,7 @@ func (a *applier) Begin(ctx context.Context, h collate.TxnHeader) error {
 	a.began = time.Now()
 	a.stager.Reset()
 	a.batch = a.batch[:0]
+	a.batchBytes = 0
 	return nil
 }
 
@@ -138,6 +142,7 @@ func (a *applier) Event(ctx context.Context, e collate.Event) error {
 		return err
 	}
 	var err error
+	from := len(a.batch)
 	switch e.Kind {
 	case collate.KindRow:
 		a.batch, err = a.stager.Row(a.batch, e.Ordinal, e.Row)
@@ -149,7 +154,10 @@ func (a *applier) Event(ctx context.Context, e collate.Event) error {
 	if err != nil {
 		return err
 	}
-	if len(a.batch) >= a.cfg.BatchRows {
+	for i := from; i < len(a.batch); i++ {
+		a.batchBytes += a.batch[i].size()
+	}
+	if len(a.batch) >= a.cfg.BatchRows || a.batchBytes >= a.cfg.BatchBytes {
 		return a.flush(ctx)
 	}
 	return nil
@@ -171,8 +179,10 @@ func (a *applier) flush(ctx context.Context) error {
 	if _, err := a.tx.CopyFrom(ctx, stageTable, StageColumns, src); err != nil {
 		return err
 	}
+	a.cfg.Metrics.batchFlushed(a.batchBytes)
 	clear(a.batch) // drop references to row data
 	a.batch = a.batch[:0]
+	a.batchBytes = 0
 	return nil
 }
 
@@ -225,6 +235,7 @@ func (a *applier) abort(ctx context.Context) {
 	a.tx, a.inTxn = nil, false
 	clear(a.batch)
 	a.batch = a.batch[:0]
+	a.batchBytes = 0
 }
 
 // maybeIdle records an offered idle boundary when allowed and not throttled.
@@ -355,6 +366,9 @@ func (a *applier) run(ctx, stop context.Context, items <-chan item) error {
 			a.abort(ctx)
 			return ctx.Err()
 		case it, ok := <-items:
+			if ok && a.budget != nil {
+				a.budget.release(it.size())
+			}
 			if !ok {
 				if a.inTxn {
 					// The reader only stops between transactions; anything else

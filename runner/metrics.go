@@ -18,6 +18,11 @@ type Metrics struct {
 	lastMaterialized prometheus.Gauge
 	lastAcked        prometheus.Gauge
 	received         prometheus.Gauge
+	bufferBytes      prometheus.Gauge
+	bufferPeak       prometheus.Gauge
+	batchPeak        prometheus.Gauge
+	peakBuffer       int64 // guarded by the byte budget's lock
+	peakBatch        int64 // applier goroutine only
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -64,9 +69,21 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "synchro_runner_received_lsn",
 			Help: "Highest WAL position received from the replication connection.",
 		}),
+		bufferBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "synchro_runner_buffer_bytes",
+			Help: "Bytes of replication payloads received and not yet taken by materialization (bounded by --buffer-bytes).",
+		}),
+		bufferPeak: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "synchro_runner_buffer_peak_bytes",
+			Help: "Highest synchro_runner_buffer_bytes since start (above --buffer-bytes only for one payload that is larger alone).",
+		}),
+		batchPeak: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "synchro_runner_batch_peak_bytes",
+			Help: "Largest COPY batch of staged rows since start, in bytes (bounded by --batch-bytes plus the row that crossed it).",
+		}),
 	}
 	reg.MustRegister(m.transactions, m.rowEvents, m.poison, m.ignored, m.transient, m.acks, m.idleAcks,
-		m.lastMaterialized, m.lastAcked, m.received)
+		m.lastMaterialized, m.lastAcked, m.received, m.bufferBytes, m.bufferPeak, m.batchPeak)
 	return m
 }
 
@@ -108,6 +125,30 @@ func (m *Metrics) acked(lsn pglogrepl.LSN) {
 func (m *Metrics) idle() {
 	if m != nil {
 		m.idleAcks.Inc()
+	}
+}
+
+// buffered records the reader buffer's bytes (called under the budget's lock,
+// so the peak is exact).
+func (m *Metrics) buffered(n int64) {
+	if m == nil {
+		return
+	}
+	m.bufferBytes.Set(float64(n))
+	if n > m.peakBuffer {
+		m.peakBuffer = n
+		m.bufferPeak.Set(float64(n))
+	}
+}
+
+// batchFlushed records the bytes of one COPY batch (applier goroutine only).
+func (m *Metrics) batchFlushed(n int64) {
+	if m == nil {
+		return
+	}
+	if n > m.peakBatch {
+		m.peakBatch = n
+		m.batchPeak.Set(float64(n))
 	}
 }
 

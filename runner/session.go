@@ -66,8 +66,10 @@ func (r *Runner) session(work, stop context.Context) error {
 
 	frontier := NewFrontier(st.ProcessedEnd, start)
 	items := make(chan item, itemBuffer)
-	rd := newReader(&r.cfg, repl, frontier, items, stop, &r.received)
+	budget := newByteBudget(r.cfg.BufferBytes, r.cfg.Metrics)
+	rd := newReader(&r.cfg, repl, frontier, items, budget, stop, &r.received)
 	ap := newApplier(&r.cfg, r.log, apply, st.StreamGeneration, frontier, rd.wake)
+	ap.budget = budget
 	if err := ap.loadRegistered(work, apply, nil); err != nil {
 		return err
 	}

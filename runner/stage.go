@@ -53,6 +53,12 @@ type StageRow struct {
 	Content      []byte
 }
 
+// size is what the row counts against Config.BatchBytes: its row data and
+// message content, plus a little for the other columns.
+func (s *StageRow) size() int64 {
+	return int64(len(s.NewRow)+len(s.OldRow)+len(s.Content)) + 64
+}
+
 // Values returns the row as COPY values in StageColumns order.
 func (s *StageRow) Values() []any {
 	v := make([]any, 0, len(StageColumns))

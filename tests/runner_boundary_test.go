@@ -398,8 +398,8 @@ func TestBoundaryRunnerBoundedByBytes(t *testing.T) {
 
 	// Phase 2: 10 MB rows (three in one transaction) and a 40 MB message, each larger
 	// than the bounds: they pass alone.
-	e.appExec(t, `INSERT INTO app.blobs SELECT g, 'b', repeat(chr(64 + g), 10 * 1024 * 1024) FROM generate_series(1, 3) g`)
-	e.appExec(t, `INSERT INTO app.blobs VALUES (4, 'b', repeat('z', 10 * 1024 * 1024))`)
+	e.appExec(t, `INSERT INTO app.blobs SELECT 200 + g, 'b', repeat(chr(64 + g), 10 * 1024 * 1024) FROM generate_series(1, 3) g`)
+	e.appExec(t, `INSERT INTO app.blobs VALUES (204, 'b', repeat('z', 10 * 1024 * 1024))`)
 	e.appExec(t, `SELECT pg_logical_emit_message(true, 'app.huge', repeat('m', 40 * 1024 * 1024))`)
 	e.appExec(t, `SELECT pg_logical_emit_message(true, 'synchro.fence', repeat('m', 40 * 1024 * 1024))`)
 	e.requireHealthy(t, `INSERT INTO app.blobs (id, owner) VALUES (101, 'b')`, "101")

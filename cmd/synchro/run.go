@@ -33,7 +33,7 @@ func envOr(name, def string) string {
 func runRun(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "run")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: synchro run [--database-url URL] [--slot synchro] [--publication synchro] [--listen 127.0.0.1:8080]")
+		fmt.Fprintln(fs.Output(), "usage: synchro run [--database-url URL] [--slot synchro] [--publication synchro] [--listen 127.0.0.1:8080] [--buffer-bytes N] [--batch-bytes N]")
 		fmt.Fprintln(fs.Output(), "Runs the WAL worker until SIGTERM or SIGINT (then finishes the transaction in hand, acknowledges it and exits 0).")
 		fs.PrintDefaults()
 	}
@@ -50,6 +50,9 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		heartbeat = d
 	}
 	fs.DurationVar(&heartbeat, "heartbeat-interval", heartbeat, "runner heartbeat interval (default $"+envHeartbeat+")")
+	bufferBytes := fs.Int64("buffer-bytes", 64<<20,
+		"bytes of replication payloads buffered ahead of materialization (a larger payload passes alone)")
+	batchBytes := fs.Int64("batch-bytes", 8<<20, "bytes of staged rows per COPY batch (a larger row goes alone)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -65,6 +68,8 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		Slot:              *slot,
 		Publication:       *publication,
 		HeartbeatInterval: heartbeat,
+		BufferBytes:       *bufferBytes,
+		BatchBytes:        *batchBytes,
 	}, *listen)
 }
 

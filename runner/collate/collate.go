@@ -246,6 +246,10 @@ func (c *Collator) message(ctx context.Context, walStart pglogrepl.LSN, m *decod
 		return framing(walStart, "transactional message outside a transaction")
 	}
 	e := Event{Kind: KindMessage, Ordinal: c.rowEvents, Message: m}
+	if synchro && len(m.Content) > decode.MaxMessageContent {
+		c.ignore(IgnoreMalformed) // not the pack's: never parsed, never staged
+		return nil
+	}
 	if synchro {
 		switch m.Prefix {
 		// The pack's own messages always parse: one that does not is someone

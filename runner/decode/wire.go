@@ -25,6 +25,11 @@ const (
 // WireFormatVersion is the only accepted "v". Version 2 added "mac".
 const WireFormatVersion = 2
 
+// MaxMessageContent bounds the content of a Synchro message worth parsing. The
+// pack's own are far smaller (a fence carries keys of at most 1024 bytes and
+// names of at most 63); a larger one is someone else's and is dropped unparsed.
+const MaxMessageContent = 64 << 10
+
 // MACHexLen is the length of a message's "mac": 16 bytes as lowercase hex. The
 // runner cannot check it (the server key never leaves the database);
 // materialization does, and drops a message whose MAC does not match.
