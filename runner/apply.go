@@ -41,9 +41,9 @@ type applier struct {
 	stager     *Stager
 	batch      []StageRow
 	batchBytes int64 // row data in batch (Config.BatchBytes)
-	tx     pgx.Tx
-	hdr    collate.TxnHeader
-	inTxn  bool
+	tx         pgx.Tx
+	hdr        collate.TxnHeader
+	inTxn      bool
 
 	lastIdle time.Time
 	began    time.Time // when the open source transaction's Begin arrived
