@@ -246,7 +246,7 @@ func TestBoundaryUnregisteredValueNeverPoisons(t *testing.T) {
 	t.Parallel()
 	e := newAppEnv(t, appItemsDDL+`; CREATE TABLE app.more (id int8 PRIMARY KEY, owner text, j json, note text)`,
 		appItemsRegistry, nil)
-	const bad = `{"a":"\u0000"}`
+	const bad = `{"a":"\u0000","s":"SENTINEL-4a0c9e"}`
 	e.appExec(t, `INSERT INTO app.items (id, owner, extra) VALUES (1, 'a', $1)`, bad)
 	e.appExec(t, `UPDATE app.items SET v = 2, extra = $1 WHERE id = 1`, bad)
 	// Registration, activation and writes in one source transaction.
@@ -264,6 +264,7 @@ func TestBoundaryUnregisteredValueNeverPoisons(t *testing.T) {
 	require.NoError(t, e.db.Pool.QueryRow(context.Background(), `SELECT image::text FROM synchro.projection
 		WHERE relation_id = $1 AND pk = '1'`, e.relationID(t, "more")).Scan(&image))
 	require.JSONEq(t, `{"id": 1, "owner": "a", "note": "n"}`, image)
+	e.requireNoSentinel(t, "SENTINEL-4a0c9e")
 }
 
 // Item 4b: a registered value the row image cannot hold, or a registered key over the
