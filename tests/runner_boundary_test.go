@@ -206,6 +206,14 @@ func TestBoundaryStrangerMessagesNeverBlock(t *testing.T) {
 		'{"v":2,"generation":99,"previous":1,"mac":"00000000000000000000000000000000"}')`)
 	e.appExec(t, `BEGIN; `+forged("insert", "11", "NULL", 1)+`; COMMIT`)
 	e.appExec(t, `BEGIN; `+forged("insert", "12", "NULL", 1)+`; INSERT INTO app.items (id, owner) VALUES (12, 'a'); COMMIT`)
+	// Well-formed for encoding/json but not for jsonb (the staging column): a \u0000
+	// escape and an unpaired surrogate.
+	for _, esc := range []string{`\u0000`, `\ud800`} {
+		e.appExec(t, fmt.Sprintf(`SELECT pg_logical_emit_message(true, 'synchro.fence', '{"v":2,"kind":"synced",'
+			'"relation_id":%d,"schema":"app%s","table":"items","op":"insert","old_key":null,"new_key":"14",'
+			'"version":"x","fence_id":"6f1e2c3d-4b5a-4789-9abc-def012345678","ordinal":1,"table_id":"items",'
+			'"pk":14,"mac":"00000000000000000000000000000000"}')`, rel, esc))
+	}
 	// A v1 fence (the old, unauthenticated shape).
 	e.appExec(t, fmt.Sprintf(`SELECT pg_logical_emit_message(true, 'synchro.fence', json_build_object(
 		'v', 1, 'kind', 'synced', 'relation_id', %d, 'schema', 'app', 'table', 'items', 'op', 'update',
@@ -222,7 +230,7 @@ func TestBoundaryStrangerMessagesNeverBlock(t *testing.T) {
 	}
 	require.Equal(t, 2.0, ignored("non_transactional"))
 	require.Equal(t, 2.0, ignored("unknown_prefix"))
-	require.Equal(t, 3.0, ignored("malformed"))
+	require.Equal(t, 5.0, ignored("malformed"))
 	require.Equal(t, 3.0, ignored("unauthenticated"))
 }
 
