@@ -48,11 +48,11 @@ type applier struct {
 	lastIdle time.Time
 	began    time.Time // when the open source transaction's Begin arrived
 
-	// Registered columns (Stager.SetRegistered) were last loaded for these
-	// registry activations and unknown relations; each is reloaded for at most
-	// once per session, so a stream of forged activations costs one query each.
-	reloadedGen map[int64]struct{}
-	reloadedRel map[uint32]struct{}
+	// reloaded: the registered columns (Stager.SetRegistered) were reloaded in
+	// the open source transaction. Once is enough: the reload waits until the
+	// transaction is visible, so it sees every registration the transaction
+	// made, and any number of (forged) activation messages cost one query.
+	reloaded bool
 }
 
 func newApplier(cfg *Config, log *slog.Logger, conn *pgx.Conn, gen int64, f *Frontier, wake func()) *applier {
@@ -60,9 +60,6 @@ func newApplier(cfg *Config, log *slog.Logger, conn *pgx.Conn, gen int64, f *Fro
 		cfg: cfg, log: log, conn: conn, gen: gen, frontier: f, wake: wake,
 		stager: NewStager(),
 		batch:  make([]StageRow, 0, cfg.BatchRows),
-
-		reloadedGen: make(map[int64]struct{}),
-		reloadedRel: make(map[uint32]struct{}),
 	}
 }
 
@@ -86,25 +83,23 @@ func (a *applier) loadRegistered(ctx context.Context, q gen.DBTX, xid *int64) er
 	return nil
 }
 
-// maybeReload reloads the registered columns when event e may need columns the
-// stager does not know: a registry activation (it may register columns that the
-// same transaction's later row events carry), or a row of a relation the stager
-// does not know.
+// maybeReload reloads the registered columns, at most once per source
+// transaction, when event e may need columns the stager does not know: a
+// registry activation message (it may register columns that the same
+// transaction's later row events carry; row events before it belong to the
+// previous generation, whose columns are loaded), or a row of a relation the
+// stager does not know. A relation still unknown after that is not registered:
+// its key alone is staged and materialization refuses the event.
 func (a *applier) maybeReload(ctx context.Context, e collate.Event) error {
-	switch {
-	case e.Kind == collate.KindMessage && e.Activation != nil:
-		if _, done := a.reloadedGen[e.Activation.Generation]; done {
-			return nil
-		}
-		a.reloadedGen[e.Activation.Generation] = struct{}{}
-	case e.Kind == collate.KindRow && e.Row != nil && e.Row.Relation != nil && !a.stager.Registered(e.Row.Relation.OID):
-		if _, done := a.reloadedRel[e.Row.Relation.OID]; done {
-			return nil
-		}
-		a.reloadedRel[e.Row.Relation.OID] = struct{}{}
-	default:
+	if a.reloaded {
 		return nil
 	}
+	activation := e.Kind == collate.KindMessage && e.Activation != nil
+	unknown := e.Kind == collate.KindRow && e.Row != nil && e.Row.Relation != nil && !a.stager.Registered(e.Row.Relation.OID)
+	if !activation && !unknown {
+		return nil
+	}
+	a.reloaded = true
 	xid := int64(a.hdr.Xid)
 	return a.loadRegistered(ctx, a.tx, &xid)
 }
@@ -133,6 +128,7 @@ func (a *applier) Begin(ctx context.Context, h collate.TxnHeader) error {
 	a.stager.Reset()
 	a.batch = a.batch[:0]
 	a.batchBytes = 0
+	a.reloaded = false
 	return nil
 }
 

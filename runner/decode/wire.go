@@ -306,10 +306,13 @@ func ParseRegistryActivation(content []byte) (Activation, error) {
 }
 
 // strictUnmarshal decodes exactly one JSON object with no unknown, duplicate
-// or trailing content, from valid UTF-8.
+// or trailing content, from valid UTF-8, that jsonb also accepts.
 func strictUnmarshal(content []byte, v any) error {
 	if !utf8.Valid(content) {
 		return formatErr("content is not valid utf-8")
+	}
+	if !jsonbEscapes(content) {
+		return formatErr("content has an escape jsonb refuses")
 	}
 	if err := checkObjectKeys(content); err != nil {
 		return err
@@ -324,6 +327,46 @@ func strictUnmarshal(content []byte, v any) error {
 		return formatErr("trailing content after json object")
 	}
 	return nil
+}
+
+// jsonbEscapes reports whether every \u escape in content's strings is one
+// PostgreSQL's jsonb accepts: not \u0000 (text cannot hold NUL) and no UTF-16
+// surrogate (encoding/json replaces an unpaired one, jsonb refuses it; the pack
+// never writes one, PostgreSQL's JSON output escapes only control characters). A
+// message is staged into a jsonb column, so one jsonb refuses must be dropped
+// here, not fail the staging. Structure is left to the decoder.
+func jsonbEscapes(content []byte) bool {
+	inString := false
+	for i := 0; i < len(content); i++ {
+		c := content[i]
+		if !inString {
+			if c == '"' {
+				inString = true
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = false
+		case '\\':
+			if i+1 >= len(content) {
+				return false
+			}
+			i++
+			if content[i] != 'u' {
+				continue
+			}
+			if i+4 >= len(content) {
+				return false
+			}
+			r, err := strconv.ParseUint(string(content[i+1:i+5]), 16, 16)
+			if err != nil || r == 0 || (r >= 0xD800 && r <= 0xDFFF) {
+				return false
+			}
+			i += 4
+		}
+	}
+	return true
 }
 
 // checkObjectKeys requires content to be a JSON object whose top-level keys

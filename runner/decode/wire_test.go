@@ -64,6 +64,14 @@ func TestParseFenceValid(t *testing.T) {
 			m["pk"] = json.Number("9223372036854775807")
 		},
 	}
+	// Escapes PostgreSQL writes (control characters) and an escaped backslash
+	// followed by "u0000" (not an escape) parse.
+	for _, schema := range []string{`"a\u0001b"`, `"a\\u0000"`, `"\"\\\/\b\f\n\r\t"`} {
+		raw := strings.Replace(string(fenceJSON(t, nil)), `"schema":"public"`, `"schema":`+schema, 1)
+		if _, err := decode.ParseFence([]byte(raw)); err != nil {
+			t.Fatalf("%s: %v", schema, err)
+		}
+	}
 	for name, mut := range ok {
 		t.Run(name, func(t *testing.T) {
 			f, err := decode.ParseFence(fenceJSON(t, mut))
@@ -104,6 +112,10 @@ func TestParseFenceInvalid(t *testing.T) {
 		"v exponent":       strings.Replace(string(fenceJSON(t, nil)), `"v":2`, `"v":2e0`, 1),
 		"ordinal float":    strings.Replace(string(fenceJSON(t, nil)), `"ordinal":1017`, `"ordinal":1017.5`, 1),
 		"ordinal overflow": strings.Replace(string(fenceJSON(t, nil)), `"ordinal":1017`, `"ordinal":99999999999999999999`, 1),
+		"nul escape":       strings.Replace(string(fenceJSON(t, nil)), `"schema":"public"`, `"schema":"pub\u0000lic"`, 1),
+		"surrogate escape": strings.Replace(string(fenceJSON(t, nil)), `"schema":"public"`, `"schema":"pub\ud800lic"`, 1),
+		"surrogate pair":   strings.Replace(string(fenceJSON(t, nil)), `"schema":"public"`, `"schema":"\ud83d\ude00"`, 1),
+		"short escape":     strings.Replace(string(fenceJSON(t, nil)), `"schema":"public"`, `"schema":"\u00"`, 1),
 	}
 	for name, s := range raw {
 		t.Run(name, func(t *testing.T) {

@@ -98,7 +98,9 @@ BEGIN
   -- Source refusals (issue 13): a key or a registered value that the key indexes or
   -- the row image cannot hold fails the writing statement with a class-22 SQLSTATE,
   -- naming the rule, never the value (synchro._fence_value_checks).
-  IF pg_catalog.octet_length(k) > 1024 THEN
+  -- The key is checked when it enters (a key cannot change): a row registered with a
+  -- longer key stays updatable and deletable.
+  IF TG_OP = 'INSERT' AND pg_catalog.octet_length(k) > 1024 THEN
     RAISE EXCEPTION 'registered key of relation_id %% is over 1024 bytes (documented key limit)', %6$s
       USING ERRCODE = 'string_data_right_truncation';
   END IF;

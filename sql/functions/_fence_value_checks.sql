@@ -20,8 +20,8 @@
 --     values are not counted. The image of a row then stays far below jsonb's 256 MB
 --     limit, and a pull page of one change fits a client.
 --
--- The registered key is checked by the template itself (1024 bytes, 22001), for
--- every operation.
+-- The registered key is checked by the template itself (1024 bytes, 22001), when
+-- it enters (INSERT; a key cannot change).
 --
 -- The columns are the registered columns of the active and the pending registry
 -- generation (the fence is regenerated at each activation; a column registered in the
