@@ -10,16 +10,31 @@
 --
 -- The fence template builds the same text inline from its variables (_fence_source).
 CREATE OR REPLACE FUNCTION synchro._message_body(prefix text, c jsonb) RETURNS text
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+-- One expression, so the planner inlines it (materialization authenticates every
+-- staged message in one statement).
 AS $$
-  SELECT pg_catalog.string_agg(pg_catalog.concat(pg_catalog.length(f.v), ':', f.v), '' ORDER BY f.n)
-    FROM pg_catalog.unnest(CASE prefix
-           WHEN 'synchro.fence' THEN ARRAY[
-             c ->> 'v', c ->> 'kind', c ->> 'relation_id', c ->> 'schema', c ->> 'table', c ->> 'op',
-             c ->> 'old_key', c ->> 'new_key', c ->> 'version', c ->> 'fence_id', c ->> 'ordinal',
-             c ->> 'table_id', c ->> 'pk', c ->> 'capture_key']
-           WHEN 'synchro.registry' THEN ARRAY[c ->> 'v', c ->> 'generation', c ->> 'previous']
-         END) WITH ORDINALITY AS f(v, n)
+  SELECT CASE prefix
+    WHEN 'synchro.fence' THEN pg_catalog.concat(
+            pg_catalog.length(c ->> 'v'), ':', c ->> 'v',
+            pg_catalog.length(c ->> 'kind'), ':', c ->> 'kind',
+            pg_catalog.length(c ->> 'relation_id'), ':', c ->> 'relation_id',
+            pg_catalog.length(c ->> 'schema'), ':', c ->> 'schema',
+            pg_catalog.length(c ->> 'table'), ':', c ->> 'table',
+            pg_catalog.length(c ->> 'op'), ':', c ->> 'op',
+            pg_catalog.length(c ->> 'old_key'), ':', c ->> 'old_key',
+            pg_catalog.length(c ->> 'new_key'), ':', c ->> 'new_key',
+            pg_catalog.length(c ->> 'version'), ':', c ->> 'version',
+            pg_catalog.length(c ->> 'fence_id'), ':', c ->> 'fence_id',
+            pg_catalog.length(c ->> 'ordinal'), ':', c ->> 'ordinal',
+            pg_catalog.length(c ->> 'table_id'), ':', c ->> 'table_id',
+            pg_catalog.length(c ->> 'pk'), ':', c ->> 'pk',
+            pg_catalog.length(c ->> 'capture_key'), ':', c ->> 'capture_key')
+    WHEN 'synchro.registry' THEN pg_catalog.concat(
+            pg_catalog.length(c ->> 'v'), ':', c ->> 'v',
+            pg_catalog.length(c ->> 'generation'), ':', c ->> 'generation',
+            pg_catalog.length(c ->> 'previous'), ':', c ->> 'previous')
+  END
 $$;
 
 REVOKE ALL ON FUNCTION synchro._message_body(text, jsonb) FROM PUBLIC;
