@@ -310,8 +310,20 @@ func TestBoundaryUnrenderableValueRefusedAtSource(t *testing.T) {
 		require.Contains(t, pe.Message, "registered", "the message names the rule: %s", pe.Message)
 	}
 
+	// Through push, the refusal is that mutation's rejected outcome (a json value jsonb
+	// refuses cannot travel in push's jsonb; the key and the size can).
+	var raw string
+	big := strings.Repeat("k", 1100) + sentinel
+	require.NoError(t, e.app.QueryRow(context.Background(), `SELECT synchro.push('c1', $1::jsonb)::text`,
+		pushJSON(t, pushIns(pushID(), "notes", big, pm{"owner": "a"}), pushIns(pushID(), "notes", "ok", pm{"owner": "a"}))).Scan(&raw))
+	out := pushParse(t, raw)
+	require.Len(t, out, 2)
+	pushRejected(t, out[0], out[0].str(t, "id"), "22001")
+	require.Equal(t, "accepted", out[1].str(t, "status"))
+	require.NotContains(t, raw, sentinel)
+
 	require.Zero(t, countOf(t, e.db, `SELECT count(*) FROM app.docs WHERE id <> 1`))
-	require.Zero(t, countOf(t, e.db, `SELECT count(*) FROM app.notes`))
+	require.Equal(t, 1, countOf(t, e.db, `SELECT count(*) FROM app.notes`), "only the pushed 'ok'")
 	var body string
 	require.NoError(t, e.db.Pool.QueryRow(context.Background(), `SELECT body::text FROM app.docs WHERE id = 1`).Scan(&body))
 	require.JSONEq(t, `{"ok": true}`, body)
