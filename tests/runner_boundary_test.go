@@ -431,3 +431,82 @@ func TestBoundaryRunnerBoundedByBytes(t *testing.T) {
 	require.LessOrEqual(t, e.rr.gauge(t, "synchro_runner_batch_peak_bytes"), float64(11*mb), "one 10 MB row per batch")
 	require.Equal(t, 1.0, e.rr.counter(t, "synchro_runner_ignored_messages_total", "reason", "malformed"))
 }
+
+// Item 3: materialization's verifier keeps exactly the messages whose MAC under the
+// server key matches their fields; changing any field, the prefix or the MAC drops it.
+func TestBoundaryMessageAuthentication(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	conn, err := db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, `SELECT synchro.runner_stage_open()`)
+	require.NoError(t, err)
+	// The stage is emptied at every commit: one transaction, as the runner does.
+	_, err = conn.Exec(ctx, `BEGIN`)
+	require.NoError(t, err)
+	defer func() { _, _ = conn.Exec(ctx, `ROLLBACK`) }()
+
+	fence := map[string]any{
+		"v": 2, "kind": "synced", "relation_id": 3, "schema": "public", "table": "tasks", "op": "update",
+		"old_key": "4:2|", "new_key": "4:2|", "version": "9b3c", "fence_id": "6f1e2c3d-4b5a-4789-9abc-def012345678",
+		"ordinal": 1017, "table_id": "tasks", "pk": "4:2|",
+	}
+	registry := map[string]any{"v": 2, "generation": 2, "previous": nil}
+	sign := func(prefix string, m map[string]any) map[string]any {
+		out := map[string]any{}
+		for k, v := range m {
+			out[k] = v
+		}
+		var mac string
+		require.NoError(t, conn.QueryRow(ctx, `SELECT synchro._message_mac($1, synchro._message_body($1, $2::jsonb))`,
+			prefix, out).Scan(&mac))
+		out["mac"] = mac
+		return out
+	}
+	type msg struct {
+		name    string
+		prefix  string
+		content any
+		keep    bool
+	}
+	msgs := []msg{
+		{"genuine fence", "synchro.fence", sign("synchro.fence", fence), true},
+		{"genuine activation", "synchro.registry", sign("synchro.registry", registry), true},
+		{"activation mac on a fence prefix", "synchro.fence", sign("synchro.registry", registry), false},
+		{"unknown prefix", "synchro.other", sign("synchro.fence", fence), false},
+		{"no mac", "synchro.fence", fence, false},
+		{"not an object", "synchro.fence", []any{1}, false},
+	}
+	for k := range fence {
+		tampered := sign("synchro.fence", fence)
+		switch v := tampered[k].(type) {
+		case string:
+			tampered[k] = v + "x"
+		case int:
+			tampered[k] = v + 1
+		}
+		msgs = append(msgs, msg{"changed " + k, "synchro.fence", tampered, false})
+	}
+	// Moving a length prefix: "4:2|" split differently across old_key and new_key.
+	shifted := sign("synchro.fence", fence)
+	shifted["old_key"], shifted["new_key"] = "4:2|4", ":2|"
+	msgs = append(msgs, msg{"shifted fields", "synchro.fence", shifted, false})
+	for i, m := range msgs {
+		_, err := conn.Exec(ctx, `INSERT INTO pg_temp.synchro_stage (seq, kind, prefix, content) VALUES ($1, 'M', $2, $3::jsonb)`,
+			i, m.prefix, m.content)
+		require.NoError(t, err, m.name)
+	}
+	var dropped int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT synchro._authenticate_messages()`).Scan(&dropped))
+	rows, err := conn.Query(ctx, `SELECT seq FROM pg_temp.synchro_stage ORDER BY seq`)
+	require.NoError(t, err)
+	kept, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	require.NoError(t, err)
+	require.Equal(t, []int32{0, 1}, kept, "only the genuine messages are kept")
+	require.Equal(t, len(msgs)-2, dropped)
+	var setting string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT current_setting('synchro.ignored_messages')`).Scan(&setting))
+	require.Equal(t, fmt.Sprint(len(msgs)-2), setting)
+}
