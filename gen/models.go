@@ -23,6 +23,7 @@ type SynchroEffect struct {
 	Version          *string
 	Image            []byte
 	CreatedAt        time.Time
+	ScopeHash        []byte
 	ImageBytes       *int32
 }
 
@@ -44,6 +45,7 @@ type SynchroMembership struct {
 	Pk         string
 	TableID    string
 	PkOrder    int64
+	ScopeHash  []byte
 }
 
 type SynchroMutationOutcome struct {
@@ -166,6 +168,7 @@ type SynchroRuleValue struct {
 	ColumnName string
 	Value      string
 	Pk         string
+	ValueHash  []byte
 }
 
 type SynchroRunner struct {

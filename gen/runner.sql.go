@@ -38,9 +38,12 @@ func (q *Queries) DropReplicationSlot(ctx context.Context, slotName string) erro
 }
 
 const materializeBatch = `-- name: MaterializeBatch :one
-SELECT synchro.materialize_batch($1::bigint, $2::text[]::pg_lsn[],
-                                 $3::text[]::pg_lsn[], $4::bigint[],
-                                 $5::timestamptz[], $6::boolean)::text[] AS outcomes
+SELECT m.outcomes::text[] AS outcomes,
+       coalesce(nullif(current_setting('synchro.ignored_messages', true), ''), '0')::int AS ignored_messages
+FROM (SELECT synchro.materialize_batch($1::bigint, $2::text[]::pg_lsn[],
+                                       $3::text[]::pg_lsn[], $4::bigint[],
+                                       $5::timestamptz[], $6::boolean) AS outcomes
+      OFFSET 0) m
 `
 
 type MaterializeBatchParams struct {
@@ -52,8 +55,15 @@ type MaterializeBatchParams struct {
 	SetBased         bool
 }
 
-// Applier (runner/apply.go): materialize a staged batch of source transactions, inside its database transaction.
-func (q *Queries) MaterializeBatch(ctx context.Context, arg MaterializeBatchParams) ([]string, error) {
+type MaterializeBatchRow struct {
+	Outcomes        []string
+	IgnoredMessages int32
+}
+
+// Applier (runner/apply.go): materialize a staged batch of source transactions, inside its database
+// transaction, and how many staged messages it dropped as unauthenticated (synchro._authenticate_messages
+// leaves the count in a transaction-local setting; the subquery runs first, OFFSET 0 keeps it from being flattened).
+func (q *Queries) MaterializeBatch(ctx context.Context, arg MaterializeBatchParams) (MaterializeBatchRow, error) {
 	row := q.db.QueryRow(ctx, materializeBatch,
 		arg.StreamGeneration,
 		arg.CommitLsns,
@@ -62,9 +72,9 @@ func (q *Queries) MaterializeBatch(ctx context.Context, arg MaterializeBatchPara
 		arg.CommitTimes,
 		arg.SetBased,
 	)
-	var outcomes []string
-	err := row.Scan(&outcomes)
-	return outcomes, err
+	var i MaterializeBatchRow
+	err := row.Scan(&i.Outcomes, &i.IgnoredMessages)
+	return i, err
 }
 
 const runnerAck = `-- name: RunnerAck :exec
@@ -125,6 +135,38 @@ func (q *Queries) RunnerClaim(ctx context.Context, arg RunnerClaimParams) error 
 		arg.HeartbeatInterval,
 	)
 	return err
+}
+
+const runnerColumns = `-- name: RunnerColumns :many
+SELECT c.relid::bigint AS relid, c.columns::text[] AS columns
+FROM synchro.runner_columns($1::bigint) AS c
+`
+
+type RunnerColumnsRow struct {
+	Relid   int64
+	Columns []string
+}
+
+// Applier (runner/apply.go, stage.go): the registered columns of every relation (union over
+// generations, key included), after the source transaction xid is visible (NULL: none).
+func (q *Queries) RunnerColumns(ctx context.Context, xid *int64) ([]RunnerColumnsRow, error) {
+	rows, err := q.db.Query(ctx, runnerColumns, xid)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []RunnerColumnsRow
+	for rows.Next() {
+		var i RunnerColumnsRow
+		if err := rows.Scan(&i.Relid, &i.Columns); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const runnerHeartbeat = `-- name: RunnerHeartbeat :exec

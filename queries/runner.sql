@@ -64,11 +64,16 @@ SELECT pg_replication_slot_advance(sqlc.arg(slot_name)::name, sqlc.arg(upto)::te
 -- name: RunnerStageOpen :exec
 SELECT synchro.runner_stage_open();
 
--- Applier (runner/apply.go): materialize a staged batch of source transactions, inside its database transaction.
+-- Applier (runner/apply.go): materialize a staged batch of source transactions, inside its database
+-- transaction, and how many staged messages it dropped as unauthenticated (synchro._authenticate_messages
+-- leaves the count in a transaction-local setting; the subquery runs first, OFFSET 0 keeps it from being flattened).
 -- name: MaterializeBatch :one
-SELECT synchro.materialize_batch(sqlc.arg(stream_generation)::bigint, sqlc.arg(commit_lsns)::text[]::pg_lsn[],
-                                 sqlc.arg(end_lsns)::text[]::pg_lsn[], sqlc.arg(xids)::bigint[],
-                                 sqlc.arg(commit_times)::timestamptz[], sqlc.arg(set_based)::boolean)::text[] AS outcomes;
+SELECT m.outcomes::text[] AS outcomes,
+       coalesce(nullif(current_setting('synchro.ignored_messages', true), ''), '0')::int AS ignored_messages
+FROM (SELECT synchro.materialize_batch(sqlc.arg(stream_generation)::bigint, sqlc.arg(commit_lsns)::text[]::pg_lsn[],
+                                       sqlc.arg(end_lsns)::text[]::pg_lsn[], sqlc.arg(xids)::bigint[],
+                                       sqlc.arg(commit_times)::timestamptz[], sqlc.arg(set_based)::boolean) AS outcomes
+      OFFSET 0) m;
 
 -- Applier (runner/apply.go): move the processed boundary to an idle WAL position; returns the boundary now in force.
 -- name: RunnerIdle :one
@@ -82,3 +87,9 @@ SELECT synchro.runner_ack(sqlc.arg(lsn)::text::pg_lsn);
 -- name: RunnerPoison :exec
 SELECT synchro.runner_poison(sqlc.arg(stream_generation)::bigint, sqlc.arg(commit_lsn)::text::pg_lsn,
                              sqlc.arg(failure_class)::text, sqlc.narg(relation_id)::bigint);
+
+-- Applier (runner/apply.go, stage.go): the registered columns of every relation (union over
+-- generations, key included), after the source transaction xid is visible (NULL: none).
+-- name: RunnerColumns :many
+SELECT c.relid::bigint AS relid, c.columns::text[] AS columns
+FROM synchro.runner_columns(sqlc.narg(xid)::bigint) AS c;

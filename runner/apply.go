@@ -38,11 +38,14 @@ type applier struct {
 	frontier *Frontier
 	wake     func() // tells the reader that the durable boundary moved
 
-	stager *Stager
-	batch  []StageRow // staged rows not yet sent by COPY
-	tx     pgx.Tx     // the open materialization batch, nil between batches
-	hdr    collate.TxnHeader
-	inTxn  bool // a source transaction is being staged
+	budget *byteBudget // the reader's; the applier releases what it takes
+
+	stager     *Stager
+	batch      []StageRow // staged rows not yet sent by COPY
+	batchBytes int64      // row data in batch (Config.BatchBytes)
+	tx         pgx.Tx     // the open materialization batch, nil between batches
+	hdr        collate.TxnHeader
+	inTxn      bool // a source transaction is being staged
 
 	txns       []pendingTxn // complete source transactions of the open batch
 	events     int          // their row events
@@ -54,6 +57,12 @@ type applier struct {
 
 	lastIdle time.Time
 	began    time.Time // when the open source transaction's Begin arrived
+
+	// reloaded: the registered columns (Stager.SetRegistered) were reloaded in
+	// the open source transaction. Once is enough: the reload waits until the
+	// transaction is visible, so it sees every registration the transaction
+	// made, and any number of (forged) activation messages cost one query.
+	reloaded bool
 }
 
 // pendingTxn is one complete source transaction staged in the open batch.
@@ -72,12 +81,58 @@ func newApplier(cfg *Config, log *slog.Logger, conn *pgx.Conn, gen int64, f *Fro
 	}
 }
 
+// loadRegistered loads the registered columns of every relation into the
+// stager, on q (the open materialization transaction, or the connection), once
+// the source transaction xid is visible (nil: at session start).
+func (a *applier) loadRegistered(ctx context.Context, q gen.DBTX, xid *int64) error {
+	rows, err := gen.New(q).RunnerColumns(ctx, xid)
+	if err != nil {
+		return fmt.Errorf("synchro: runner_columns: %w", err)
+	}
+	reg := make(map[uint32]map[string]struct{}, len(rows))
+	for _, r := range rows {
+		cols := make(map[string]struct{}, len(r.Columns))
+		for _, c := range r.Columns {
+			cols[c] = struct{}{}
+		}
+		reg[uint32(r.Relid)] = cols
+	}
+	a.stager.SetRegistered(reg)
+	return nil
+}
+
+// maybeReload reloads the registered columns, at most once per source
+// transaction, when event e may need columns the stager does not know: a
+// registry activation message (it may register columns that the same
+// transaction's later row events carry; row events before it belong to the
+// previous generation, whose columns are loaded), or a row of a relation the
+// stager does not know. A relation still unknown after that is not registered:
+// its key alone is staged and materialization refuses the event.
+func (a *applier) maybeReload(ctx context.Context, e collate.Event) error {
+	if a.reloaded {
+		return nil
+	}
+	activation := e.Kind == collate.KindMessage && e.Activation != nil
+	unknown := e.Kind == collate.KindRow && e.Row != nil && e.Row.Relation != nil && !a.stager.Registered(e.Row.Relation.OID)
+	if !activation && !unknown {
+		return nil
+	}
+	a.reloaded = true
+	xid := int64(a.hdr.Xid)
+	return a.loadRegistered(ctx, a.tx, &xid)
+}
+
 // openStage creates pg_temp.synchro_stage for this session.
 func openStage(ctx context.Context, conn *pgx.Conn) error {
 	if err := gen.New(conn).RunnerStageOpen(ctx); err != nil {
 		return fmt.Errorf("synchro: runner_stage_open: %w", err)
 	}
 	return nil
+}
+
+// Ignored counts a "synchro." message the collator dropped (collate.IgnoreSink).
+func (a *applier) Ignored(reason collate.IgnoreReason) {
+	a.cfg.Metrics.ignoredMessages(string(reason), 1)
 }
 
 // Begin starts staging one source transaction, opening a batch when none is open.
@@ -93,12 +148,17 @@ func (a *applier) Begin(ctx context.Context, h collate.TxnHeader) error {
 	a.hdr, a.inTxn = h, true
 	a.began = time.Now()
 	a.stager.Reset(int32(len(a.txns)))
+	a.reloaded = false
 	return nil
 }
 
 // Event stages one event, flushing a full batch.
 func (a *applier) Event(ctx context.Context, e collate.Event) error {
+	if err := a.maybeReload(ctx, e); err != nil {
+		return err
+	}
 	var err error
+	from := len(a.batch)
 	switch e.Kind {
 	case collate.KindRow:
 		a.batch, err = a.stager.Row(a.batch, e.Ordinal, e.Row)
@@ -110,7 +170,10 @@ func (a *applier) Event(ctx context.Context, e collate.Event) error {
 	if err != nil {
 		return err
 	}
-	if len(a.batch) >= a.cfg.BatchRows {
+	for i := from; i < len(a.batch); i++ {
+		a.batchBytes += a.batch[i].size()
+	}
+	if len(a.batch) >= a.cfg.BatchRows || a.batchBytes >= a.cfg.BatchBytes {
 		return a.flush(ctx)
 	}
 	return nil
@@ -132,8 +195,10 @@ func (a *applier) flush(ctx context.Context) error {
 	if _, err := a.tx.CopyFrom(ctx, stageTable, StageColumns, src); err != nil {
 		return err
 	}
+	a.cfg.Metrics.batchFlushed(a.batchBytes)
 	clear(a.batch) // drop references to row data
 	a.batch = a.batch[:0]
+	a.batchBytes = 0
 	return nil
 }
 
@@ -187,18 +252,21 @@ func (a *applier) materialize(ctx context.Context) error {
 		p.Xids[i] = int64(t.xid)
 		p.CommitTimes[i] = t.trailer.CommitTime
 	}
-	outcomes, err := gen.New(a.tx).MaterializeBatch(ctx, p)
+	res, err := gen.New(a.tx).MaterializeBatch(ctx, p)
 	if err != nil {
 		return err
 	}
-	if len(outcomes) != n {
-		return fmt.Errorf("synchro: materialize_batch returned %d outcomes for %d transactions", len(outcomes), n)
+	if len(res.Outcomes) != n {
+		return fmt.Errorf("synchro: materialize_batch returned %d outcomes for %d transactions", len(res.Outcomes), n)
 	}
+	outcomes := res.Outcomes
 	if err := a.tx.Commit(ctx); err != nil {
 		return err
 	}
 	a.tx = nil
 	last := a.txns[n-1].trailer
+	// Messages materialization dropped: well-formed, but not under the server key.
+	a.cfg.Metrics.ignoredMessages("unauthenticated", int(res.IgnoredMessages))
 	if h := a.cfg.Hooks.AfterMaterializeCommit; h != nil {
 		if err := h(last.CommitLSN, last.EndLSN); err != nil {
 			return &deathError{err: err}
@@ -229,6 +297,7 @@ func (a *applier) abort(ctx context.Context) {
 	a.tx, a.inTxn = nil, false
 	clear(a.batch)
 	a.batch = a.batch[:0]
+	a.batchBytes = 0
 	clear(a.txns)
 	a.txns, a.events = a.txns[:0], 0
 }
@@ -380,6 +449,9 @@ func (a *applier) run(ctx, stop context.Context, items <-chan item) error {
 			a.abort(ctx)
 			return ctx.Err()
 		case it, ok := <-items:
+			if ok && a.budget != nil {
+				a.budget.release(it.size())
+			}
 			if !ok {
 				if a.inTxn {
 					// The reader only stops between transactions; anything else

@@ -58,6 +58,16 @@ type Config struct {
 	// reference per-transaction path (synchro._materialize_txn), never set-based:
 	// for comparison tests and diagnosis. Much slower.
 	PerTransaction bool
+	// BatchBytes bounds a COPY batch of staged rows by their row data (default
+	// 8 MiB): a batch is sent once it reaches this many bytes, so it holds at most
+	// this plus the row that crossed it (a row larger than the bound goes alone).
+	BatchBytes int64
+	// BufferBytes bounds the replication payloads received and not yet taken by
+	// materialization (default 64 MiB), next to the count bound of 4,096
+	// payloads. A payload larger than the bound is admitted alone, when nothing
+	// else is buffered. The runner's memory is about BufferBytes + BatchBytes +
+	// a few times the largest payload.
+	BufferBytes int64
 	// ShutdownTimeout bounds the drain after a stop: finishing the transaction
 	// in hand and acknowledging it (default 60s).
 	ShutdownTimeout time.Duration
@@ -130,6 +140,12 @@ func (c Config) withDefaults() (Config, error) {
 		c.BatchEvents = 20000
 	}
 	def(&c.BatchDelay, 100*time.Millisecond)
+	if c.BatchBytes <= 0 {
+		c.BatchBytes = 8 << 20
+	}
+	if c.BufferBytes <= 0 {
+		c.BufferBytes = 64 << 20
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

@@ -11,6 +11,7 @@ type Metrics struct {
 	transactions     *prometheus.CounterVec // outcome: materialized, duplicate
 	rowEvents        prometheus.Counter
 	poison           *prometheus.CounterVec // class
+	ignored          *prometheus.CounterVec // reason
 	transient        prometheus.Counter
 	acks             prometheus.Counter
 	idleAcks         prometheus.Counter
@@ -19,6 +20,11 @@ type Metrics struct {
 	received         prometheus.Gauge
 	batchSize        prometheus.Histogram
 	batchFallbacks   prometheus.Counter
+	bufferBytes      prometheus.Gauge
+	bufferPeak       prometheus.Gauge
+	batchPeak        prometheus.Gauge
+	peakBuffer       int64 // guarded by the byte budget's lock
+	peakBatch        int64 // applier goroutine only
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -36,6 +42,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "synchro_runner_poison_total",
 			Help: "Blocking poison transactions recorded, by failure class.",
 		}, []string{"class"}),
+		ignored: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "synchro_runner_ignored_messages_total",
+			Help: "Logical messages with a synchro. prefix that are not the pack's own and were dropped, by reason " +
+				"(non_transactional, unknown_prefix, malformed, unauthenticated). Anyone may emit them; they never block.",
+		}, []string{"reason"}),
 		transient: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "synchro_runner_transient_errors_total",
 			Help: "Transient failures retried after a backoff.",
@@ -60,6 +71,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "synchro_runner_received_lsn",
 			Help: "Highest WAL position received from the replication connection.",
 		}),
+		bufferBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "synchro_runner_buffer_bytes",
+			Help: "Bytes of replication payloads received and not yet taken by materialization (bounded by --buffer-bytes).",
+		}),
+		bufferPeak: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "synchro_runner_buffer_peak_bytes",
+			Help: "Highest synchro_runner_buffer_bytes since start (above --buffer-bytes only for one payload that is larger alone).",
+		}),
+		batchPeak: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "synchro_runner_batch_peak_bytes",
+			Help: "Largest COPY batch of staged rows since start, in bytes (bounded by --batch-bytes plus the row that crossed it).",
+		}),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "synchro_runner_batch_transactions",
 			Help:    "Source transactions per materialization batch (one database transaction).",
@@ -70,8 +93,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Failed batches re-run one source transaction at a time.",
 		}),
 	}
-	reg.MustRegister(m.transactions, m.rowEvents, m.poison, m.transient, m.acks, m.idleAcks,
-		m.lastMaterialized, m.lastAcked, m.received, m.batchSize, m.batchFallbacks)
+	reg.MustRegister(m.transactions, m.rowEvents, m.poison, m.ignored, m.transient, m.acks, m.idleAcks,
+		m.lastMaterialized, m.lastAcked, m.received, m.bufferBytes, m.bufferPeak, m.batchPeak,
+		m.batchSize, m.batchFallbacks)
 	return m
 }
 
@@ -102,6 +126,13 @@ func (m *Metrics) poisoned(class string) {
 	}
 }
 
+// ignoredMessages counts n dropped synchro. messages.
+func (m *Metrics) ignoredMessages(reason string, n int) {
+	if m != nil && n > 0 {
+		m.ignored.WithLabelValues(reason).Add(float64(n))
+	}
+}
+
 func (m *Metrics) transientError() {
 	if m != nil {
 		m.transient.Inc()
@@ -118,6 +149,30 @@ func (m *Metrics) acked(lsn pglogrepl.LSN) {
 func (m *Metrics) idle() {
 	if m != nil {
 		m.idleAcks.Inc()
+	}
+}
+
+// buffered records the reader buffer's bytes (called under the budget's lock,
+// so the peak is exact).
+func (m *Metrics) buffered(n int64) {
+	if m == nil {
+		return
+	}
+	m.bufferBytes.Set(float64(n))
+	if n > m.peakBuffer {
+		m.peakBuffer = n
+		m.bufferPeak.Set(float64(n))
+	}
+}
+
+// batchFlushed records the bytes of one COPY batch (applier goroutine only).
+func (m *Metrics) batchFlushed(n int64) {
+	if m == nil {
+		return
+	}
+	if n > m.peakBatch {
+		m.peakBatch = n
+		m.batchPeak.Set(float64(n))
 	}
 }
 

@@ -66,8 +66,13 @@ func (r *Runner) session(work, stop context.Context) error {
 
 	frontier := NewFrontier(st.ProcessedEnd, start)
 	items := make(chan item, itemBuffer)
-	rd := newReader(&r.cfg, repl, frontier, items, stop, &r.received)
+	budget := newByteBudget(r.cfg.BufferBytes, r.cfg.Metrics)
+	rd := newReader(&r.cfg, repl, frontier, items, budget, stop, &r.received)
 	ap := newApplier(&r.cfg, r.log, apply, st.StreamGeneration, frontier, rd.wake, r.serialUntil)
+	ap.budget = budget
+	if err := ap.loadRegistered(work, apply, nil); err != nil {
+		return err
+	}
 	g, gctx := errgroup.WithContext(work)
 	g.Go(func() error { return rd.run(gctx) })
 	g.Go(func() error { return ap.run(gctx, stop, items) })

@@ -54,6 +54,12 @@ type StageRow struct {
 	Content      []byte
 }
 
+// size is what the row counts against Config.BatchBytes: its row data and
+// message content, plus a little for the other columns.
+func (s *StageRow) size() int64 {
+	return int64(len(s.NewRow)+len(s.OldRow)+len(s.Content)) + 64
+}
+
 // Values returns the row as COPY values in StageColumns order.
 func (s *StageRow) Values() []any {
 	v := make([]any, 0, len(StageColumns))
@@ -93,14 +99,34 @@ func ptr[T any](v T) *T { return &v }
 // batch (txn) and stages a relation ('R') row before the first row event of each
 // relation shape in the transaction. Reset it at every Begin.
 // Not safe for concurrent use.
+//
+// Only registered columns of a row are staged (SetRegistered): a value in a column
+// nobody registered (json that jsonb refuses, a huge document) never reaches
+// materialization, so it cannot stop the stream. The relation row still lists every
+// column's name and type, so materialization sees drift.
 type Stager struct {
 	txn    int32
 	seq    int32
 	staged map[uint32]*decode.Relation // relation shape already staged in this transaction
+	// registered: relation OID → the names of its registered columns (every
+	// generation's, key included). A relation not in it stages its key columns
+	// only: it is not registered, and materialization refuses its events.
+	registered map[uint32]map[string]struct{}
 }
 
 // NewStager returns a Stager for the first transaction.
-func NewStager() *Stager { return &Stager{staged: make(map[uint32]*decode.Relation)} }
+func NewStager() *Stager {
+	return &Stager{staged: make(map[uint32]*decode.Relation), registered: make(map[uint32]map[string]struct{})}
+}
+
+// SetRegistered replaces the registered columns of every relation.
+func (s *Stager) SetRegistered(reg map[uint32]map[string]struct{}) { s.registered = reg }
+
+// Registered reports whether relation oid has registered columns.
+func (s *Stager) Registered(oid uint32) bool {
+	_, ok := s.registered[oid]
+	return ok
+}
 
 // Reset starts a new source transaction, the txn-th of its batch (from 0).
 func (s *Stager) Reset(txn int32) {
@@ -167,13 +193,14 @@ func (s *Stager) Row(out []StageRow, ordinal uint64, row *decode.Row) ([]StageRo
 	default:
 		return out, &decode.Error{Class: decode.ClassMalformed, Detail: "row event with invalid operation", RelationOID: rel.OID}
 	}
+	cols := s.registered[rel.OID]
 	if row.New != nil {
-		if r.NewRow, r.Toast, err = encodeTuple(rel, row.New); err != nil {
+		if r.NewRow, r.Toast, err = encodeTuple(rel, row.New, cols); err != nil {
 			return out, err
 		}
 	}
 	if row.Old != nil {
-		if r.OldRow, _, err = encodeTuple(rel, row.Old); err != nil {
+		if r.OldRow, _, err = encodeTuple(rel, row.Old, cols); err != nil {
 			return out, err
 		}
 	}
@@ -215,8 +242,9 @@ func ordinal32(o uint64) (int32, error) {
 // a JSON string (json and jsonb columns as their JSON value), NULL as null.
 // Unchanged-TOAST columns are omitted and returned in toast. A key-only old image
 // (TupleKey) carries only its key columns: pgoutput sends the others as nulls that
-// are not the row's values.
-func encodeTuple(rel *decode.Relation, t *decode.Tuple) (obj []byte, toast []string, err error) {
+// are not the row's values. Only key columns and the columns in registered are
+// rendered (nil: key columns only).
+func encodeTuple(rel *decode.Relation, t *decode.Tuple, registered map[string]struct{}) (obj []byte, toast []string, err error) {
 	if len(t.Values) != len(rel.Columns) {
 		return nil, nil, &decode.Error{Class: decode.ClassMalformed, Detail: "tuple column count differs from relation", RelationOID: rel.OID}
 	}
@@ -231,6 +259,9 @@ func encodeTuple(rel *decode.Relation, t *decode.Tuple) (obj []byte, toast []str
 		v := t.Values[i]
 		if t.Kind == decode.TupleKey && !c.Key {
 			continue
+		}
+		if _, ok := registered[c.Name]; !ok && !c.Key {
+			continue // never registered: its value is nobody's business here
 		}
 		if v.Kind == decode.ValueUnchangedToast {
 			toast = append(toast, c.Name)

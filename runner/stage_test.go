@@ -22,6 +22,42 @@ func testRelation() *decode.Relation {
 	}
 }
 
+// testStager stages every column of testRelation (all registered).
+func testStager() *Stager {
+	s := NewStager()
+	s.SetRegistered(map[uint32]map[string]struct{}{
+		16384: {"id": {}, "title": {}, "meta": {}, "doc": {}, "body": {}},
+	})
+	return s
+}
+
+// Only registered columns (and the key) are staged; a relation nobody registered
+// stages its key only. The relation row keeps every column (drift checks).
+func TestRunnerStagerStagesRegisteredColumnsOnly(t *testing.T) {
+	t.Parallel()
+	s := NewStager()
+	s.SetRegistered(map[uint32]map[string]struct{}{16384: {"id": {}, "title": {}}})
+	rel := testRelation()
+	row := &decode.Row{Op: decode.OpUpdate, Relation: rel,
+		New: &decode.Tuple{Kind: decode.TupleNew, Values: []decode.Value{
+			text("42"), text("t"), text(`{"a":"\u0000"}`), text("not json at all"), toast}}}
+	out, err := s.Row(nil, 0, row)
+	require.NoError(t, err)
+	require.Len(t, out, 2)
+	require.Equal(t, []string{"id", "title", "meta", "doc", "body"}, out[0].ColNames)
+	require.JSONEq(t, `{"id": "42", "title": "t"}`, string(out[1].NewRow))
+	require.Nil(t, out[1].Toast, "an unregistered unchanged-TOAST column is not listed")
+
+	other := *rel
+	other.OID = 999
+	row.Relation = &other
+	out, err = s.Row(nil, 1, row)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"id": "42"}`, string(out[1].NewRow))
+	require.False(t, s.Registered(999))
+	require.True(t, s.Registered(16384))
+}
+
 func text(s string) decode.Value { return decode.Value{Kind: decode.ValueText, Data: []byte(s)} }
 
 var (
@@ -31,7 +67,7 @@ var (
 
 func TestRunnerStagerInsertEncodesValues(t *testing.T) {
 	t.Parallel()
-	s := NewStager()
+	s := testStager()
 	rel := testRelation()
 	row := &decode.Row{Op: decode.OpInsert, Relation: rel, New: &decode.Tuple{Kind: decode.TupleNew, Values: []decode.Value{
 		text("42"), text("a \"quoted\"\\ line\nwith\ttab \x01 and ünïcode"), text(`{"b": [1, 2.50, null]}`), text(` {"x" : 1} `), null,
@@ -75,7 +111,7 @@ func TestRunnerStagerInsertEncodesValues(t *testing.T) {
 
 func TestRunnerStagerRelationOncePerTransactionAndShape(t *testing.T) {
 	t.Parallel()
-	s := NewStager()
+	s := testStager()
 	rel := testRelation()
 	ins := func(ord uint64, r *decode.Relation) *decode.Row {
 		return &decode.Row{Op: decode.OpInsert, Relation: r, New: &decode.Tuple{Kind: decode.TupleNew,
@@ -118,7 +154,7 @@ func TestRunnerStagerRelationOncePerTransactionAndShape(t *testing.T) {
 
 func TestRunnerStagerUpdateDeleteToastAndOldImages(t *testing.T) {
 	t.Parallel()
-	s := NewStager()
+	s := testStager()
 	rel := testRelation()
 	up := &decode.Row{Op: decode.OpUpdate, Relation: rel,
 		Old: &decode.Tuple{Kind: decode.TupleKey, Values: []decode.Value{text("7"), null, null, null, null}},
@@ -146,7 +182,7 @@ func TestRunnerStagerUpdateDeleteToastAndOldImages(t *testing.T) {
 
 func TestRunnerStagerTruncateAndMessages(t *testing.T) {
 	t.Parallel()
-	s := NewStager()
+	s := testStager()
 	a, b := testRelation(), testRelation()
 	b.OID, b.Name = 16390, "other"
 	out, err := s.Truncate(nil, 5, &decode.Truncate{Relations: []*decode.Relation{a, b}})
@@ -188,7 +224,7 @@ func TestRunnerStagerRefusesWhatItCannotRepresent(t *testing.T) {
 	}
 	for name, row := range cases {
 		t.Run(name, func(t *testing.T) {
-			_, err := NewStager().Row(nil, 0, row)
+			_, err := testStager().Row(nil, 0, row)
 			c, ok := decode.ClassOf(err)
 			require.True(t, ok, "want a decode error, got %v", err)
 			require.Equal(t, decode.ClassMalformed, c)
@@ -199,7 +235,7 @@ func TestRunnerStagerRefusesWhatItCannotRepresent(t *testing.T) {
 
 func TestRunnerStageRowValuesOrder(t *testing.T) {
 	t.Parallel()
-	out, err := NewStager().Row(nil, 9, &decode.Row{Op: decode.OpInsert, Relation: testRelation(),
+	out, err := testStager().Row(nil, 9, &decode.Row{Op: decode.OpInsert, Relation: testRelation(),
 		New: &decode.Tuple{Kind: decode.TupleNew, Values: []decode.Value{text("1"), null, null, null, toast}}})
 	require.NoError(t, err)
 	v := out[1].Values()

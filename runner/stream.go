@@ -29,7 +29,11 @@ type item struct {
 	data     []byte // owned copy
 }
 
-// itemBuffer bounds what the reader runs ahead of the applier.
+// size is what the item counts against the byte budget.
+func (it item) size() int64 { return int64(len(it.data)) }
+
+// itemBuffer bounds what the reader runs ahead of the applier, in payloads; the
+// byteBudget (Config.BufferBytes) bounds it in bytes.
 const itemBuffer = 4096
 
 var errDeadConnection = errors.New("synchro: replication connection delivered nothing within the receive timeout")
@@ -42,6 +46,7 @@ type reader struct {
 	conn     *pgconn.PgConn
 	frontier *Frontier
 	items    chan<- item
+	budget   *byteBudget
 	received *atomic.Uint64
 
 	// stop asks for a clean stop when done: the reader finishes the source
@@ -60,8 +65,9 @@ type reader struct {
 	lastRecv time.Time
 }
 
-func newReader(cfg *Config, conn *pgconn.PgConn, f *Frontier, items chan<- item, stop context.Context, received *atomic.Uint64) *reader {
-	return &reader{cfg: cfg, conn: conn, frontier: f, items: items, stop: stop, received: received,
+func newReader(cfg *Config, conn *pgconn.PgConn, f *Frontier, items chan<- item, budget *byteBudget,
+	stop context.Context, received *atomic.Uint64) *reader {
+	return &reader{cfg: cfg, conn: conn, frontier: f, items: items, budget: budget, stop: stop, received: received,
 		wakeCh: make(chan struct{}, 1)}
 }
 
@@ -223,22 +229,35 @@ func (r *reader) handle(ctx context.Context, msg pgproto3.BackendMessage) error 
 	return nil
 }
 
-// dispatch hands an item to the applier. While the applier is behind (buffer
-// full) it keeps the server informed: the durable boundary as it moves, and a
-// periodic update within the standby interval.
+// dispatch hands an item to the applier once the byte budget admits it and the
+// buffer has room. While the applier is behind (buffer full by count or bytes) it
+// keeps the server informed: the durable boundary as it moves, and a periodic
+// update within the standby interval. The applier releases the item's bytes when
+// it takes it.
 func (r *reader) dispatch(ctx context.Context, it item) error {
-	select {
-	case r.items <- it:
-		return nil
-	default:
+	admitted := r.budget.tryAcquire(it.size())
+	if admitted {
+		select {
+		case r.items <- it:
+			return nil
+		default:
+		}
 	}
 	t := time.NewTicker(r.cfg.StandbyInterval)
 	defer t.Stop()
 	for {
+		var send chan<- item // nil (never ready) until the budget admits the item
+		if admitted {
+			send = r.items
+		}
 		select {
-		case r.items <- it:
+		case send <- it:
 			r.lastRecv = time.Now()
 			return nil
+		case <-r.budget.freed:
+			if !admitted {
+				admitted = r.budget.tryAcquire(it.size())
+			}
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-r.wakeCh:

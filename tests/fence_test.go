@@ -58,7 +58,7 @@ func TestFenceMessageFields(t *testing.T) {
 	// Synced fences carry table_id and the typed key; no capture_key.
 	ins, upd, del := fs[0], fs[1], fs[2]
 	for _, f := range []fenceMsg{ins, upd, del} {
-		require.Equal(t, 1, f.V)
+		require.Equal(t, 2, f.V)
 		require.Equal(t, "synced", f.Kind)
 		require.Equal(t, itemsRel, f.RelationID)
 		require.Equal(t, "public", f.Schema)
@@ -116,8 +116,13 @@ func TestFenceMessageFields(t *testing.T) {
 			require.NoError(t, json.Unmarshal(m.Content, &raw))
 			for k := range raw {
 				require.Contains(t, []string{"v", "kind", "relation_id", "schema", "table", "op", "old_key", "new_key",
-					"version", "fence_id", "ordinal", "table_id", "pk", "capture_key"}, k)
+					"version", "fence_id", "ordinal", "table_id", "pk", "capture_key", "mac"}, k)
 			}
+			// Authenticated: the MAC under the server key over the rest of the object.
+			var ok bool
+			require.NoError(t, db.Pool.QueryRow(ctx, `SELECT $1::jsonb ->> 'mac' = synchro._message_mac('synchro.fence', synchro._message_body('synchro.fence', $1::jsonb))`,
+				string(m.Content)).Scan(&ok))
+			require.True(t, ok, "fence mac")
 		}
 	}
 }

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -281,6 +282,14 @@ func TestActivationMessageOrder(t *testing.T) {
 			content = string(lm.Content)
 		}
 	}
-	require.JSONEq(t, `{"v":1,"generation":2,"previous":1}`, content)
+	var msg map[string]any
+	require.NoError(t, json.Unmarshal([]byte(content), &msg))
+	require.Len(t, msg["mac"], 32)
+	delete(msg, "mac")
+	require.Equal(t, map[string]any{"v": 2.0, "generation": 2.0, "previous": 1.0}, msg)
+	var ok bool
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT $1::jsonb ->> 'mac' =
+		synchro._message_mac('synchro.registry', synchro._message_body('synchro.registry', $1::jsonb))`, content).Scan(&ok))
+	require.True(t, ok, "registry activation mac")
 	require.EqualValues(t, 2, gen)
 }

@@ -80,6 +80,7 @@ type fenceMsg struct {
 	TableID    *string         `json:"table_id"`
 	PK         json.RawMessage `json:"pk"`
 	CaptureKey *string         `json:"capture_key"`
+	MAC        string          `json:"mac"`
 }
 
 // event is a simplified view of the decoded stream: "B", "C", "I:table", "U:table",

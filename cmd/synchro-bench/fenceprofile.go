@@ -32,24 +32,29 @@ var fenceStages = []string{
 	"no trigger (plain)",
 	"registered: key guard (UPDATE only) + empty SECURITY DEFINER AFTER ROW trigger",
 	"+ DECLARE (txid, version and fence_id UUIDs), key read, COPY FREEZE check",
-	"+ live-tuple probe (static SELECT xmin, cmin)",
+	"+ source refusals (key size; registered values' size and json)",
+	"+ live-tuple probe (static SELECT xmin, cmin; server key pads joined)",
 	"+ row_version UPDATE … RETURNING (INSERT … ON CONFLICT when missing) + order check",
 	"+ nextval(fence_ordinal) + push_active setting check",
+	"+ message MAC (body concat, two sha256)",
 	"+ json_build_object + pg_logical_emit_message (= the generated fence, unmodified)",
 	"real fence on t_fenced (registered the same way, as installed)",
 }
 
-// fenceCuts are the lines of the rendered fence before which stages 2 to 5 return:
-// stage s ends before fenceCuts[s-2]. Stage 1 replaces the body by RETURN NULL (no
-// DECLARE initializers); stage 6 is the rendered text unmodified.
+// fenceCuts are the lines of the rendered fence before which stages 2 to
+// len(fenceCuts)+1 return: stage s ends before fenceCuts[s-2]. Stage 1 replaces the
+// body by RETURN NULL (no DECLARE initializers); stage len(fenceCuts)+2 is the
+// rendered text unmodified.
 var fenceCuts = []string{
+	"  -- Source refusals (issue 13)",
 	"  -- The live tuple of this key now",
 	"  -- Lock the reservation and record this fence",
 	"  ord := pg_catalog.nextval('synchro.fence_ordinal');",
+	"  -- Authenticated message (issue 13)",
 	"  PERFORM pg_catalog.pg_logical_emit_message(",
 }
 
-// stagedFence returns the CREATE OR REPLACE FUNCTION text of stage s (1..6) from the
+// stagedFence returns the CREATE OR REPLACE FUNCTION text of stage s (1..len(fenceCuts)+2) from the
 // rendered source of a relation's fence.
 func stagedFence(src string, s int) (string, error) {
 	switch {
@@ -60,13 +65,13 @@ func stagedFence(src string, s int) (string, error) {
 			return "", fmt.Errorf("fence template changed: no $fence$ body (update stagedFence in fenceprofile.go)")
 		}
 		return head + "AS $fence$\nBEGIN\n  RETURN NULL;\nEND\n$fence$;" + tail, nil
-	case s >= 2 && s <= 5:
+	case s >= 2 && s <= len(fenceCuts)+1:
 		cut := fenceCuts[s-2]
 		if strings.Count(src, cut) != 1 {
 			return "", fmt.Errorf("fence template changed: cut point %q of stage %d not found once (update fenceCuts in fenceprofile.go)", cut, s)
 		}
 		return strings.Replace(src, cut, "  RETURN NULL;\n"+cut, 1), nil
-	case s == 6:
+	case s == len(fenceCuts)+2:
 		return src, nil
 	}
 	return "", fmt.Errorf("no staged fence for stage %d", s)

@@ -37,7 +37,7 @@ func envOr(name, def string) string {
 func runRun(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "run")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: synchro run [--database-url URL] [--slot synchro] [--publication synchro] [--listen 127.0.0.1:8080]")
+		fmt.Fprintln(fs.Output(), "usage: synchro run [--database-url URL] [--slot synchro] [--publication synchro] [--listen 127.0.0.1:8080] [--buffer-bytes N] [--batch-bytes N]")
 		fmt.Fprintln(fs.Output(), "Runs the WAL worker until SIGTERM or SIGINT (then finishes the transaction in hand, acknowledges it and exits 0).")
 		fs.PrintDefaults()
 	}
@@ -71,6 +71,9 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&batchTxns, "batch-txns", batchTxns, "most source transactions per materialization batch (default $"+envBatchTxns+")")
 	fs.IntVar(&batchEvents, "batch-events", batchEvents, "a batch closes at this many row events (default $"+envBatchEvents+")")
 	fs.DurationVar(&batchDelay, "batch-delay", batchDelay, "a batch closes after this long while transactions keep arriving (default $"+envBatchDelay+")")
+	bufferBytes := fs.Int64("buffer-bytes", 64<<20,
+		"bytes of replication payloads buffered ahead of materialization (a larger payload passes alone)")
+	batchBytes := fs.Int64("batch-bytes", 8<<20, "bytes of staged rows per COPY batch (a larger row goes alone)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -89,6 +92,8 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		BatchTxns:         batchTxns,
 		BatchEvents:       batchEvents,
 		BatchDelay:        batchDelay,
+		BufferBytes:       *bufferBytes,
+		BatchBytes:        *batchBytes,
 	}, *listen)
 }
 

@@ -25,12 +25,19 @@
 // Begin must arrive outside a transaction; row events, truncates and
 // transactional logical messages inside one; Commit closes it, and its
 // CommitLSN must equal the Begin's FinalLSN. Commit LSNs strictly increase
-// across transactions. Non-transactional logical messages are ignored unless
-// their prefix starts with "synchro." (Synchro emits only transactional
-// messages, so that is message_format poison). Transactional messages with a
-// Synchro prefix are parsed ([decode.ParseFence],
-// [decode.ParseRegistryActivation]); an unknown "synchro." prefix is poison.
-// Relation, Type and Origin messages produce no Event.
+// across transactions. Relation, Type and Origin messages produce no Event.
+//
+// # Messages nobody trusts
+//
+// Any role may emit a logical message with any prefix (pg_logical_emit_message
+// is executable by PUBLIC), so a "synchro." prefix proves nothing and a message
+// never stops the stream. Non-transactional messages produce no Event (Synchro
+// emits only transactional ones). Transactional messages with a Synchro prefix
+// are parsed ([decode.ParseFence], [decode.ParseRegistryActivation]); one with
+// an unknown "synchro." prefix or a content that does not parse is dropped.
+// Each dropped "synchro." message is reported to a Sink that implements
+// [IgnoreSink]. Whether a message that parses is authentic (its MAC) is decided
+// by materialization, which holds the key.
 //
 // Every failure is a value-free *decode.Error. After any error, including a
 // sink error, the Collator is stopped: it never resumes mid-transaction.
@@ -87,6 +94,23 @@ type Event struct {
 	// synchro.registry message; both nil for other prefixes.
 	Fence      *decode.Fence
 	Activation *decode.Activation
+}
+
+// IgnoreReason says why a "synchro." message was dropped. Bounded: safe as a
+// metric label.
+type IgnoreReason string
+
+// Reasons for dropping a "synchro." message.
+const (
+	IgnoreNonTransactional IgnoreReason = "non_transactional"
+	IgnoreUnknownPrefix    IgnoreReason = "unknown_prefix"
+	IgnoreMalformed        IgnoreReason = "malformed"
+)
+
+// IgnoreSink is implemented by a Sink that wants to count dropped "synchro."
+// messages.
+type IgnoreSink interface {
+	Ignored(reason IgnoreReason)
 }
 
 // Sink receives assembled transactions. A non-nil error stops the Collator
@@ -211,8 +235,10 @@ func (c *Collator) one(ctx context.Context, walStart pglogrepl.LSN, m decode.Mes
 func (c *Collator) message(ctx context.Context, walStart pglogrepl.LSN, m *decode.LogicalMessage) error {
 	synchro := strings.HasPrefix(m.Prefix, decode.PrefixNamespace)
 	if !m.Transactional {
+		// Never the pack's (it emits transactional messages only), and never
+		// blocking: it belongs to no transaction that could be retried.
 		if synchro {
-			return &decode.Error{Class: decode.ClassMessageFormat, Detail: "synchro message is not transactional", LSN: walStart}
+			c.ignore(IgnoreNonTransactional)
 		}
 		return nil
 	}
@@ -220,33 +246,39 @@ func (c *Collator) message(ctx context.Context, walStart pglogrepl.LSN, m *decod
 		return framing(walStart, "transactional message outside a transaction")
 	}
 	e := Event{Kind: KindMessage, Ordinal: c.rowEvents, Message: m}
+	if synchro && len(m.Content) > decode.MaxMessageContent {
+		c.ignore(IgnoreMalformed) // not the pack's: never parsed, never staged
+		return nil
+	}
 	if synchro {
 		switch m.Prefix {
+		// The pack's own messages always parse: one that does not is someone
+		// else's, and is dropped like an unknown prefix.
 		case decode.PrefixFence:
 			f, err := decode.ParseFence(m.Content)
 			if err != nil {
-				return withLSN(err, walStart)
+				c.ignore(IgnoreMalformed)
+				return nil
 			}
 			e.Fence = &f
 		case decode.PrefixRegistry:
 			a, err := decode.ParseRegistryActivation(m.Content)
 			if err != nil {
-				return withLSN(err, walStart)
+				c.ignore(IgnoreMalformed)
+				return nil
 			}
 			e.Activation = &a
 		default:
-			return &decode.Error{Class: decode.ClassMessageFormat, Detail: "unknown synchro message prefix", LSN: walStart}
+			c.ignore(IgnoreUnknownPrefix)
+			return nil
 		}
 	}
 	c.messages++
 	return c.sink.Event(ctx, e)
 }
 
-func withLSN(err error, lsn pglogrepl.LSN) error {
-	if e, ok := err.(*decode.Error); ok && e.LSN == 0 {
-		cp := *e
-		cp.LSN = lsn
-		return &cp
+func (c *Collator) ignore(r IgnoreReason) {
+	if s, ok := c.sink.(IgnoreSink); ok {
+		s.Ignored(r)
 	}
-	return err
 }

@@ -71,9 +71,9 @@ func fence(op string) []byte {
 	case "delete":
 		newKey = "null"
 	}
-	return []byte(`{"v":1,"kind":"synced","relation_id":3,"schema":"public","table":"tasks","op":"` + op +
+	return []byte(`{"v":2,"kind":"synced","relation_id":3,"schema":"public","table":"tasks","op":"` + op +
 		`","old_key":` + oldKey + `,"new_key":` + newKey + `,"version":"v1","fence_id":"` + fid +
-		`","ordinal":5,"table_id":"tasks","pk":1}`)
+		`","ordinal":5,"table_id":"tasks","pk":1,"mac":"0123456789abcdef0123456789abcdef"}`)
 }
 
 var row1 = pt.Tuple(pt.Text("1"), pt.Text("x"))
@@ -111,7 +111,7 @@ func TestOrdinalsInterleaved(t *testing.T) {
 		pt.Message(true, 2, "app.other", []byte("opaque")),
 		pt.Message(false, 3, "app.nontx", nil), // ignored
 		pt.Update(16384, 0, nil, row1),
-		pt.Message(true, 4, decode.PrefixRegistry, []byte(`{"v":1,"generation":2,"previous":1}`)),
+		pt.Message(true, 4, decode.PrefixRegistry, []byte(`{"v":2,"generation":2,"previous":1,"mac":"0123456789abcdef0123456789abcdef"}`)),
 		pt.Message(true, 5, decode.PrefixFence, fence("update")),
 		pt.Truncate(0, 16384),
 		pt.Delete(16384, 'K', pt.Tuple(pt.Text("1"), pt.Null())),
@@ -187,9 +187,6 @@ func TestFramingErrors(t *testing.T) {
 	row := &decode.Row{Op: decode.OpInsert, Relation: relMsg, New: &decode.Tuple{Kind: decode.TupleNew}}
 	begin := func(l pglogrepl.LSN) *decode.Begin { return &decode.Begin{FinalLSN: l} }
 	commit := func(l, e pglogrepl.LSN) *decode.Commit { return &decode.Commit{CommitLSN: l, EndLSN: e} }
-	fenceMsg := func(content string) *decode.LogicalMessage {
-		return &decode.LogicalMessage{Transactional: true, Prefix: decode.PrefixFence, Content: []byte(content)}
-	}
 	cases := []struct {
 		name  string
 		msgs  []decode.Message
@@ -205,11 +202,6 @@ func TestFramingErrors(t *testing.T) {
 		{"row after commit", []decode.Message{begin(0x10), commit(0x10, 0x18), row}, decode.ClassTransactionFraming},
 		{"truncate outside transaction", []decode.Message{&decode.Truncate{Relations: []*decode.Relation{relMsg}}}, decode.ClassTransactionFraming},
 		{"transactional message outside transaction", []decode.Message{&decode.LogicalMessage{Transactional: true, Prefix: "app"}}, decode.ClassTransactionFraming},
-		{"non-transactional synchro message", []decode.Message{&decode.LogicalMessage{Prefix: decode.PrefixFence, Content: fence("insert")}}, decode.ClassMessageFormat},
-		{"non-transactional synchro message inside txn", []decode.Message{begin(0x10), &decode.LogicalMessage{Prefix: "synchro.x"}}, decode.ClassMessageFormat},
-		{"unknown synchro prefix", []decode.Message{begin(0x10), &decode.LogicalMessage{Transactional: true, Prefix: "synchro.other", Content: []byte("{}")}}, decode.ClassMessageFormat},
-		{"bad fence", []decode.Message{begin(0x10), fenceMsg(`{"v":2}`)}, decode.ClassMessageFormat},
-		{"bad activation", []decode.Message{begin(0x10), &decode.LogicalMessage{Transactional: true, Prefix: decode.PrefixRegistry, Content: []byte(`{"v":1,"generation":"SECRET"}`)}}, decode.ClassMessageFormat},
 		{"nil message", []decode.Message{nil}, decode.ClassTransactionFraming},
 	}
 	for _, tc := range cases {
@@ -240,6 +232,49 @@ func TestFramingErrors(t *testing.T) {
 				t.Fatal("Err() differs")
 			}
 		})
+	}
+}
+
+// ignoring is a recorder that also counts dropped synchro messages.
+type ignoring struct {
+	recorder
+	ignored map[collate.IgnoreReason]int
+}
+
+func (r *ignoring) Ignored(reason collate.IgnoreReason) { r.ignored[reason]++ }
+
+// Messages anyone can emit never stop the collator: they are dropped and counted.
+func TestStrangerSynchroMessagesIgnored(t *testing.T) {
+	fenceMsg := func(content string) *decode.LogicalMessage {
+		return &decode.LogicalMessage{Transactional: true, Prefix: decode.PrefixFence, Content: []byte(content)}
+	}
+	r := &ignoring{ignored: map[collate.IgnoreReason]int{}}
+	c := collate.New(r)
+	msgs := []decode.Message{
+		&decode.LogicalMessage{Prefix: decode.PrefixFence, Content: fence("insert")}, // outside any transaction
+		&decode.Begin{FinalLSN: 0x10},
+		&decode.LogicalMessage{Prefix: "synchro.x"},
+		&decode.LogicalMessage{Transactional: true, Prefix: "synchro.other", Content: []byte("{}")},
+		fenceMsg(`{"v":2}`),
+		fenceMsg(strings.Replace(string(fence("insert")), `"v":2`, `"v":1`, 1)),
+		fenceMsg(strings.Replace(string(fence("insert")), `,"mac":"0123456789abcdef0123456789abcdef"`, ``, 1)),
+		&decode.LogicalMessage{Transactional: true, Prefix: decode.PrefixRegistry, Content: []byte(`{"v":2,"generation":"SECRET"}`)},
+		fenceMsg(string(fence("insert"))), // well-formed: passed on (materialization checks its MAC)
+		&decode.Commit{CommitLSN: 0x10, EndLSN: 0x18},
+	}
+	for i, m := range msgs {
+		if err := c.Feed(context.Background(), pglogrepl.LSN(0x100+i), []decode.Message{m}); err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+	}
+	want := map[collate.IgnoreReason]int{
+		collate.IgnoreNonTransactional: 2, collate.IgnoreUnknownPrefix: 1, collate.IgnoreMalformed: 4,
+	}
+	if fmt.Sprint(r.ignored) != fmt.Sprint(want) {
+		t.Fatalf("ignored %v, want %v", r.ignored, want)
+	}
+	if got := strings.Join(r.log, "|"); got != "B 0/10 xid=0|msg@0 fence:insert|C 0/10 end=0/18 rows=0 msgs=1" {
+		t.Fatal(got)
 	}
 }
 

@@ -27,8 +27,8 @@ const (
 	// ClassStreamingUnsupported: an in-progress streaming message (protocol 2+).
 	ClassStreamingUnsupported Class = "streaming_unsupported"
 	// ClassMessageFormat: a Synchro logical message (prefix "synchro.") that
-	// violates docs/wire-format.md, or a Synchro prefix that is unknown or sent
-	// non-transactionally.
+	// violates docs/wire-format.md. Returned by the message parsers; package
+	// collate drops such a message (anyone can emit one) instead of failing.
 	ClassMessageFormat Class = "message_format"
 	// ClassCapabilityUnsupported: the decoder cannot express a capability that
 	// Synchro requires; refused before streaming starts.

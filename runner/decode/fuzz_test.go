@@ -61,14 +61,14 @@ func checkErr(t *testing.T, err error) {
 
 func fuzzSeeds() [][]byte {
 	row := pt.Tuple(pt.Text("1"), pt.Text("v"), pt.Null())
-	fenceContent := []byte(`{"v":1,"kind":"synced","relation_id":3,"schema":"public","table":"tasks","op":"insert","old_key":null,"new_key":"1","version":"x","fence_id":"` + fid + `","ordinal":1,"table_id":"tasks","pk":1}`)
+	fenceContent := []byte(`{"v":2,"kind":"synced","relation_id":3,"schema":"public","table":"tasks","op":"insert","old_key":null,"new_key":"1","version":"x","fence_id":"` + fid + `","ordinal":1,"table_id":"tasks","pk":1,"mac":"0123456789abcdef0123456789abcdef"}`)
 	seq := frames(
 		pt.Begin(0x100, ts, 1),
 		tasksRel(1),
 		pt.Message(true, 1, decode.PrefixFence, fenceContent),
 		pt.Insert(1, row),
 		pt.Update(1, 'K', row, pt.Tuple(pt.Text("1"), pt.Toast(), pt.Null())),
-		pt.Message(true, 2, decode.PrefixRegistry, []byte(`{"v":1,"generation":2,"previous":1}`)),
+		pt.Message(true, 2, decode.PrefixRegistry, []byte(`{"v":2,"generation":2,"previous":1,"mac":"0123456789abcdef0123456789abcdef"}`)),
 		pt.Delete(1, 'O', row),
 		pt.Truncate(1, 1),
 		pt.Commit(0x100, 0x110, ts),
@@ -125,8 +125,8 @@ func FuzzDecode(f *testing.F) {
 // FuzzParseMessages: the Synchro message parsers never panic and fail only
 // with message_format.
 func FuzzParseMessages(f *testing.F) {
-	f.Add([]byte(`{"v":1,"generation":2,"previous":1}`))
-	f.Add([]byte(`{"v":1,"kind":"capture_dependency","relation_id":3,"schema":"s","table":"t","op":"delete","old_key":"k","new_key":null,"version":"x","fence_id":"` + fid + `","ordinal":1,"capture_key":"k"}`))
+	f.Add([]byte(`{"v":2,"generation":2,"previous":1,"mac":"0123456789abcdef0123456789abcdef"}`))
+	f.Add([]byte(`{"v":2,"kind":"capture_dependency","relation_id":3,"schema":"s","table":"t","op":"delete","old_key":"k","new_key":null,"version":"x","fence_id":"` + fid + `","ordinal":1,"capture_key":"k","mac":"0123456789abcdef0123456789abcdef"}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if _, err := decode.ParseFence(data); err != nil {
 			if c, _ := decode.ClassOf(err); c != decode.ClassMessageFormat {

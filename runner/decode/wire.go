@@ -13,15 +13,27 @@ import (
 
 // Prefixes of Synchro's logical messages (docs/wire-format.md).
 const (
-	// PrefixNamespace starts every Synchro prefix. A message whose prefix
-	// starts with it but is not one of the known prefixes is poison.
+	// PrefixNamespace starts every Synchro prefix. Anyone can emit a message
+	// with it (pg_logical_emit_message is executable by PUBLIC): one that is not
+	// a well-formed, authenticated message of a known prefix is ignored and
+	// counted, never poison (docs/wire-format.md).
 	PrefixNamespace = "synchro."
 	PrefixFence     = "synchro.fence"
 	PrefixRegistry  = "synchro.registry"
 )
 
-// WireFormatVersion is the only accepted "v".
-const WireFormatVersion = 1
+// WireFormatVersion is the only accepted "v". Version 2 added "mac".
+const WireFormatVersion = 2
+
+// MaxMessageContent bounds the content of a Synchro message worth parsing. The
+// pack's own are far smaller (a fence carries keys of at most 1024 bytes and
+// names of at most 63); a larger one is someone else's and is dropped unparsed.
+const MaxMessageContent = 64 << 10
+
+// MACHexLen is the length of a message's "mac": 16 bytes as lowercase hex. The
+// runner cannot check it (the server key never leaves the database);
+// materialization does, and drops a message whose MAC does not match.
+const MACHexLen = 32
 
 // FenceKind is a registration kind.
 type FenceKind string
@@ -86,6 +98,7 @@ type Fence struct {
 	TableID    string      // synced only
 	PK         *PrimaryKey // synced only
 	CaptureKey string      // capture_dependency only
+	MAC        string      // lowercase hex, MACHexLen long; unverified here
 }
 
 // Key returns the registered key identity of the fenced row: NewKey, or
@@ -121,6 +134,7 @@ func (f *Fence) LogValue() slog.Value {
 type Activation struct {
 	Generation int64
 	Previous   *int64 // nil for the first generation
+	MAC        string // lowercase hex, MACHexLen long; unverified here
 }
 
 type fenceWire struct {
@@ -138,12 +152,14 @@ type fenceWire struct {
 	TableID    json.RawMessage `json:"table_id"`
 	PK         json.RawMessage `json:"pk"`
 	CaptureKey json.RawMessage `json:"capture_key"`
+	MAC        json.RawMessage `json:"mac"`
 }
 
 type activationWire struct {
 	V          json.RawMessage `json:"v"`
 	Generation json.RawMessage `json:"generation"`
 	Previous   json.RawMessage `json:"previous"`
+	MAC        json.RawMessage `json:"mac"`
 }
 
 func formatErr(detail string) *Error { return newErr(ClassMessageFormat, 0, detail) }
@@ -246,6 +262,9 @@ func ParseFence(content []byte) (Fence, error) {
 			return Fence{}, err
 		}
 	}
+	if f.MAC, err = reqMAC(w.MAC, "fence mac"); err != nil {
+		return Fence{}, err
+	}
 	return f, nil
 }
 
@@ -280,14 +299,20 @@ func ParseRegistryActivation(content []byte) (Activation, error) {
 		}
 		a.Previous = &p
 	}
+	if a.MAC, err = reqMAC(w.MAC, "registry mac"); err != nil {
+		return Activation{}, err
+	}
 	return a, nil
 }
 
 // strictUnmarshal decodes exactly one JSON object with no unknown, duplicate
-// or trailing content, from valid UTF-8.
+// or trailing content, from valid UTF-8, that jsonb also accepts.
 func strictUnmarshal(content []byte, v any) error {
 	if !utf8.Valid(content) {
 		return formatErr("content is not valid utf-8")
+	}
+	if !jsonbEscapes(content) {
+		return formatErr("content has an escape jsonb refuses")
 	}
 	if err := checkObjectKeys(content); err != nil {
 		return err
@@ -302,6 +327,46 @@ func strictUnmarshal(content []byte, v any) error {
 		return formatErr("trailing content after json object")
 	}
 	return nil
+}
+
+// jsonbEscapes reports whether every \u escape in content's strings is one
+// PostgreSQL's jsonb accepts: not \u0000 (text cannot hold NUL) and no UTF-16
+// surrogate (encoding/json replaces an unpaired one, jsonb refuses it; the pack
+// never writes one, PostgreSQL's JSON output escapes only control characters). A
+// message is staged into a jsonb column, so one jsonb refuses must be dropped
+// here, not fail the staging. Structure is left to the decoder.
+func jsonbEscapes(content []byte) bool {
+	inString := false
+	for i := 0; i < len(content); i++ {
+		c := content[i]
+		if !inString {
+			if c == '"' {
+				inString = true
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = false
+		case '\\':
+			if i+1 >= len(content) {
+				return false
+			}
+			i++
+			if content[i] != 'u' {
+				continue
+			}
+			if i+4 >= len(content) {
+				return false
+			}
+			r, err := strconv.ParseUint(string(content[i+1:i+5]), 16, 16)
+			if err != nil || r == 0 || (r >= 0xD800 && r <= 0xDFFF) {
+				return false
+			}
+			i += 4
+		}
+	}
+	return true
 }
 
 // checkObjectKeys requires content to be a JSON object whose top-level keys
@@ -427,6 +492,23 @@ func reqPK(raw json.RawMessage) (PrimaryKey, error) {
 		return PrimaryKey{}, formatErr("fence pk is not a string or an integer")
 	}
 	return PrimaryKey{IsInt: true, Int: n}, nil
+}
+
+// reqMAC reads a required MAC: MACHexLen lowercase hex digits.
+func reqMAC(raw json.RawMessage, field string) (string, error) {
+	s, err := reqString(raw, field)
+	if err != nil {
+		return "", err
+	}
+	if len(s) != MACHexLen {
+		return "", formatErr(field + " is not " + strconv.Itoa(MACHexLen) + " hex digits")
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return "", formatErr(field + " is not lowercase hex")
+		}
+	}
+	return s, nil
 }
 
 // canonicalUUID reports whether s is 8-4-4-4-12 lowercase hex.

@@ -13,9 +13,9 @@ const fid = "6f1e2c3d-4b5a-4789-9abc-def012345678"
 func fenceJSON(t *testing.T, mutate func(m map[string]any)) []byte {
 	t.Helper()
 	m := map[string]any{
-		"v": 1, "kind": "synced", "relation_id": 3, "schema": "public", "table": "tasks",
+		"v": 2, "kind": "synced", "relation_id": 3, "schema": "public", "table": "tasks",
 		"op": "update", "old_key": "42", "new_key": "42", "version": "9b3c01", "fence_id": fid,
-		"ordinal": 1017, "table_id": "tasks", "pk": 42,
+		"ordinal": 1017, "table_id": "tasks", "pk": 42, "mac": "0123456789abcdef0123456789abcdef",
 	}
 	if mutate != nil {
 		mutate(m)
@@ -36,15 +36,15 @@ func depFence(m map[string]any) {
 
 func TestParseFenceValid(t *testing.T) {
 	// The wire-format example, verbatim apart from the elided hex.
-	f, err := decode.ParseFence([]byte(`{"v":1,"kind":"synced","relation_id":3,"schema":"public","table":"tasks","op":"update",
+	f, err := decode.ParseFence([]byte(`{"v":2,"kind":"synced","relation_id":3,"schema":"public","table":"tasks","op":"update",
  "old_key":"42","new_key":"42","version":"9b3c","fence_id":"` + fid + `","ordinal":1017,
- "table_id":"tasks","pk":42}`))
+ "table_id":"tasks","pk":42,"mac":"0123456789abcdef0123456789abcdef"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if f.Kind != decode.FenceSynced || f.RelationID != 3 || f.Schema != "public" || f.Table != "tasks" ||
 		f.Op != decode.FenceUpdate || *f.OldKey != "42" || *f.NewKey != "42" || f.Version != "9b3c" ||
-		f.FenceID != fid || f.Ordinal != 1017 || f.TableID != "tasks" || f.PK == nil || !f.PK.IsInt || f.PK.Int != 42 || f.CaptureKey != "" {
+		f.FenceID != fid || f.Ordinal != 1017 || f.TableID != "tasks" || f.PK == nil || !f.PK.IsInt || f.PK.Int != 42 || f.CaptureKey != "" || f.MAC != "0123456789abcdef0123456789abcdef" {
 		t.Fatalf("fence = %+v", f)
 	}
 	if strings.Contains(f.String(), "9b3c\"") || strings.Contains(f.LogValue().String(), "tasks") {
@@ -63,6 +63,14 @@ func TestParseFenceValid(t *testing.T) {
 			m["new_key"] = "9223372036854775807"
 			m["pk"] = json.Number("9223372036854775807")
 		},
+	}
+	// Escapes PostgreSQL writes (control characters) and an escaped backslash
+	// followed by "u0000" (not an escape) parse.
+	for _, schema := range []string{`"a\u0001b"`, `"a\\u0000"`, `"\"\\\/\b\f\n\r\t"`} {
+		raw := strings.Replace(string(fenceJSON(t, nil)), `"schema":"public"`, `"schema":`+schema, 1)
+		if _, err := decode.ParseFence([]byte(raw)); err != nil {
+			t.Fatalf("%s: %v", schema, err)
+		}
 	}
 	for name, mut := range ok {
 		t.Run(name, func(t *testing.T) {
@@ -100,10 +108,14 @@ func TestParseFenceInvalid(t *testing.T) {
 		"trailing":         string(fenceJSON(t, nil)) + `{}`,
 		"duplicate key":    `{"v":1,"v":1}`,
 		"invalid utf8":     "{\"v\":1,\"schema\":\"\xff\"}",
-		"v float":          strings.Replace(string(fenceJSON(t, nil)), `"v":1`, `"v":1.0`, 1),
-		"v exponent":       strings.Replace(string(fenceJSON(t, nil)), `"v":1`, `"v":1e0`, 1),
+		"v float":          strings.Replace(string(fenceJSON(t, nil)), `"v":2`, `"v":2.0`, 1),
+		"v exponent":       strings.Replace(string(fenceJSON(t, nil)), `"v":2`, `"v":2e0`, 1),
 		"ordinal float":    strings.Replace(string(fenceJSON(t, nil)), `"ordinal":1017`, `"ordinal":1017.5`, 1),
 		"ordinal overflow": strings.Replace(string(fenceJSON(t, nil)), `"ordinal":1017`, `"ordinal":99999999999999999999`, 1),
+		"nul escape":       strings.Replace(string(fenceJSON(t, nil)), `"schema":"public"`, `"schema":"pub\u0000lic"`, 1),
+		"surrogate escape": strings.Replace(string(fenceJSON(t, nil)), `"schema":"public"`, `"schema":"pub\ud800lic"`, 1),
+		"surrogate pair":   strings.Replace(string(fenceJSON(t, nil)), `"schema":"public"`, `"schema":"\ud83d\ude00"`, 1),
+		"short escape":     strings.Replace(string(fenceJSON(t, nil)), `"schema":"public"`, `"schema":"\u00"`, 1),
 	}
 	for name, s := range raw {
 		t.Run(name, func(t *testing.T) {
@@ -112,7 +124,13 @@ func TestParseFenceInvalid(t *testing.T) {
 		})
 	}
 	muts := map[string]func(m map[string]any){
-		"unknown v":                  func(m map[string]any) { m["v"] = 2 },
+		"unknown v":                  func(m map[string]any) { m["v"] = 3 },
+		"v1 (no mac)":                func(m map[string]any) { m["v"] = 1; delete(m, "mac") },
+		"missing mac":                func(m map[string]any) { delete(m, "mac") },
+		"mac short":                  func(m map[string]any) { m["mac"] = "0123" },
+		"mac upper case":             func(m map[string]any) { m["mac"] = "0123456789ABCDEF0123456789ABCDEF" },
+		"mac not hex":                func(m map[string]any) { m["mac"] = "0123456789abcdef0123456789abcdeg" },
+		"mac number":                 func(m map[string]any) { m["mac"] = 1 },
 		"v string":                   func(m map[string]any) { m["v"] = "1" },
 		"missing v":                  func(m map[string]any) { delete(m, "v") },
 		"unknown field":              func(m map[string]any) { m["extra"] = true },
@@ -167,31 +185,34 @@ func TestParseFenceInvalid(t *testing.T) {
 }
 
 func TestParseRegistryActivation(t *testing.T) {
-	a, err := decode.ParseRegistryActivation([]byte(`{"v":1,"generation":2,"previous":1}`))
+	a, err := decode.ParseRegistryActivation([]byte(`{"v":2,"generation":2,"previous":1,"mac":"0123456789abcdef0123456789abcdef"}`))
 	if err != nil || a.Generation != 2 || a.Previous == nil || *a.Previous != 1 {
 		t.Fatalf("activation = %+v, %v", a, err)
 	}
-	a, err = decode.ParseRegistryActivation([]byte(` { "previous" : null , "generation" : 1 , "v" : 1 } `))
+	a, err = decode.ParseRegistryActivation([]byte(` { "previous" : null , "generation" : 1 , "v" : 2 , "mac" : "0123456789abcdef0123456789abcdef" } `))
 	if err != nil || a.Generation != 1 || a.Previous != nil {
 		t.Fatalf("activation = %+v, %v", a, err)
 	}
 	for _, s := range []string{
 		``, `{}`, `[]`, `"x"`,
+		`{"v":3,"generation":2,"previous":1,"mac":"0123456789abcdef0123456789abcdef"}`,
+		`{"v":1,"generation":2,"previous":1,"mac":"0123456789abcdef0123456789abcdef"}`,
 		`{"v":2,"generation":2,"previous":1}`,
+		`{"v":2,"generation":2,"previous":1,"mac":"0123"}`,
 		`{"generation":2,"previous":1}`,
-		`{"v":1,"previous":1}`,
-		`{"v":1,"generation":2}`,
-		`{"v":1,"generation":"2","previous":1}`,
-		`{"v":1,"generation":2.0,"previous":1}`,
-		`{"v":1,"generation":0,"previous":null}`,
-		`{"v":1,"generation":2,"previous":2}`,
-		`{"v":1,"generation":2,"previous":3}`,
-		`{"v":1,"generation":2,"previous":0}`,
-		`{"v":1,"generation":2,"previous":"1"}`,
-		`{"v":1,"generation":2,"previous":1,"x":1}`,
-		`{"v":1,"generation":2,"previous":1,"generation":3}`,
-		`{"v":1,"generation":2,"previous":1} 1`,
-		`{"v":1,"generation":02,"previous":1}`,
+		`{"v":2,"previous":1}`,
+		`{"v":2,"generation":2}`,
+		`{"v":2,"generation":"2","previous":1}`,
+		`{"v":2,"generation":2.0,"previous":1}`,
+		`{"v":2,"generation":0,"previous":null}`,
+		`{"v":2,"generation":2,"previous":2}`,
+		`{"v":2,"generation":2,"previous":3}`,
+		`{"v":2,"generation":2,"previous":0}`,
+		`{"v":2,"generation":2,"previous":"1"}`,
+		`{"v":2,"generation":2,"previous":1,"x":1}`,
+		`{"v":2,"generation":2,"previous":1,"generation":3}`,
+		`{"v":2,"generation":2,"previous":1} 1`,
+		`{"v":2,"generation":02,"previous":1}`,
 	} {
 		if _, err := decode.ParseRegistryActivation([]byte(s)); err == nil {
 			t.Errorf("%q parsed", s)

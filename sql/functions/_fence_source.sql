@@ -14,7 +14,8 @@
 --   3. allocates an opaque transition version and a UUID fence_id,
 --   4. takes the next registered-DML ordinal,
 --   5. records the transition (and, under push, the immutable write fence), and
---   6. emits one transactional logical message (docs/wire-format.md).
+--   6. emits one transactional logical message (docs/wire-format.md), authenticated by
+--      a MAC under the server key (synchro._message_mac).
 -- It makes nothing pull-visible: only WAL materialization does.
 --
 -- Out-of-order check. PostgreSQL fires the AFTER ROW triggers of a statement when
@@ -67,6 +68,10 @@ DECLARE
   fid       uuid := pg_catalog.gen_random_uuid();
   ord       bigint;
   ctx       record;
+  mac       pg_catalog.text;  -- the message's MAC (issue 13)
+  ipad      pg_catalog.bytea; -- the server key's HMAC pads, read with the live tuple (issue 13)
+  opad      pg_catalog.bytea;
+  refused   pg_catalog.text;  -- SQLSTATE of a refused json value (issue 13)
 BEGIN
   IF TG_OP = 'INSERT' THEN
     new_k := NEW.%4$I::text;
@@ -90,8 +95,24 @@ BEGIN
     k := old_k;
   END IF;
 
-  -- The live tuple of this key now (none after a delete).
-  SELECT t.xmin, t.cmin INTO live_xmin, live_cmin FROM ONLY %2$I.%3$I t WHERE t.%4$I = k::%5$s;
+  -- Source refusals (issue 13): a key or a registered value that the key indexes or
+  -- the row image cannot hold fails the writing statement with a class-22 SQLSTATE,
+  -- naming the rule, never the value (synchro._fence_value_checks).
+  -- The key is checked when it enters (a key cannot change): a row registered with a
+  -- longer key stays updatable and deletable.
+  IF TG_OP = 'INSERT' AND pg_catalog.octet_length(k) > 1024 THEN
+    RAISE EXCEPTION 'registered key of relation_id %% is over 1024 bytes (documented key limit)', %6$s
+      USING ERRCODE = 'string_data_right_truncation';
+  END IF;
+  IF TG_OP <> 'DELETE' THEN
+    NULL;%13$s
+  END IF;
+
+  -- The live tuple of this key now (none after a delete). The same statement reads
+  -- the server key's pads for the message MAC below (issue 13): a statement of its
+  -- own would cost more than the MAC.
+  SELECT t.xmin, t.cmin, sk.inner_pad, sk.outer_pad INTO live_xmin, live_cmin, ipad, opad
+    FROM synchro.server_key sk LEFT JOIN ONLY %2$I.%3$I t ON t.%4$I = k::%5$s;
 
   -- Lock the reservation and record this fence, keeping what the previous fence saw.
   UPDATE synchro.row_version r
@@ -128,10 +149,23 @@ BEGIN
     END IF;
   END IF;
 
+  -- Authenticated message (issue 13): anyone may emit a 'synchro.fence' message, so
+  -- the runner counts only one whose "mac" matches: synchro._message_mac over
+  -- synchro._message_body, inlined here (a function call per row costs more than the
+  -- MAC). The server key is read at run time, as the owner, never put in this
+  -- generated source (pg_proc.prosrc is world-readable); every operator and function
+  -- applied to it is qualified, so no object of the writer's search_path sees it.
+  mac := pg_catalog.encode(pg_catalog.substr(pg_catalog.sha256(opad OPERATOR(pg_catalog.||)
+            pg_catalog.sha256(ipad OPERATOR(pg_catalog.||) '\x%16$s'::pg_catalog.bytea OPERATOR(pg_catalog.||)
+              pg_catalog.convert_to(pg_catalog.concat(%14$L,
+                pg_catalog.length(pg_catalog.lower(TG_OP)), ':', pg_catalog.lower(TG_OP),
+                pg_catalog.length(old_k), ':', old_k, pg_catalog.length(new_k), ':', new_k,
+                pg_catalog.length(v), ':', v, '36:', fid, pg_catalog.length(ord::pg_catalog.text), ':', ord,
+                %15$s), 'UTF8'))), 1, 16), 'hex');
   PERFORM pg_catalog.pg_logical_emit_message(true, 'synchro.fence', pg_catalog.json_build_object(
-    'v', 1, 'kind', %9$L, 'relation_id', %6$s, 'schema', %10$L, 'table', %11$L,
+    'v', 2, 'kind', %9$L, 'relation_id', %6$s, 'schema', %10$L, 'table', %11$L,
     'op', pg_catalog.lower(TG_OP), 'old_key', old_k, 'new_key', new_k, 'version', v, 'fence_id', fid,
-    'ordinal', ord, %12$s)::text);
+    'ordinal', ord, %12$s, 'mac', mac)::text);
   RETURN NULL;
 END
 $fence$;
@@ -145,7 +179,18 @@ $template$,
     pg_relation_filenode(r.relid::regclass),   -- 8 relation file at install
     r.registration_kind,                       -- 9
     r.schema_name, r.table_name,               -- 10 11 registered identity
-    ident);                                    -- 12
+    ident,                                     -- 12
+    synchro._fence_value_checks(rid),          -- 13 source refusals of registered values
+    -- 14 15: the constant head of the MAC body (synchro._message_body: v, kind,
+    -- relation_id, schema, table) and its fields after ordinal (table_id, pk,
+    -- capture_key); 16: the MAC's domain prefix, 'synchro.msg' 0x00 prefix 0x00, in hex
+    concat('1:2', length(r.registration_kind), ':', r.registration_kind,
+           length(r.relation_id::text), ':', r.relation_id, length(r.schema_name), ':', r.schema_name,
+           length(r.table_name), ':', r.table_name),
+    CASE WHEN r.registration_kind = 'synced'
+         THEN format('%L, pg_catalog.length(k), '':'', k, '':''', concat(length(r.table_id), ':', r.table_id))
+         ELSE ''':'', '':'', pg_catalog.length(k), '':'', k' END,
+    encode(convert_to('synchro.msg', 'UTF8') || '\x00'::bytea || convert_to('synchro.fence', 'UTF8') || '\x00'::bytea, 'hex'));
 END
 $$;
 

@@ -18,6 +18,7 @@ DECLARE
   nonempty boolean;
   pub text;
   rels text;
+  msg jsonb;
 BEGIN
   PERFORM pg_advisory_xact_lock(hashtextextended('synchro.registry', 0));
   SELECT generation INTO g FROM synchro.registry_generation WHERE state = 'pending';
@@ -153,8 +154,11 @@ BEGIN
   UPDATE synchro.registry_generation SET state = 'retired' WHERE state = 'active';
   UPDATE synchro.registry_generation SET state = 'active', activated_at = now() WHERE generation = g;
 
+  -- Authenticated (synchro._message_mac): the runner counts only the pack's own
+  -- activation messages, whoever else emits one with this prefix.
+  msg := jsonb_build_object('v', 2, 'generation', g, 'previous', prev);
   PERFORM pg_logical_emit_message(true, 'synchro.registry',
-    json_build_object('v', 1, 'generation', g, 'previous', prev)::text);
+    (msg || jsonb_build_object('mac', synchro._message_mac('synchro.registry', synchro._message_body('synchro.registry', msg))))::text);
   RETURN g;
 END
 $$;

@@ -94,7 +94,7 @@ BEGIN
     SELECT e.commit_lsn, e.event_ordinal, e.effect_ordinal, e.table_id, e.pk, e.op, e.version, e.image, r.key_type,
            coalesce(e.image_bytes, 0) AS bytes
       FROM synchro.effect e JOIN synchro.relation r ON r.relation_id = e.relation_id
-     WHERE e.stream_generation = g.stream_generation AND e.scope = pull.scope
+     WHERE e.stream_generation = g.stream_generation AND e.scope_hash = synchro._scope_hash(pull.scope) AND e.scope = pull.scope
        AND (e.commit_lsn, e.event_ordinal, e.effect_ordinal) > (c_lsn, c_ev, c_eff)
        AND e.commit_lsn <= hw
      ORDER BY e.commit_lsn, e.event_ordinal, e.effect_ordinal

@@ -109,7 +109,7 @@ BEGIN
       FROM synchro.membership m
       JOIN synchro.projection pr ON pr.relation_id = m.relation_id AND pr.pk = m.pk
       JOIN synchro.relation r ON r.relation_id = m.relation_id
-     WHERE m.scope = rebuild.scope
+     WHERE m.scope_hash = synchro._scope_hash(rebuild.scope) AND m.scope = rebuild.scope
        AND (m.table_id COLLATE "C", m.pk_order, m.pk COLLATE "C") > (last_tid COLLATE "C", last_order, last_pk COLLATE "C")
     WINDOW w AS (ORDER BY m.table_id COLLATE "C", m.pk_order, m.pk COLLATE "C" ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
      ORDER BY m.table_id COLLATE "C", m.pk_order, m.pk COLLATE "C"
