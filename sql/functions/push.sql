@@ -3,7 +3,12 @@
 --
 -- SECURITY INVOKER on purpose: the row writes run with the caller's own privileges and
 -- row-level security. Registry reads, reservation locks and outcome records go through
--- SECURITY DEFINER helpers. Each mutation runs in its own savepoint (the BEGIN ...
+-- SECURITY DEFINER helpers, which refuse any caller but this function and are called
+-- only as assignments (synchro._called_from_push, docs/security.md); a reservation is
+-- locked, and its version read, only after this function read the row as the caller.
+-- Nothing else of the pack runs here: row images and reject reasons are computed
+-- inline, so synchro_app executes nothing but the contract's functions and these
+-- helpers. Each mutation runs in its own savepoint (the BEGIN ...
 -- EXCEPTION block), so a conflict or a rejection does not undo the others; every
 -- failure that is not the mutation's own fault is re-raised and fails the whole call.
 -- Pull visibility is not touched here: the fence trigger emits the WAL message, and
@@ -32,6 +37,7 @@ DECLARE
   st       text;
   con      text;
   colname  text;
+  reason   text;
   deferred_list text;
 BEGIN
   plan := synchro._push_prepare(client_id, mutations);
@@ -49,17 +55,27 @@ BEGIN
     tgt := format('%I.%I', m ->> 'schema', m ->> 'table');
     keypred := format('t.%I = $1::%s', m ->> 'key_column', m ->> 'key_pg_type');
     BEGIN
-      -- Lock the source row first, then the reservation: the order a direct write
-      -- takes them (row, then fence), so the two never deadlock each other.
+      -- The row is read as the caller (its privileges and row-level security) before
+      -- its reservation is locked or its version read: a row the caller cannot read
+      -- gets neither. Update and delete lock the source row first, then the
+      -- reservation: the order a direct write takes them (row, then fence), so the two
+      -- never deadlock each other.
       IF m ->> 'op' <> 'insert' THEN
         EXECUTE format('SELECT to_jsonb(t) FROM ONLY %s t WHERE %s FOR UPDATE', tgt, keypred) INTO cur USING m ->> 'key';
-      END IF;
-      SELECT * INTO ent FROM synchro._push_enter(client_id, (m ->> 'id')::uuid, (m ->> 'relation_id')::bigint, m ->> 'key');
-      IF m ->> 'op' = 'insert' THEN
-        -- An insert locks no source row (it needs no UPDATE privilege), so read the row
-        -- only once the reservation is locked: a direct write holds that lock until it
-        -- commits, so the row read here is the row of the version in ent.
+      ELSE
+        -- An insert locks no source row (it needs no UPDATE privilege).
         EXECUTE format('SELECT to_jsonb(t) FROM ONLY %s t WHERE %s', tgt, keypred) INTO cur USING m ->> 'key';
+      END IF;
+      IF cur IS NOT NULL THEN
+        ent := synchro._push_enter(client_id, (m ->> 'id')::uuid, (m ->> 'relation_id')::bigint, m ->> 'key', true);
+        IF m ->> 'op' = 'insert' THEN
+          -- Read the row again once the reservation is locked: a direct write holds that
+          -- lock until it commits, so the row read now is the row of the version in ent.
+          EXECUTE format('SELECT to_jsonb(t) FROM ONLY %s t WHERE %s', tgt, keypred) INTO cur USING m ->> 'key';
+        END IF;
+      ELSE
+        -- Absent (or hidden) to this caller: the push context only, no lock, no version.
+        ent := synchro._push_enter(client_id, (m ->> 'id')::uuid, (m ->> 'relation_id')::bigint, m ->> 'key', false);
       END IF;
       written := NULL;
       outcome := NULL;
@@ -67,7 +83,8 @@ BEGIN
       IF m ->> 'op' = 'insert' THEN
         IF cur IS NOT NULL THEN
           outcome := jsonb_build_object('id', m ->> 'id', 'status', 'conflict',
-                                        'version', ent.version, 'row', synchro._row_image(cur, cols));
+                                        'version', ent.version, 'row', (SELECT coalesce(jsonb_object_agg(e.key, e.value), '{}')
+                                          FROM jsonb_each(cur) e WHERE e.key = ANY (cols::text[])));
         ELSE
           SELECT string_agg(format('%I', k), ', ') INTO col_list FROM jsonb_object_keys(m -> 'row') k;
           EXECUTE format(
@@ -78,13 +95,17 @@ BEGIN
           IF written IS NULL THEN
             -- The key exists after all (inserted concurrently, or hidden from this
             -- caller by row-level security): a conflict, with what the caller may see.
-            -- Lock its reservation again (it exists now), then read the row: the
+            -- Only a row it can read gets its reservation locked, then read again: the
             -- version and the row are those of one committed state.
-            SELECT * INTO ent FROM synchro._push_enter(client_id, (m ->> 'id')::uuid, (m ->> 'relation_id')::bigint, m ->> 'key');
             EXECUTE format('SELECT to_jsonb(t) FROM ONLY %s t WHERE %s', tgt, keypred) INTO cur USING m ->> 'key';
+            IF cur IS NOT NULL THEN
+              ent := synchro._push_enter(client_id, (m ->> 'id')::uuid, (m ->> 'relation_id')::bigint, m ->> 'key', true);
+              EXECUTE format('SELECT to_jsonb(t) FROM ONLY %s t WHERE %s', tgt, keypred) INTO cur USING m ->> 'key';
+            END IF;
             outcome := jsonb_build_object('id', m ->> 'id', 'status', 'conflict',
               'version', CASE WHEN cur IS NULL THEN NULL ELSE ent.version END,
-              'row', synchro._row_image(cur, cols));
+              'row', CASE WHEN cur IS NULL THEN NULL ELSE (SELECT coalesce(jsonb_object_agg(e.key, e.value), '{}')
+                                                             FROM jsonb_each(cur) e WHERE e.key = ANY (cols::text[])) END);
           END IF;
         END IF;
       ELSIF cur IS NULL THEN
@@ -92,7 +113,8 @@ BEGIN
         outcome := jsonb_build_object('id', m ->> 'id', 'status', 'conflict', 'version', NULL, 'row', NULL);
       ELSIF ent.version IS DISTINCT FROM m ->> 'base_version' OR ent.deleted THEN
         outcome := jsonb_build_object('id', m ->> 'id', 'status', 'conflict',
-                                      'version', ent.version, 'row', synchro._row_image(cur, cols));
+                                      'version', ent.version, 'row', (SELECT coalesce(jsonb_object_agg(e.key, e.value), '{}')
+                                        FROM jsonb_each(cur) e WHERE e.key = ANY (cols::text[])));
       ELSIF m ->> 'op' = 'update' THEN
         SELECT string_agg(format('%I', k), ', ') INTO col_list FROM jsonb_object_keys(m -> 'row') k;
         IF col_list IS NULL THEN
@@ -121,29 +143,59 @@ BEGIN
       IF outcome IS NULL THEN
         outcome := jsonb_build_object('id', m ->> 'id', 'status', 'accepted', 'version', ver);
         IF m ->> 'op' <> 'delete' THEN
-          outcome := outcome || jsonb_build_object('row', synchro._row_image(written, cols));
+          outcome := outcome || jsonb_build_object('row', (SELECT coalesce(jsonb_object_agg(e.key, e.value), '{}')
+                                                             FROM jsonb_each(written) e WHERE e.key = ANY (cols::text[])));
         END IF;
       END IF;
     EXCEPTION WHEN OTHERS THEN
       GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, con = CONSTRAINT_NAME, colname = COLUMN_NAME;
       IF left(st, 2) IN ('22', '23') OR st IN ('42501', 'P0001') THEN
-        outcome := jsonb_build_object('id', m ->> 'id', 'status', 'rejected', 'code', st,
-                                      'reason', synchro._reject_reason(st, con, colname));
+        -- A short, value-free reason: the condition name of the SQLSTATE and, when
+        -- PostgreSQL names one, the constraint or column (identifiers chosen by the
+        -- schema's author, never row data). Message texts are never used: they can
+        -- carry values.
+        reason := CASE st
+          WHEN '23505' THEN 'unique_violation'
+          WHEN '23503' THEN 'foreign_key_violation'
+          WHEN '23502' THEN 'not_null_violation'
+          WHEN '23514' THEN 'check_violation'
+          WHEN '23P01' THEN 'exclusion_violation'
+          WHEN '23001' THEN 'restrict_violation'
+          WHEN '42501' THEN 'insufficient_privilege'
+          WHEN 'P0001' THEN 'raise_exception'
+          WHEN '22P02' THEN 'invalid_text_representation'
+          WHEN '22003' THEN 'numeric_value_out_of_range'
+          WHEN '22001' THEN 'string_data_right_truncation'
+          WHEN '22007' THEN 'invalid_datetime_format'
+          WHEN '22008' THEN 'datetime_field_overflow'
+          WHEN '22012' THEN 'division_by_zero'
+          WHEN '22023' THEN 'invalid_parameter_value'
+          WHEN '22004' THEN 'null_value_not_allowed'
+          ELSE CASE left(st, 2) WHEN '22' THEN 'data_exception' ELSE 'integrity_constraint_violation' END
+        END || CASE WHEN nullif(con, '') IS NOT NULL THEN ' (constraint ' || con || ')'
+                    WHEN nullif(colname, '') IS NOT NULL THEN ' (column ' || colname || ')'
+                    ELSE '' END;
+        outcome := jsonb_build_object('id', m ->> 'id', 'status', 'rejected', 'code', st, 'reason', left(reason, 200));
       ELSE
         -- Not this mutation's fault (serialization, deadlock, timeout, fence order,
         -- unsupported operation, ...): the whole call fails, nothing is written.
         RAISE;
       END IF;
     END;
-    PERFORM synchro._push_record(client_id, (m ->> 'id')::uuid, m ->> 'hash', outcome);
+    outcome := synchro._push_record(client_id, (m ->> 'id')::uuid, m ->> 'hash', outcome);
     results := results || outcome;
   END LOOP;
   -- SET CONSTRAINTS lasts for the transaction. A push is meant to be its own
   -- transaction; when a caller runs it inside a larger one, give the rest of that
-  -- transaction the declared modes back: initially deferred constraints deferred again.
+  -- transaction the declared modes back: initially deferred constraints deferred again,
+  -- those the caller can name. A constraint in a schema the caller may not use cannot
+  -- be named by it (SET CONSTRAINTS would fail with 42501 and fail every push): it stays
+  -- immediate for the rest of the transaction, which can only make that transaction
+  -- check it earlier, never skip it.
   SELECT string_agg(DISTINCT format('%I.%I', n.nspname, c.conname), ', ') INTO deferred_list
     FROM pg_catalog.pg_constraint c JOIN pg_catalog.pg_namespace n ON n.oid = c.connamespace
-   WHERE c.condeferrable AND c.condeferred;
+   WHERE c.condeferrable AND c.condeferred
+     AND pg_catalog.has_schema_privilege(c.connamespace, 'USAGE');
   IF deferred_list IS NOT NULL THEN
     EXECUTE 'SET CONSTRAINTS ' || deferred_list || ' DEFERRED';
   END IF;
