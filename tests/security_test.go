@@ -567,3 +567,29 @@ func TestPrivilegeBoundary(t *testing.T) {
 		})
 	}
 }
+
+// Every SECURITY DEFINER function of the pack, generated fences included, pins
+// search_path to pg_catalog, pg_temp.
+func TestSecurityDefinerPinsSearchPath(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	mustExec(t, db, `
+		CREATE TABLE public.pinned (id int8 PRIMARY KEY, body text);
+		CREATE TABLE public.pinned_dep (id text PRIMARY KEY);
+		SELECT synchro.register_table('public.pinned', 'pinned');
+		SELECT synchro.register_dependency('public.pinned_dep');
+		SELECT synchro.activate_registry();`)
+	var fences int
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `
+		SELECT count(*) FROM pg_proc WHERE pronamespace = 'synchro'::regnamespace AND proname ~ '^_fence_[0-9]+$' AND prosecdef`).Scan(&fences))
+	require.Equal(t, 2, fences)
+	rows, err := db.Pool.Query(context.Background(), `
+		SELECT p.oid::regprocedure::text FROM pg_proc p
+		 WHERE p.pronamespace = 'synchro'::regnamespace AND p.prosecdef
+		   AND NOT coalesce('search_path=pg_catalog, pg_temp' = ANY (p.proconfig), false)
+		 ORDER BY 1`)
+	require.NoError(t, err)
+	unpinned, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Empty(t, unpinned, "SECURITY DEFINER functions without SET search_path = pg_catalog, pg_temp")
+}
