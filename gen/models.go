@@ -244,4 +244,5 @@ type SynchroWriteFence struct {
 	CreatedAt  time.Time
 	Coverage   *string
 	CoveredAt  *time.Time
+	Txid       pgtype.Uint64
 }
