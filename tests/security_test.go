@@ -593,3 +593,52 @@ func TestSecurityDefinerPinsSearchPath(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, unpinned, "SECURITY DEFINER functions without SET search_path = pg_catalog, pg_temp")
 }
+
+// A key column of a type that is merely named like a supported one (a domain app.text
+// over text, whose CHECK the application owns) is refused: key types are pg_catalog's.
+func TestRegistrationRefusesLookalikeKeyType(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	mustExec(t, db, `
+		CREATE SCHEMA lookalike;
+		CREATE DOMAIN lookalike.text AS pg_catalog.text CHECK (VALUE <> '');
+		CREATE TABLE lookalike.t (id lookalike.text PRIMARY KEY, body pg_catalog.text);`)
+	_, err := db.Pool.Exec(context.Background(), `SELECT synchro.register_table('lookalike.t', 'lookalike')`)
+	pgErr := requireSQLState(t, err, "SY400")
+	require.Contains(t, pgErr.Message, "primary key type")
+}
+
+// A runner session that made its own temporary synchro_ tables (with triggers that
+// would run as the owner when materialization writes them) is refused.
+func TestRunnerStageRefusesSessionTables(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	role := "runner_" + randomSuffix()
+	ident := pgx.Identifier{role}.Sanitize()
+	mustExec(t, db, `CREATE ROLE `+ident+` LOGIN IN ROLE synchro_runner`)
+	t.Cleanup(func() {
+		_, _ = db.Pool.Exec(context.Background(), `DROP OWNED BY `+ident)
+		_, _ = db.Pool.Exec(context.Background(), `DROP ROLE `+ident)
+	})
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `SET ROLE `+ident)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `CREATE TEMP TABLE synchro_stage (seq int)`)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `SELECT synchro.runner_stage_open()`)
+	requireSQLState(t, err, "42501")
+
+	// A clean session gets the owner's tables, and may call it again.
+	conn2, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	defer conn2.Close(ctx)
+	_, err = conn2.Exec(ctx, `SET ROLE `+ident)
+	require.NoError(t, err)
+	for range 2 {
+		_, err = conn2.Exec(ctx, `SELECT synchro.runner_stage_open()`)
+		require.NoError(t, err)
+	}
+}
