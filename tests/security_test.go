@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -642,3 +643,41 @@ func TestRunnerStageRefusesSessionTables(t *testing.T) {
 		require.NoError(t, err)
 	}
 }
+
+// Open (issue 13, item 4, materialize.sql and runner_baseline.sql are changed there):
+// materialization renders row images with to_jsonb(jsonb_populate_record(NULL::<table>,
+// ...)) with the owner's rights, so a cast to json of the application's own enum type
+// (or a CHECK of its own domain) runs as the pack owner. Reproduced on this branch;
+// remove the skip with the fix.
+func TestMaterializeRunsNoCallerCast(t *testing.T) {
+	if !materializeCastFixed {
+		t.Skip("open: synchro.materialize runs an application cast to json as the owner (docs/security.md, known open paths)")
+	}
+	t.Parallel()
+	db := testdb.New(t)
+	h := newHostileApp(t, db, true)
+	s := h.qs()
+	h.exec(fmt.Sprintf(`
+		CREATE TABLE %[1]s.log (who text, key_rows bigint);
+		CREATE TYPE %[1]s.mood AS ENUM ('ok', 'sad');
+		CREATE TABLE %[1]s.moods (id int8 PRIMARY KEY, m %[1]s.mood);`, s))
+	mustExec(t, db, fmt.Sprintf(`
+		SELECT synchro.register_table('%[1]s.moods', 'moods');
+		SELECT synchro.activate_registry();`, s))
+	h.exec(fmt.Sprintf(`
+		CREATE FUNCTION %[1]s.snoop() RETURNS boolean LANGUAGE plpgsql AS $f$ %[2]s $f$;
+		CREATE FUNCTION %[1]s.mood_json(v %[1]s.mood) RETURNS json LANGUAGE plpgsql AS $f$
+		DECLARE ignored boolean; BEGIN ignored := %[1]s.snoop(); RETURN pg_catalog.to_json(v::text); END $f$;
+		CREATE CAST (%[1]s.mood AS json) WITH FUNCTION %[1]s.mood_json(%[1]s.mood);`, s, snoop(s+".log")))
+	rr := startRunner(t, testRunnerConfig(t, db))
+	defer func() { _ = rr.stop(t) }()
+	waitStream(t, db)
+	h.exec(fmt.Sprintf(`INSERT INTO %s.moods (id, m) VALUES (1, 'sad')`, s))
+	eventually(t, 30*time.Second, "the row to be projected", func() bool {
+		return countOf(t, db, `SELECT count(*) FROM synchro.projection p JOIN synchro.relation r USING (relation_id) WHERE r.table_id = 'moods'`) == 1
+	})
+	requireOnlyRanAs(t, db.Pool, s+".log", h.role)
+}
+
+// materializeCastFixed turns TestMaterializeRunsNoCallerCast on.
+const materializeCastFixed = false
