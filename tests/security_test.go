@@ -473,12 +473,14 @@ func TestPrivilegeBoundary(t *testing.T) {
 	app := []string{
 		"synchro.pull(text,text,text,integer)",
 		"synchro.push(text,jsonb)",
+		"synchro._push_run(text,jsonb,text)",
 		"synchro.rebuild(text,text,text,integer)",
 		// Exist only once readiness is built.
 		"synchro.readiness()",
 		"synchro.ready()",
-		// The contract's one allowance: private helpers push must call as the caller,
-		// each refusing any caller but synchro.push and holding the invariants itself.
+		// The contract's one allowance: private helpers push must call as the caller:
+		// push's body (SECURITY INVOKER), and the four SECURITY DEFINER helpers, each
+		// refusing any caller but _push_run and holding the invariants itself.
 		"synchro._push_enter(text,uuid,bigint,text,boolean)",
 		"synchro._push_leave(bigint,text)",
 		"synchro._push_prepare(text,jsonb)",
@@ -681,3 +683,30 @@ func TestMaterializeRunsNoCallerCast(t *testing.T) {
 
 // materializeCastFixed turns TestMaterializeRunsNoCallerCast on.
 const materializeCastFixed = false
+
+// An operator of the caller's schema, first in its search_path, must never run in push's
+// own frame: there, an inlined SQL function could call a push helper as if it were push.
+func TestPushFrameRunsNoCallerOperator(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	h := newHostileApp(t, db, true)
+	s := h.qs()
+	var appRel int64
+	require.NoError(t, db.Pool.QueryRow(h.ctx, `SELECT relation_id FROM synchro.relation WHERE table_id = 'app_t'`).Scan(&appRel))
+	h.exec(fmt.Sprintf(`
+		CREATE TABLE %[1]s.log (what text);
+		CREATE FUNCTION %[1]s.note(v text) RETURNS text LANGUAGE plpgsql AS $f$
+		BEGIN INSERT INTO %[1]s.log VALUES ('helper answered'); RETURN v; END $f$;
+		-- Inlined into the caller's expression: no frame of its own.
+		CREATE FUNCTION %[1]s.arrow(j jsonb, k text) RETURNS text LANGUAGE sql AS $f$
+		  SELECT coalesce(%[1]s.note(synchro._push_leave(%[2]d, 'seed')), '') || pg_catalog.jsonb_object_field_text(j, k) $f$;
+		CREATE OPERATOR %[1]s.->> (LEFTARG = jsonb, RIGHTARG = text, FUNCTION = %[1]s.arrow);`, s, appRel))
+	h.exec(fmt.Sprintf(`SET search_path = %s, pg_catalog`, s))
+	raw, err := pushRawOn(h.ctx, h.conn, "c1", pushJSON(t, pushIns(pushID(), "app_t", "k1", pm{"body": "one"})))
+	h.exec(`RESET search_path`)
+	require.NoError(t, err)
+	require.Equal(t, "accepted", pushParse(t, raw)[0].str(t, "status"))
+	var n int
+	require.NoError(t, h.conn.QueryRow(h.ctx, fmt.Sprintf(`SELECT count(*) FROM %s.log`, s)).Scan(&n))
+	require.Zero(t, n, "a push helper answered a call from the caller's operator inside push")
+}
