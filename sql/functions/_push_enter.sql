@@ -1,4 +1,4 @@
--- Called by synchro.push inside a mutation's savepoint, after push read the source row
+-- Called by push (synchro._push_run) inside a mutation's savepoint, after push read the source row
 -- as the caller: records which mutation this transaction is applying to that row (read
 -- by the fence trigger) and, with lock_row (push passes it only for a row the caller
 -- could read), locks the row's identity reservation (the same row every fence locks, so
