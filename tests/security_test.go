@@ -224,6 +224,16 @@ func TestScopeAuthorizerRunsWithoutOwnerRights(t *testing.T) {
 	requireSQLState(t, set("public.peek_definer(text, text)"), "SY400")
 	// Without a pinned search_path its owner's rights are open to the caller's objects.
 	requireSQLState(t, set("public.peek_unpinned(text, text)"), "SY400")
+	// Owned by a role that can read synchro's tables.
+	mustExec(t, db, `
+		CREATE ROLE `+h.ident[:len(h.ident)-1]+`_reader" IN ROLE pg_read_all_data;
+		CREATE FUNCTION public.peek_reader(client_id text, scope text) RETURNS boolean LANGUAGE plpgsql
+		  SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f$`+snoop("public.authz_log")+` $f$;
+		ALTER FUNCTION public.peek_reader(text, text) OWNER TO `+h.ident[:len(h.ident)-1]+`_reader";`)
+	t.Cleanup(func() {
+		_, _ = db.Pool.Exec(context.Background(), `DROP FUNCTION public.peek_reader(text, text); DROP ROLE `+h.ident[:len(h.ident)-1]+`_reader"`)
+	})
+	requireSQLState(t, set("public.peek_reader(text, text)"), "SY400")
 	requireOnlyRanAs(t, db.Pool, "public.authz_log", "nobody")
 
 	// Owned by the application role, SECURITY DEFINER, pinned: accepted; it runs as

@@ -7,7 +7,7 @@
 -- the authorizer must be SECURITY DEFINER itself (it runs as its own owner), with a
 -- pinned search_path that lists pg_temp last (the caller's temporary objects cannot
 -- take over its names), and owned by a role that is neither a superuser nor holds the
--- pack owner's privileges.
+-- pack owner's privileges, nor can read the pack's tables.
 CREATE OR REPLACE FUNCTION synchro._check_authorizer(fn oid) RETURNS text
 LANGUAGE sql STABLE
 -- No SET clause: an internal helper, called only from functions that pinned
@@ -25,6 +25,10 @@ AS $$
     WHEN r.rolsuper THEN 'the function must not be owned by a superuser'
     WHEN pg_catalog.pg_has_role(p.proowner, n.nspowner, 'USAGE')
       THEN 'the function must not be owned by a role with the pack owner''s privileges'
+    -- A role that can read the pack's secrets (a grant, pg_read_all_data, ...) would
+    -- hand them to any flaw of the function's body.
+    WHEN pg_catalog.has_table_privilege(p.proowner, 'synchro.server_key', 'SELECT')
+      THEN 'the function must not be owned by a role that can read synchro''s tables'
     END
     FROM (SELECT fn) f
     LEFT JOIN pg_catalog.pg_proc p ON p.oid = f.fn
