@@ -720,3 +720,21 @@ func TestPushFrameRunsNoCallerOperator(t *testing.T) {
 	require.NoError(t, h.conn.QueryRow(h.ctx, fmt.Sprintf(`SELECT count(*) FROM %s.log`, s)).Scan(&n))
 	require.Zero(t, n, "a push helper answered a call from the caller's operator inside push")
 }
+
+// No accepted outcome without its fence: the table's owner (the application role)
+// disables the fence trigger of its registered table; push records no "accepted" for a
+// write that left no fence (it would never reach pull), and the call fails as a whole.
+func TestPushRecordsNoAcceptWithoutFence(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	h := newHostileApp(t, db, true)
+	h.exec(fmt.Sprintf(`ALTER TABLE %s.t DISABLE TRIGGER synchro_fence_insert`, h.qs()))
+	id := pushID()
+	_, err := pushRawOn(h.ctx, h.conn, "c1", pushJSON(t, pushIns(id, "app_t", "nofence", pm{"body": "x"})))
+	requireSQLState(t, err, "55000")
+	var n int
+	require.NoError(t, db.Pool.QueryRow(h.ctx, `SELECT count(*) FROM synchro.mutation_outcome WHERE mutation_id = $1`, id).Scan(&n))
+	require.Zero(t, n)
+	require.NoError(t, db.Pool.QueryRow(h.ctx, fmt.Sprintf(`SELECT count(*) FROM %s.t WHERE id = 'nofence'`, h.qs())).Scan(&n))
+	require.Zero(t, n, "nothing written")
+}
