@@ -295,6 +295,18 @@ func TestRegistrationRequiresSelect(t *testing.T) {
 	// By OID too (no name lookup in the caller's path).
 	requireSQLState(t, asOp(`SELECT synchro.register_table('public.secret'::regclass::oid::regclass, 'secret')`), "SY400")
 
+	// Logged in as the operator itself (no SET ROLE): the session user is checked.
+	cfg, err := pgx.ParseConfig(db.URL)
+	require.NoError(t, err)
+	cfg.User, cfg.Password = op, ""
+	if conn, err := pgx.ConnectConfig(context.Background(), cfg); err != nil {
+		t.Logf("no direct login as %s (%v): checked through SET ROLE only", op, err)
+	} else {
+		_, err = conn.Exec(context.Background(), `SELECT synchro.register_table('public.secret', 'secret')`)
+		requireSQLState(t, err, "SY400")
+		require.NoError(t, conn.Close(context.Background()))
+	}
+
 	mustExec(t, db, `GRANT SELECT ON public.secret, public.secret_dep TO `+ident)
 	require.NoError(t, asOp(`SELECT synchro.register_table('public.secret', 'secret')`))
 	require.NoError(t, asOp(`SELECT synchro.register_dependency('public.secret_dep')`))
