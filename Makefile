@@ -28,9 +28,14 @@ fuzz: ## Fuzz campaigns, FUZZTIME each (default 5m); commit every finding under 
 generate: ## Regenerate gen/ from queries/ with sqlc
 	$(GO) tool sqlc generate
 
+.PHONY: schema
+schema: ## Regenerate docs/schema.sql, the installed schema synchro with its privileges
+	$(GO) run ./cmd/synchro-schema -out docs/schema.sql
+
 .PHONY: verify
-verify: ## Check generated code, vet, go.mod tidiness and formatting
+verify: ## Check generated code, the schema snapshot, vet, go.mod tidiness and formatting
 	$(GO) tool sqlc diff
+	$(GO) run ./cmd/synchro-schema -check docs/schema.sql
 	$(GO) vet ./...
 	$(GO) mod tidy -diff
 	@unformatted="$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go'))"; \

@@ -82,7 +82,7 @@ func rawKeyText(raw json.RawMessage) (string, error) {
 func numberText(s string) (string, error) {
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
-		return "", fmt.Errorf("synchro client: key %q is neither a string nor an int64", s)
+		return "", fmt.Errorf("synchro client: a key of %d bytes is neither a string nor an int64", len(s))
 	}
 	return strconv.FormatInt(n, 10), nil
 }

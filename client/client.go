@@ -29,7 +29,8 @@ type Config struct {
 	// ClientID identifies this client to the server (1 to 256 characters): push
 	// outcomes and capture_pending are per client id.
 	ClientID string
-	// Logger gets structured logs without row values (default slog.Default()).
+	// Logger gets structured logs without row values, key values or scope strings
+	// (scopes appear as hashes; default slog.Default()).
 	Logger *slog.Logger
 	// PageSize is max_changes of each pull page (default 1000, 1 to 10000).
 	PageSize int
@@ -285,7 +286,7 @@ func (c *Client) Cursor(ctx context.Context, scope string) (string, bool, error)
 	var cur sql.NullString
 	err := c.store.QueryRowContext(ctx, `SELECT cursor FROM scopes WHERE scope = ?`, scope).Scan(&cur)
 	if errors.Is(err, sql.ErrNoRows) {
-		return "", false, fmt.Errorf("%w: %q", ErrNotSubscribed, scope)
+		return "", false, fmt.Errorf("%w: scope %s", ErrNotSubscribed, scopeRef(scope))
 	}
 	if err != nil {
 		return "", false, err

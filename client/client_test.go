@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"database/sql"
@@ -836,4 +837,53 @@ func jsonField(t *testing.T, raw json.RawMessage, key string) string {
 	var m map[string]any
 	require.NoError(t, json.Unmarshal(raw, &m))
 	return fmt.Sprint(m[key])
+}
+
+// ---- no key values or scope strings in errors and logs --------------------------
+
+// TestErrorsAndLogsCarryNoScopeOrKey drives the paths that report a scope or a key
+// (rebuild required, checksum mismatch, rebuild loop, unsubscribed scope, a malformed
+// key) with sentinel values, and requires that neither appears in any error or log line.
+func TestErrorsAndLogsCarryNoScopeOrKey(t *testing.T) {
+	ctx := context.Background()
+	const scope = "user:SENTINEL-scope-7f3a"
+	const keySentinel = "SENTINEL-key-9c1d"
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+
+	s := newFakeServer(t)
+	s.upsert(scope, "notes", keySentinel, "v1", "one")
+	tamper := true
+	c := openFake(t, s, func(cfg *client.Config) {
+		cfg.Logger = logger
+		cfg.MaxRebuilds = 2
+		cfg.Hooks.TamperRebuildRow = func(r *client.Row) {
+			if tamper {
+				r.Version = "v9"
+			}
+		}
+	})
+	var errs []error
+	errs = append(errs, c.Sync(ctx, scope)) // not subscribed
+	require.NoError(t, c.Subscribe(ctx, scope))
+	errs = append(errs, c.Sync(ctx, scope)) // checksum mismatch
+	tamper = false
+	s.fail = func(fn string, _ []any) error {
+		if fn == "pull" {
+			return sqlErr("SY409")
+		}
+		return nil
+	}
+	errs = append(errs, c.Sync(ctx, scope)) // rebuild loop
+	_, err := client.KeyText(json.RawMessage(`"` + keySentinel + `"`))
+	require.NoError(t, err)
+	_, err = client.KeyText(json.RawMessage(`1` + keySentinel))
+	errs = append(errs, err)
+
+	for _, err := range errs {
+		require.Error(t, err)
+		require.NotContains(t, err.Error(), "SENTINEL", "an error carries a scope string or a key value")
+	}
+	require.NotEmpty(t, logs.String())
+	require.NotContains(t, logs.String(), "SENTINEL", "a log line carries a scope string or a key value")
 }

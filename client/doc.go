@@ -85,6 +85,10 @@
 //
 // The sentinel errors wrap the *pgconn.PgError, so both errors.Is and errors.As work.
 //
+// Errors and log lines carry no key values, row values or scope strings: a scope is
+// named by a short hash of its text ("sha256:" and 12 hex digits, the same for the same
+// scope), a key by its length; counts, durations and SQLSTATEs are given as they are.
+//
 // # Push
 //
 // Push sends mutations with synchro.push and returns the per-mutation results. It

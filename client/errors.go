@@ -1,6 +1,8 @@
 package client
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 
@@ -53,4 +55,13 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", ErrCapturePending, err)
 	}
 	return err
+}
+
+// scopeRef names a scope in errors and logs without its text: scope strings carry
+// application identifiers (user ids, tenant names), so errors and logs carry a short
+// hash instead, the same for the same scope (grep-able across lines, and computable by
+// whoever knows the scope).
+func scopeRef(scope string) string {
+	h := sha256.Sum256([]byte(scope))
+	return "sha256:" + hex.EncodeToString(h[:6])
 }

@@ -31,7 +31,9 @@ SELECT synchro.add_scope_rule('notes', 'user:', 'owner');
 SELECT synchro.activate_registry();
 INSERT INTO public.items SELECT i, CASE WHEN i % 3 = 0 THEN 'bob' ELSE 'alice' END, 'item ' || i FROM generate_series(1, 12) i;
 INSERT INTO public.notes VALUES ('n-10', 'alice', 'ten'), ('n-9', 'alice', NULL), ('n-b', 'bob', 'b');
-CREATE FUNCTION public.no_carol(client_id text, scope text) RETURNS boolean LANGUAGE sql AS $$ SELECT scope <> 'user:carol' $$;
+CREATE FUNCTION public.no_carol(client_id text, scope text) RETURNS boolean LANGUAGE sql
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$ SELECT scope <> 'user:carol' $$;
+ALTER FUNCTION public.no_carol(text, text) OWNER TO synchro_operator;
 `
 
 // setup creates and registers the schema and sets the scope authorizer.

@@ -66,12 +66,12 @@ func (c *Client) Sync(ctx context.Context, scope string) error {
 		}
 		if !ok {
 			if rebuilds == c.cfg.MaxRebuilds {
-				return fmt.Errorf("%w (%d) of scope %q: %w", ErrRebuildLoop, rebuilds, scope, last409)
+				return fmt.Errorf("%w (%d) of scope %s: %w", ErrRebuildLoop, rebuilds, scopeRef(scope), last409)
 			}
 			rebuilds++
 			err := c.rebuild(ctx, scope)
 			if sqlState(err) == codeRebuildRequired {
-				c.log.Warn("synchro client: rebuild session stale, rebuilding again", "scope", scope, "rebuilds", rebuilds)
+				c.log.Warn("synchro client: rebuild session stale, rebuilding again", "scope", scopeRef(scope), "rebuilds", rebuilds)
 				last409 = err
 				continue
 			}
@@ -82,7 +82,7 @@ func (c *Client) Sync(ctx context.Context, scope string) error {
 		}
 		err = c.pull(ctx, scope, cursor)
 		if sqlState(err) == codeRebuildRequired {
-			c.log.Info("synchro client: rebuild required", "scope", scope)
+			c.log.Info("synchro client: rebuild required", "scope", scopeRef(scope))
 			last409 = err
 			// Drop the cursor durably: a crash from here on resumes with a rebuild.
 			// Rows and holds stay readable until the rebuild replaces them.
@@ -158,7 +158,7 @@ func (c *Client) rebuild(ctx context.Context, scope string) error {
 		if err := c.applyRebuild(ctx, scope, *page.Cursor, *page.Checksum); err != nil {
 			return err
 		}
-		c.log.Info("synchro client: scope rebuilt", "scope", scope, "rows", seq, "pages", pages, "took", time.Since(start))
+		c.log.Info("synchro client: scope rebuilt", "scope", scopeRef(scope), "rows", seq, "pages", pages, "took", time.Since(start))
 		return nil
 	}
 }
@@ -204,7 +204,7 @@ func (c *Client) pull(ctx context.Context, scope, cursor string) error {
 			return err
 		}
 		if seq > 0 {
-			c.log.Debug("synchro client: pulled", "scope", scope, "changes", seq)
+			c.log.Debug("synchro client: pulled", "scope", scopeRef(scope), "changes", seq)
 		}
 		return nil
 	}
@@ -258,17 +258,17 @@ func (c *Client) applyRebuild(ctx context.Context, scope, cursor, checksum strin
 			return err
 		}
 		if got := h.hex(); got != checksum {
-			return fmt.Errorf("%w: scope %q: server %s, received %s", ErrChecksumMismatch, scope, checksum, got)
+			return fmt.Errorf("%w: scope %s: server %s, received %s", ErrChecksumMismatch, scopeRef(scope), checksum, got)
 		}
 		return c.closeTransfer(ctx, tx, scope, cursor)
 	})
 	if err != nil {
 		// Whatever failed, the staged rows are not trusted again.
 		if cerr := c.clearStaging(ctx, scope); cerr != nil {
-			c.log.Warn("synchro client: clear staging", "scope", scope, "err", cerr)
+			c.log.Warn("synchro client: clear staging", "scope", scopeRef(scope), "err", cerr)
 		}
 		if errors.Is(err, ErrChecksumMismatch) {
-			c.log.Error("synchro client: rebuild checksum mismatch, nothing applied", "scope", scope)
+			c.log.Error("synchro client: rebuild checksum mismatch, nothing applied", "scope", scopeRef(scope))
 		}
 	}
 	return err
@@ -291,7 +291,7 @@ func (c *Client) applyPull(ctx context.Context, scope, cursor string) error {
 	})
 	if err != nil {
 		if cerr := c.clearStaging(ctx, scope); cerr != nil {
-			c.log.Warn("synchro client: clear staging", "scope", scope, "err", cerr)
+			c.log.Warn("synchro client: clear staging", "scope", scopeRef(scope), "err", cerr)
 		}
 	}
 	return err
@@ -353,7 +353,7 @@ UPDATE scopes SET cursor = ?, synced = (SELECT coalesce(max(synced), 0) + 1 FROM
 		return err
 	}
 	if n, err := res.RowsAffected(); err != nil || n != 1 {
-		return fmt.Errorf("%w: %q", ErrNotSubscribed, scope)
+		return fmt.Errorf("%w: scope %s", ErrNotSubscribed, scopeRef(scope))
 	}
 	_, err = tx.ExecContext(ctx, `DELETE FROM staging WHERE scope = ?`, scope)
 	return err

@@ -249,4 +249,5 @@ type SynchroWriteFence struct {
 	CreatedAt  time.Time
 	Coverage   *string
 	CoveredAt  *time.Time
+	Txid       pgtype.Uint64
 }

@@ -714,8 +714,12 @@ func TestPullErrors(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	e := newSyncEnv(t, `
+		-- An authorizer by the rules (docs/security.md): SECURITY DEFINER, pinned
+		-- search_path, owned by a role that is not a superuser nor the pack's owner.
 		CREATE FUNCTION public.authz(client_id text, scope text) RETURNS boolean LANGUAGE sql
+		SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 		AS $$ SELECT scope <> 'owner:denied' AND client_id <> 'banned' $$;
+		ALTER FUNCTION public.authz(text, text) OWNER TO synchro_operator;
 		SELECT synchro.set_scope_authorizer('public.authz(text, text)');
 		INSERT INTO tasks (id, owner, title) VALUES (1, 'a', 'one'), (2, 'a', 'two'), (3, 'b', 'three');`)
 	db := e.db
@@ -964,8 +968,12 @@ func TestPullCapturePending(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	e := newSyncEnv(t, `
+		-- An authorizer by the rules (docs/security.md): SECURITY DEFINER, pinned
+		-- search_path, owned by a role that is not a superuser nor the pack's owner.
 		CREATE FUNCTION public.authz(client_id text, scope text) RETURNS boolean LANGUAGE sql
+		SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 		AS $$ SELECT scope <> 'owner:denied' $$;
+		ALTER FUNCTION public.authz(text, text) OWNER TO synchro_operator;
 		SELECT synchro.set_scope_authorizer('public.authz(text, text)');
 		INSERT INTO tasks (id, owner, title) VALUES (1, 'a', 'one');`)
 	db := e.db

@@ -494,7 +494,7 @@ func TestBoundaryMessageAuthentication(t *testing.T) {
 	shifted["old_key"], shifted["new_key"] = "4:2|4", ":2|"
 	msgs = append(msgs, msg{"shifted fields", "synchro.fence", shifted, false})
 	for i, m := range msgs {
-		_, err := conn.Exec(ctx, `INSERT INTO pg_temp.synchro_stage (seq, kind, prefix, content) VALUES ($1, 'M', $2, $3::jsonb)`,
+		_, err := conn.Exec(ctx, `INSERT INTO pg_temp.synchro_stage (txn, seq, kind, prefix, content) VALUES (0, $1, 'M', $2, $3::jsonb)`,
 			i, m.prefix, m.content)
 		require.NoError(t, err, m.name)
 	}

@@ -15,6 +15,10 @@ func TestRedactURL(t *testing.T) {
 		{"host=h user=u password=secret dbname=db", "host=h user=u password=xxxxx dbname=db"},
 		{"host=h password='se cret' dbname=db", "host=h password=xxxxx dbname=db"},
 		{"postgres://u:sec%zzret@h/db", "(unparsable URL)"},
+		// The scheme is case-insensitive (RFC 3986), and so is libpq.
+		{"POSTGRES://u:secret@h/db", "postgres://u:xxxxx@h/db"},
+		{"PostgreSQL://u:secret@h/db?password=secret", "postgresql://u:xxxxx@h/db?password=xxxxx"},
+		{"Postgres://u@h/db?PASSWORD=secret", "postgres://u@h/db?PASSWORD=xxxxx"},
 	} {
 		got := redactURL(tc.in)
 		require.Equal(t, tc.want, got, tc.in)

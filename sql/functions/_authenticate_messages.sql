@@ -11,7 +11,7 @@
 --
 -- The number dropped is left in the transaction-local setting
 -- synchro.ignored_messages for the runner's metrics (it reads it right after
--- synchro.materialize). Called by synchro.materialize (SECURITY DEFINER, pinned
+-- synchro.materialize_batch). Called by synchro.materialize_batch (SECURITY DEFINER, pinned
 -- search_path), so it runs as the owner and may read the server key.
 CREATE OR REPLACE FUNCTION synchro._authenticate_messages() RETURNS integer
 LANGUAGE plpgsql

@@ -1,4 +1,8 @@
 -- Consults the operator's scope authorizer, when one is set: false (or NULL) is SY403.
+-- The authorizer's rules (synchro._check_authorizer) are checked again before every
+-- call: its owner may have altered it since it was set (made it SECURITY INVOKER,
+-- unpinned its search_path, given it away). A function that no longer meets them is
+-- not called, and the scope is refused (fail closed).
 CREATE OR REPLACE FUNCTION synchro._authorize_scope(client_id text, scope text) RETURNS void
 LANGUAGE plpgsql
 -- No SET clause: an internal helper, called only from functions that pinned
@@ -11,6 +15,10 @@ BEGIN
   SELECT value INTO fn FROM synchro.setting WHERE name = 'scope_authorizer';
   IF fn IS NULL THEN
     RETURN;
+  END IF;
+  IF synchro._check_authorizer(fn::regprocedure) IS NOT NULL THEN
+    RAISE EXCEPTION 'scope_denied: the scope authorizer no longer meets the authorizer rules (docs/security.md)'
+      USING ERRCODE = 'SY403';
   END IF;
   -- fn is the text of a regprocedure stored by set_scope_authorizer: a qualified,
   -- quoted function name; its argument list is dropped and the OID's name is used.

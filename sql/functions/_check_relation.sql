@@ -54,7 +54,10 @@ BEGIN
     RAISE EXCEPTION 'registration refused: deferrable primary keys are not supported' USING ERRCODE = 'SY400';
   END IF;
 
-  SELECT a.attname, t.typname INTO key_column, key_pg_type
+  -- The built-in types themselves, by namespace: a type or domain of another schema
+  -- that is merely named text (or int4, ...) is not one of them.
+  SELECT a.attname, CASE WHEN t.typnamespace = 'pg_catalog'::regnamespace THEN t.typname ELSE 'other' END
+    INTO key_column, key_pg_type
     FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
    WHERE a.attrelid = relation AND a.attnum = pk.conkey[1];
   key_type := CASE key_pg_type

@@ -53,8 +53,15 @@ BEGIN
 CREATE OR REPLACE FUNCTION synchro.%1$I() RETURNS trigger
 LANGUAGE plpgsql
 SECURITY DEFINER
--- No SET search_path: a SET clause costs a GUC save/restore on every row, and every
--- name below is schema-qualified (pg_catalog is always searched first).
+-- Pinned search_path (docs/security.md): this runs with the owner's rights inside the
+-- writer's statement, so no operator, type or function of the writer's search_path
+-- (its own schema, or pg_temp, which is searched first for types unless listed) may
+-- resolve here. Qualifying names is not enough: unqualified operators (=, ~*, IS
+-- DISTINCT FROM) and casts (::text) resolve through search_path, and pg_catalog is
+-- searched first only when the path does not list it later. Cost: the SET clause is a
+-- GUC save/restore on every fenced row, about 1.5-2 us (docs/benchmarks.md, "The fence's
+-- pinned search_path"): small next to the rest of the fence, and the price of the rule.
+SET search_path = pg_catalog, pg_temp
 AS $fence$
 DECLARE
   k         text;

@@ -2,7 +2,8 @@
 -- mutation. Malformed input is SY400 (naming the field, never a value); a mutation id
 -- already decided for this client with other content is SY410; a decided one with the
 -- same content carries its recorded outcome. SECURITY DEFINER: it reads the registry
--- and the recorded outcomes, which applications cannot read directly.
+-- and the recorded outcomes, which applications cannot read directly. Executable by
+-- synchro_app only for push, and refuses any other caller (synchro._called_from_push).
 CREATE OR REPLACE FUNCTION synchro._push_prepare(client_id text, mutations jsonb) RETURNS jsonb
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -26,6 +27,9 @@ DECLARE
   rec record;
   hash bytea;
 BEGIN
+  IF NOT synchro._called_from_push() THEN
+    RAISE EXCEPTION 'push helpers are called by synchro.push only' USING ERRCODE = 'insufficient_privilege';
+  END IF;
   IF client_id IS NULL OR length(client_id) NOT BETWEEN 1 AND 256 THEN
     RAISE EXCEPTION 'push: client_id must be 1 to 256 characters' USING ERRCODE = 'SY400';
   END IF;
@@ -142,9 +146,10 @@ BEGIN
   END LOOP;
 
   -- Idempotency. Concurrent pushes of the same (client, mutation id) serialize on a
-  -- transaction-scoped advisory lock, taken in one global order to avoid deadlocks.
+  -- transaction-scoped advisory lock, taken in one global order to avoid deadlocks,
+  -- keyed with the install's secret seed (no other role can hold it by guessing).
   PERFORM pg_advisory_xact_lock(h)
-     FROM (SELECT DISTINCT hashtextextended(client_id || '/' || p, 0) AS h
+     FROM (SELECT DISTINCT hashtextextended(client_id || '/' || p, synchro._lock_seed()) AS h
              FROM unnest(ids) p ORDER BY 1) locks;
   FOR i IN 1 .. n LOOP
     item := items[i];

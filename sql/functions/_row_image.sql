@@ -9,4 +9,5 @@ AS $$
 $$;
 
 REVOKE ALL ON FUNCTION synchro._row_image(jsonb, name[]) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION synchro._row_image(jsonb, name[]) TO synchro_app;
+-- Not executable by synchro_app (CONTRACT.md, Roles): push inlines the same projection.
+REVOKE ALL ON FUNCTION synchro._row_image(jsonb, name[]) FROM synchro_app;

@@ -16,6 +16,12 @@ BEGIN
   IF relation IS NULL THEN
     RAISE EXCEPTION 'registration refused: relation is required' USING ERRCODE = 'SY400';
   END IF;
+  -- Registration publishes the relation's rows to pull (and its shape to the
+  -- registry): the calling role must be allowed to read it. Checked first, so a
+  -- refusal tells nothing about the relation's registration or shape.
+  IF NOT coalesce(has_table_privilege(synchro._invoker(), relation, 'SELECT'), true) THEN
+    RAISE EXCEPTION 'registration refused: the calling role may not SELECT the relation' USING ERRCODE = 'SY400';
+  END IF;
   g := synchro._pending_generation();
   IF kind = 'synced' THEN
     IF table_id IS NULL OR table_id !~ '^[a-z][a-z0-9_]{0,62}$' THEN

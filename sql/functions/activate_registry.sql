@@ -20,7 +20,7 @@ DECLARE
   rels text;
   msg jsonb;
 BEGIN
-  PERFORM pg_advisory_xact_lock(hashtextextended('synchro.registry', 0));
+  PERFORM pg_advisory_xact_lock(hashtextextended('synchro.registry', synchro._lock_seed()));
   SELECT generation INTO g FROM synchro.registry_generation WHERE state = 'pending';
   IF NOT FOUND THEN
     RAISE EXCEPTION 'activation refused: no registry generation is staged' USING ERRCODE = 'SY400';

@@ -1,7 +1,8 @@
 -- Claims the runner role of this database for the calling session: a session-level
 -- advisory lock that dies with the connection, so a crashed runner never blocks its
--- successor and two runners never consume one stream. Records the runner's settings so
--- readiness needs nothing but this database.
+-- successor and two runners never consume one stream. The key is hashed with the
+-- install's secret (synchro._lock_seed), so no other role can hold it by guessing.
+-- Records the runner's settings so readiness needs nothing but this database.
 CREATE OR REPLACE FUNCTION synchro.runner_claim(
   owner text, pid int, slot_name text, publication text, heartbeat_interval interval)
 RETURNS void
@@ -10,7 +11,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-  IF NOT pg_try_advisory_lock(hashtextextended('synchro.runner', 0)) THEN
+  IF NOT pg_try_advisory_lock(hashtextextended('synchro.runner', synchro._lock_seed())) THEN
     RAISE EXCEPTION 'runner refused: another runner is active for this database' USING ERRCODE = 'object_in_use';
   END IF;
   -- Fail closed: a runner reading another publication than the one the registry

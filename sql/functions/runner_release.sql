@@ -7,7 +7,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   UPDATE synchro.runner SET state = 'stopped', heartbeat_at = now() WHERE backend_pid = pg_backend_pid();
-  PERFORM pg_advisory_unlock(hashtextextended('synchro.runner', 0));
+  PERFORM pg_advisory_unlock(hashtextextended('synchro.runner', synchro._lock_seed()));
 END
 $$;
 

@@ -10,6 +10,15 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   IF to_regclass('pg_temp.synchro_stage') IS NOT NULL THEN
+    -- Made by an earlier call, unless the session made its own tables of these names
+    -- first: materialize writes them with the owner's rights, so a table of the caller
+    -- (with its triggers or policies) would run the caller's code as the owner.
+    IF EXISTS (SELECT 1 FROM pg_class c
+                WHERE c.relnamespace = pg_my_temp_schema() AND c.relname LIKE 'synchro\_%'
+                  AND c.relowner <> current_user::regrole) THEN
+      RAISE EXCEPTION 'runner refused: the session holds temporary synchro_ tables it made itself'
+        USING ERRCODE = 'insufficient_privilege';
+    END IF;
     RETURN;
   END IF;
   CREATE TEMP TABLE synchro_stage (
