@@ -127,6 +127,24 @@ $$;
 ALTER FUNCTION synchro._await_visible(xid bigint) OWNER TO postgres;
 
 --
+-- Name: _base_type(oid); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._base_type(typ oid) RETURNS pg_type
+    LANGUAGE sql STABLE
+    AS $$
+  WITH RECURSIVE dom(oid, depth) AS (
+    SELECT typ, 0
+    UNION ALL
+    SELECT d.typbasetype, dom.depth + 1 FROM dom JOIN pg_catalog.pg_type d ON d.oid = dom.oid
+     WHERE d.typtype = 'd' AND dom.depth < 32)
+  SELECT t FROM dom JOIN pg_catalog.pg_type t ON t.oid = dom.oid ORDER BY dom.depth DESC LIMIT 1
+$$;
+
+
+ALTER FUNCTION synchro._base_type(typ oid) OWNER TO postgres;
+
+--
 -- Name: _called_from_push(); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -233,6 +251,7 @@ BEGIN
     SELECT array_agg(a.attname ORDER BY a.attnum) INTO result
       FROM pg_attribute a
      WHERE a.attrelid = relation AND a.attnum > 0 AND NOT a.attisdropped;
+    PERFORM synchro._check_render(relation, result);
     RETURN result;
   END IF;
   IF cardinality(columns) = 0 OR array_position(columns, NULL) IS NOT NULL THEN
@@ -252,6 +271,7 @@ BEGIN
     FROM pg_attribute a
    WHERE a.attrelid = relation AND a.attnum > 0 AND NOT a.attisdropped
      AND (a.attname = ANY (columns) OR a.attname = key_column);
+  PERFORM synchro._check_render(relation, result);
   RETURN result;
 END
 $$;
@@ -362,6 +382,31 @@ $$;
 ALTER FUNCTION synchro._check_relation(relation regclass, OUT schema_name name, OUT table_name name, OUT key_column name, OUT key_pg_type text, OUT key_type text) OWNER TO postgres;
 
 --
+-- Name: _check_render(regclass, name[]); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._check_render(relation regclass, columns name[]) RETURNS void
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+  bad name;
+BEGIN
+  SELECT a.attname INTO bad
+    FROM pg_catalog.pg_attribute a
+   WHERE a.attrelid = relation AND a.attname = ANY (columns) AND a.attnum > 0 AND NOT a.attisdropped
+     AND synchro._render_kind(a.atttypid) IS NULL
+   ORDER BY a.attnum LIMIT 1;
+  IF FOUND THEN
+    RAISE EXCEPTION 'registration refused: column % has a type row images cannot render (composite, range or a base type of the application''s own; register a built-in type, an array of one, a domain over one, or an enum)',
+      pg_catalog.quote_ident(bad) USING ERRCODE = 'SY400';
+  END IF;
+END
+$$;
+
+
+ALTER FUNCTION synchro._check_render(relation regclass, columns name[]) OWNER TO postgres;
+
+--
 -- Name: _evaluate_membership(bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -451,7 +496,7 @@ DECLARE
   refused   pg_catalog.text;  -- SQLSTATE of a refused json value (issue 13)
 BEGIN
   IF TG_OP = 'INSERT' THEN
-    new_k := NEW.%4$I::text;
+    new_k := NEW.%17$s::text;
     k := new_k;
     IF (%7$L::xid8 = cur_txid OR pg_catalog.pg_relation_filenode(TG_RELID) <> %8$s::oid)
        AND pg_catalog.current_query() ~* '\mcopy\M[^;]*\mfreeze\M' THEN
@@ -459,8 +504,8 @@ BEGIN
         USING ERRCODE = 'feature_not_supported';
     END IF;
   ELSIF TG_OP = 'UPDATE' THEN
-    new_k := NEW.%4$I::text;
-    old_k := OLD.%4$I::text;
+    new_k := NEW.%17$s::text;
+    old_k := OLD.%17$s::text;
     -- A BEFORE UPDATE trigger that runs after the key guard can still change the key.
     IF old_k IS DISTINCT FROM new_k THEN
       RAISE EXCEPTION 'primary-key value change on a registered row is not supported (delete and insert instead)'
@@ -468,7 +513,7 @@ BEGIN
     END IF;
     k := new_k;
   ELSE
-    old_k := OLD.%4$I::text;
+    old_k := OLD.%17$s::text;
     k := old_k;
   END IF;
 
@@ -489,7 +534,7 @@ BEGIN
   -- the server key's pads for the message MAC below (issue 13): a statement of its
   -- own would cost more than the MAC.
   SELECT t.xmin, t.cmin, sk.inner_pad, sk.outer_pad INTO live_xmin, live_cmin, ipad, opad
-    FROM synchro.server_key sk LEFT JOIN ONLY %2$I.%3$I t ON t.%4$I = k::%5$s;
+    FROM synchro.server_key sk LEFT JOIN ONLY %2$I.%3$I t ON t.%17$s = k::%5$s;
 
   -- Lock the reservation and record this fence, keeping what the previous fence saw.
   UPDATE synchro.row_version r
@@ -567,7 +612,8 @@ $template$,
     CASE WHEN r.registration_kind = 'synced'
          THEN format('%L, pg_catalog.length(k), '':'', k, '':''', concat(length(r.table_id), ':', r.table_id))
          ELSE ''':'', '':'', pg_catalog.length(k), '':'', k' END,
-    encode(convert_to('synchro.msg', 'UTF8') || '\x00'::bytea || convert_to('synchro.fence', 'UTF8') || '\x00'::bytea, 'hex'));
+    encode(convert_to('synchro.msg', 'UTF8') || '\x00'::bytea || convert_to('synchro.fence', 'UTF8') || '\x00'::bytea, 'hex'),
+    synchro._pl_ident(r.key_column));           -- 17 the key as a field of NEW/OLD
 END
 $_$;
 
@@ -615,12 +661,12 @@ BEGIN
     IF c.holds_json THEN
       out := out || format($chk$
     BEGIN
-      PERFORM pg_catalog.to_jsonb(NEW.%1$I);
+      PERFORM pg_catalog.to_jsonb(NEW.%4$s);
     EXCEPTION WHEN data_exception THEN
       GET STACKED DIAGNOSTICS refused := RETURNED_SQLSTATE;
       RAISE EXCEPTION 'registered value refused: column %% of relation_id %% holds json that jsonb cannot represent', %2$L, %3$s
         USING ERRCODE = refused;
-    END;$chk$, c.attname, c.attname, rid);
+    END;$chk$, c.attname, c.attname, rid, synchro._pl_ident(c.attname));
     END IF;
     IF c.typlen > 0 THEN
       CONTINUE; -- fixed length: small, not counted
@@ -628,13 +674,13 @@ BEGIN
     sizes := sizes || CASE
       -- octet_length of these reads the stored length: no detoasting.
       WHEN c.base_oid IN ('text'::regtype, 'varchar'::regtype, 'bpchar'::regtype)
-        THEN format('coalesce(pg_catalog.octet_length(NEW.%I), 0)', c.attname)
+        THEN format('coalesce(pg_catalog.octet_length(NEW.%s), 0)', synchro._pl_ident(c.attname))
       WHEN c.base_oid = 'bytea'::regtype
-        THEN format('coalesce(2 * pg_catalog.octet_length(NEW.%I), 0)', c.attname)
+        THEN format('coalesce(2 * pg_catalog.octet_length(NEW.%s), 0)', synchro._pl_ident(c.attname))
       WHEN c.base_oid = 'json'::regtype
-        THEN format('coalesce(pg_catalog.octet_length(NEW.%I::pg_catalog.text), 0)', c.attname)
-      ELSE format('coalesce(CASE WHEN pg_catalog.pg_column_size(NEW.%1$I) <= 8192 THEN pg_catalog.pg_column_size(NEW.%1$I) '
-                  'ELSE pg_catalog.octet_length(NEW.%1$I::pg_catalog.text) END, 0)', c.attname)
+        THEN format('coalesce(pg_catalog.octet_length(NEW.%s::pg_catalog.text), 0)', synchro._pl_ident(c.attname))
+      ELSE format('coalesce(CASE WHEN pg_catalog.pg_column_size(NEW.%1$s) <= 8192 THEN pg_catalog.pg_column_size(NEW.%1$s) '
+                  'ELSE pg_catalog.octet_length(NEW.%1$s::pg_catalog.text) END, 0)', synchro._pl_ident(c.attname))
       END;
   END LOOP;
   IF cardinality(sizes) > 0 THEN
@@ -650,6 +696,57 @@ $_$;
 
 
 ALTER FUNCTION synchro._fence_value_checks(rid bigint) OWNER TO postgres;
+
+--
+-- Name: _image_sql(bigint, bigint, text, boolean); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._image_sql(rid bigint, gen bigint, src text, live boolean) RETURNS text
+    LANGUAGE plpgsql STABLE
+    AS $_$
+DECLARE
+  c     record;
+  txt   text;
+  expr  text;
+  parts text[] := '{}';
+  chunk text[] := '{}';
+BEGIN
+  FOR c IN
+    SELECT x.name, x.typ, synchro._render_kind(x.typ) AS kind
+      FROM synchro.registration g
+     CROSS JOIN LATERAL unnest(g.columns, g.column_types) WITH ORDINALITY AS x(name, typ, n)
+     WHERE g.relation_id = rid AND g.generation = gen
+     ORDER BY x.n
+  LOOP
+    IF c.kind IS NULL OR c.typ IS NULL THEN
+      RAISE EXCEPTION 'row image: registered column % of relation_id % has a type that cannot be rendered', c.name, rid
+        USING ERRCODE = 'SY400';
+    END IF;
+    -- The column's text, as the WAL carries it.
+    txt := CASE WHEN live THEN format('(CASE WHEN %1$s.%2$I IS NULL THEN NULL ELSE pg_catalog.format(%3$L, %1$s.%2$I) END)',
+                                      src, c.name, '%s')
+                ELSE format('(%s OPERATOR(pg_catalog.->>) %L)', src, c.name) END;
+    expr := CASE
+      WHEN c.kind = 'json' AND live THEN format('pg_catalog.to_jsonb(%s.%I)', src, c.name)
+      WHEN c.kind = 'json' THEN format('(%s OPERATOR(pg_catalog.->) %L)', src, c.name)
+      WHEN c.kind = 'label' THEN format('pg_catalog.to_jsonb(%s)', txt)
+      WHEN c.kind = 'label_array' THEN format('pg_catalog.to_jsonb(%s::pg_catalog.text[])', txt)
+      ELSE format('pg_catalog.to_jsonb(%s::%s)', txt, substr(c.kind, 6)) END;
+    chunk := chunk || format('%L, %s', c.name, expr);
+    IF cardinality(chunk) = 50 THEN
+      parts := parts || format('pg_catalog.jsonb_build_object(%s)', array_to_string(chunk, ', '));
+      chunk := '{}';
+    END IF;
+  END LOOP;
+  IF cardinality(chunk) > 0 OR cardinality(parts) = 0 THEN
+    parts := parts || format('pg_catalog.jsonb_build_object(%s)', array_to_string(chunk, ', '));
+  END IF;
+  RETURN array_to_string(parts, ' OPERATOR(pg_catalog.||) ');
+END
+$_$;
+
+
+ALTER FUNCTION synchro._image_sql(rid bigint, gen bigint, src text, live boolean) OWNER TO postgres;
 
 --
 -- Name: _install_triggers(bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -914,24 +1011,14 @@ BEGIN
     ANALYZE pg_temp.synchro_b_links;
   END IF;
 
-  -- Row images, rendered once per link: to_jsonb() of the registered columns. The
-  -- same as synchro._row_image, with the columns it drops removed by one jsonb
-  -- operator instead of a SQL function call per row.
+  -- Row images, rendered once per link: the registered columns in the registered
+  -- shape (synchro._image_sql), as the per-transaction path renders them.
   FOR rel IN
-    SELECT DISTINCT l.relation_id, r.schema_name, r.table_name,
-           ARRAY(SELECT a.attname::text FROM pg_attribute a
-                  WHERE a.attrelid = r.relid AND a.attnum > 0 AND NOT a.attisdropped
-                    AND NOT (a.attname = ANY (g.columns))) AS unregistered
-      FROM pg_temp.synchro_b_links l
-      JOIN synchro.relation r ON r.relation_id = l.relation_id
-      JOIN synchro.registration g ON g.relation_id = l.relation_id AND g.generation = reg
-     WHERE l.op <> 'delete'
+    SELECT DISTINCT l.relation_id FROM pg_temp.synchro_b_links l WHERE l.op <> 'delete'
   LOOP
-    EXECUTE format(
-      'UPDATE pg_temp.synchro_b_links l '
-      'SET image = to_jsonb(jsonb_populate_record(NULL::%I.%I, l.new_row)) - $1 '
-      'WHERE l.relation_id = $2 AND l.op <> $3', rel.schema_name, rel.table_name)
-    USING rel.unregistered, rel.relation_id, 'delete';
+    EXECUTE format('UPDATE pg_temp.synchro_b_links l SET image = %s WHERE l.relation_id = $1 AND l.op <> $2',
+                   synchro._image_sql(rel.relation_id, reg, 'l.new_row', false))
+    USING rel.relation_id, 'delete';
   END LOOP;
 
   -- Projections: the last link of each row decides.
@@ -1304,21 +1391,20 @@ BEGIN
     END LOOP;
   END LOOP;
 
-  -- Row images exactly as to_jsonb() renders the registered columns of that row.
+  -- Row images: the registered columns in the registered shape of the generation in
+  -- effect (synchro._image_sql), never the live catalog's, and without running any
+  -- code of the application's with the owner's rights.
   FOR rel IN
-    SELECT DISTINCT f.relation_id, r.schema_name, r.table_name, reg.columns
+    SELECT DISTINCT f.relation_id,
+           (SELECT g.generation FROM synchro.registration g
+             WHERE g.relation_id = f.relation_id AND g.generation <= reg_end
+             ORDER BY g.generation DESC LIMIT 1) AS generation
       FROM pg_temp.synchro_w_final f
-      JOIN synchro.relation r ON r.relation_id = f.relation_id
-      JOIN LATERAL (SELECT g.columns FROM synchro.registration g
-                     WHERE g.relation_id = f.relation_id AND g.generation <= reg_end
-                     ORDER BY g.generation DESC LIMIT 1 OFFSET 0) reg ON true
      WHERE f.op <> 'delete'
   LOOP
-    EXECUTE format(
-      'UPDATE pg_temp.synchro_w_final f '
-      'SET image = synchro._row_image(to_jsonb(jsonb_populate_record(NULL::%I.%I, f.new_row)), $1) '
-      'WHERE f.relation_id = $2 AND f.op <> $3', rel.schema_name, rel.table_name)
-    USING rel.columns, rel.relation_id, 'delete';
+    EXECUTE format('UPDATE pg_temp.synchro_w_final f SET image = %s WHERE f.relation_id = $1 AND f.op <> $2',
+                   synchro._image_sql(rel.relation_id, rel.generation, 'f.new_row', false))
+    USING rel.relation_id, 'delete';
   END LOOP;
 
   -- Dependency rule values before and after: the synced rows they reach are impacted.
@@ -1573,6 +1659,17 @@ $$;
 
 
 ALTER FUNCTION synchro._pending_generation() OWNER TO postgres;
+
+--
+-- Name: _pl_ident(name); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._pl_ident(n name) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$ SELECT '"' OPERATOR(pg_catalog.||) pg_catalog.replace(n::pg_catalog.text, '"', '""') OPERATOR(pg_catalog.||) '"' $$;
+
+
+ALTER FUNCTION synchro._pl_ident(n name) OWNER TO postgres;
 
 --
 -- Name: _push_enter(text, uuid, bigint, text, boolean); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -2225,6 +2322,44 @@ $$;
 ALTER FUNCTION synchro._refuse_truncate() OWNER TO postgres;
 
 --
+-- Name: _render_kind(oid); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._render_kind(typ oid) RETURNS text
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+  b   pg_catalog.pg_type;
+  e   pg_catalog.pg_type;
+BEGIN
+  IF typ IN ('pg_catalog.json'::pg_catalog.regtype, 'pg_catalog.jsonb'::pg_catalog.regtype) THEN
+    RETURN 'json';
+  END IF;
+  b := synchro._base_type(typ);
+  IF b.typtype = 'e' THEN
+    RETURN 'label';
+  END IF;
+  IF b.typcategory = 'A' AND b.typelem <> 0 AND b.typlen = -1 THEN
+    e := synchro._base_type(b.typelem);
+    IF e.typtype = 'e' THEN
+      RETURN 'label_array';
+    END IF;
+    IF e.typnamespace = 'pg_catalog'::pg_catalog.regnamespace AND e.typtype IN ('b', 'r', 'm') AND e.typarray <> 0 THEN
+      RETURN 'cast:pg_catalog.' || pg_catalog.quote_ident((SELECT a.typname FROM pg_catalog.pg_type a WHERE a.oid = e.typarray));
+    END IF;
+    RETURN NULL;
+  END IF;
+  IF b.typnamespace = 'pg_catalog'::pg_catalog.regnamespace AND b.typtype IN ('b', 'r', 'm') THEN
+    RETURN 'cast:pg_catalog.' || pg_catalog.quote_ident(b.typname);
+  END IF;
+  RETURN NULL;
+END
+$$;
+
+
+ALTER FUNCTION synchro._render_kind(typ oid) OWNER TO postgres;
+
+--
 -- Name: _row_image(jsonb, name[]); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -2547,6 +2682,10 @@ BEGIN
                JOIN pg_attribute a ON a.attrelid = r.relid AND a.attname = c.name
               ORDER BY c.n)
      WHERE reg.generation = g AND reg.relation_id = r.relation_id;
+    -- A column retyped since it was staged must still render safely.
+    PERFORM synchro._check_render(r.relid::regclass,
+                                  (SELECT reg.columns FROM synchro.registration reg
+                                    WHERE reg.generation = g AND reg.relation_id = r.relation_id));
     IF r.is_new AND EXISTS (SELECT 1 FROM synchro.progress) THEN
       -- A running stream has no projection of this relation's rows. Until projection
       -- bootstrap exists, only an empty relation can join a running stream (its rows
@@ -3164,13 +3303,15 @@ BEGIN
     SELECT r.*, g.columns FROM synchro.registration g JOIN synchro.relation r USING (relation_id)
      WHERE g.generation = reg ORDER BY r.relation_id
   LOOP
+    -- The image in the registered shape, as materialization renders it
+    -- (synchro._image_sql): no code of the application's runs with the owner's rights.
     EXECUTE format(
       'INSERT INTO synchro.projection (relation_id, pk, pk_int, version, image) '
-      'SELECT $1, t.%I::text, CASE WHEN $2 <> %L THEN t.%I::text::bigint END, v.version, '
-      '       synchro._row_image(to_jsonb(t), $3) '
+      'SELECT $1, t.%I::text, CASE WHEN $2 <> %L THEN t.%I::text::bigint END, v.version, %s '
       '  FROM ONLY %I.%I t LEFT JOIN synchro.row_version v ON v.relation_id = $1 AND v.pk = t.%I::text',
-      rel.key_column, 'string', rel.key_column, rel.schema_name, rel.table_name, rel.key_column)
-    USING rel.relation_id, rel.key_type, rel.columns;
+      rel.key_column, 'string', rel.key_column, synchro._image_sql(rel.relation_id, reg, 't', true),
+      rel.schema_name, rel.table_name, rel.key_column)
+    USING rel.relation_id, rel.key_type;
   END LOOP;
   -- Every row passed a fence or got a version at activation; a row without one means
   -- the registry is inconsistent, and a baseline must not invent a version.
@@ -4358,6 +4499,13 @@ REVOKE ALL ON FUNCTION synchro._await_visible(xid bigint) FROM PUBLIC;
 
 
 --
+-- Name: FUNCTION _base_type(typ oid); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._base_type(typ oid) FROM PUBLIC;
+
+
+--
 -- Name: FUNCTION _called_from_push(); Type: ACL; Schema: synchro; Owner: postgres
 --
 
@@ -4407,6 +4555,13 @@ REVOKE ALL ON FUNCTION synchro._check_relation(relation regclass, OUT schema_nam
 
 
 --
+-- Name: FUNCTION _check_render(relation regclass, columns name[]); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._check_render(relation regclass, columns name[]) FROM PUBLIC;
+
+
+--
 -- Name: FUNCTION _evaluate_membership(reg_gen bigint); Type: ACL; Schema: synchro; Owner: postgres
 --
 
@@ -4425,6 +4580,13 @@ REVOKE ALL ON FUNCTION synchro._fence_source(rid bigint) FROM PUBLIC;
 --
 
 REVOKE ALL ON FUNCTION synchro._fence_value_checks(rid bigint) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _image_sql(rid bigint, gen bigint, src text, live boolean); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._image_sql(rid bigint, gen bigint, src text, live boolean) FROM PUBLIC;
 
 
 --
@@ -4505,6 +4667,13 @@ REVOKE ALL ON FUNCTION synchro._pending_generation() FROM PUBLIC;
 
 
 --
+-- Name: FUNCTION _pl_ident(n name); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._pl_ident(n name) FROM PUBLIC;
+
+
+--
 -- Name: FUNCTION _push_enter(client_id text, mutation_id uuid, relation_id bigint, pk text, lock_row boolean, OUT version text, OUT deleted boolean); Type: ACL; Schema: synchro; Owner: postgres
 --
 
@@ -4577,6 +4746,13 @@ REVOKE ALL ON FUNCTION synchro._refuse_key_change() FROM PUBLIC;
 --
 
 REVOKE ALL ON FUNCTION synchro._refuse_truncate() FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _render_kind(typ oid); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._render_kind(typ oid) FROM PUBLIC;
 
 
 --

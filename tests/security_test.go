@@ -705,7 +705,7 @@ func TestMaterializeRunsNoCallerCast(t *testing.T) {
 }
 
 // materializeCastFixed turns TestMaterializeRunsNoCallerCast on.
-const materializeCastFixed = false
+const materializeCastFixed = true
 
 // An operator of the caller's schema, first in its search_path, must never run in push's
 // own frame: there, an inlined SQL function could call a push helper as if it were push.

@@ -1,6 +1,8 @@
 -- Resolves the registered column list of a relation: NULL means every column now, and
 -- the key column is always included. Returned in attribute order, so the same set
--- always has the same shape. Unknown or repeated columns are SY400.
+-- always has the same shape. Unknown or repeated columns are SY400, and so is a column
+-- whose type row images cannot render without running the application's own code
+-- (synchro._render_kind: composite, range or base types of the application's).
 CREATE OR REPLACE FUNCTION synchro._check_columns(relation regclass, key_column name, columns name[])
 RETURNS name[]
 LANGUAGE plpgsql STABLE
@@ -15,6 +17,7 @@ BEGIN
     SELECT array_agg(a.attname ORDER BY a.attnum) INTO result
       FROM pg_attribute a
      WHERE a.attrelid = relation AND a.attnum > 0 AND NOT a.attisdropped;
+    PERFORM synchro._check_render(relation, result);
     RETURN result;
   END IF;
   IF cardinality(columns) = 0 OR array_position(columns, NULL) IS NOT NULL THEN
@@ -34,6 +37,7 @@ BEGIN
     FROM pg_attribute a
    WHERE a.attrelid = relation AND a.attnum > 0 AND NOT a.attisdropped
      AND (a.attname = ANY (columns) OR a.attname = key_column);
+  PERFORM synchro._check_render(relation, result);
   RETURN result;
 END
 $$;

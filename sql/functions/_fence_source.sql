@@ -81,7 +81,7 @@ DECLARE
   refused   pg_catalog.text;  -- SQLSTATE of a refused json value (issue 13)
 BEGIN
   IF TG_OP = 'INSERT' THEN
-    new_k := NEW.%4$I::text;
+    new_k := NEW.%17$s::text;
     k := new_k;
     IF (%7$L::xid8 = cur_txid OR pg_catalog.pg_relation_filenode(TG_RELID) <> %8$s::oid)
        AND pg_catalog.current_query() ~* '\mcopy\M[^;]*\mfreeze\M' THEN
@@ -89,8 +89,8 @@ BEGIN
         USING ERRCODE = 'feature_not_supported';
     END IF;
   ELSIF TG_OP = 'UPDATE' THEN
-    new_k := NEW.%4$I::text;
-    old_k := OLD.%4$I::text;
+    new_k := NEW.%17$s::text;
+    old_k := OLD.%17$s::text;
     -- A BEFORE UPDATE trigger that runs after the key guard can still change the key.
     IF old_k IS DISTINCT FROM new_k THEN
       RAISE EXCEPTION 'primary-key value change on a registered row is not supported (delete and insert instead)'
@@ -98,7 +98,7 @@ BEGIN
     END IF;
     k := new_k;
   ELSE
-    old_k := OLD.%4$I::text;
+    old_k := OLD.%17$s::text;
     k := old_k;
   END IF;
 
@@ -119,7 +119,7 @@ BEGIN
   -- the server key's pads for the message MAC below (issue 13): a statement of its
   -- own would cost more than the MAC.
   SELECT t.xmin, t.cmin, sk.inner_pad, sk.outer_pad INTO live_xmin, live_cmin, ipad, opad
-    FROM synchro.server_key sk LEFT JOIN ONLY %2$I.%3$I t ON t.%4$I = k::%5$s;
+    FROM synchro.server_key sk LEFT JOIN ONLY %2$I.%3$I t ON t.%17$s = k::%5$s;
 
   -- Lock the reservation and record this fence, keeping what the previous fence saw.
   UPDATE synchro.row_version r
@@ -197,7 +197,8 @@ $template$,
     CASE WHEN r.registration_kind = 'synced'
          THEN format('%L, pg_catalog.length(k), '':'', k, '':''', concat(length(r.table_id), ':', r.table_id))
          ELSE ''':'', '':'', pg_catalog.length(k), '':'', k' END,
-    encode(convert_to('synchro.msg', 'UTF8') || '\x00'::bytea || convert_to('synchro.fence', 'UTF8') || '\x00'::bytea, 'hex'));
+    encode(convert_to('synchro.msg', 'UTF8') || '\x00'::bytea || convert_to('synchro.fence', 'UTF8') || '\x00'::bytea, 'hex'),
+    synchro._pl_ident(r.key_column));           -- 17 the key as a field of NEW/OLD
 END
 $$;
 

@@ -65,12 +65,12 @@ BEGIN
     IF c.holds_json THEN
       out := out || format($chk$
     BEGIN
-      PERFORM pg_catalog.to_jsonb(NEW.%1$I);
+      PERFORM pg_catalog.to_jsonb(NEW.%4$s);
     EXCEPTION WHEN data_exception THEN
       GET STACKED DIAGNOSTICS refused := RETURNED_SQLSTATE;
       RAISE EXCEPTION 'registered value refused: column %% of relation_id %% holds json that jsonb cannot represent', %2$L, %3$s
         USING ERRCODE = refused;
-    END;$chk$, c.attname, c.attname, rid);
+    END;$chk$, c.attname, c.attname, rid, synchro._pl_ident(c.attname));
     END IF;
     IF c.typlen > 0 THEN
       CONTINUE; -- fixed length: small, not counted
@@ -78,13 +78,13 @@ BEGIN
     sizes := sizes || CASE
       -- octet_length of these reads the stored length: no detoasting.
       WHEN c.base_oid IN ('text'::regtype, 'varchar'::regtype, 'bpchar'::regtype)
-        THEN format('coalesce(pg_catalog.octet_length(NEW.%I), 0)', c.attname)
+        THEN format('coalesce(pg_catalog.octet_length(NEW.%s), 0)', synchro._pl_ident(c.attname))
       WHEN c.base_oid = 'bytea'::regtype
-        THEN format('coalesce(2 * pg_catalog.octet_length(NEW.%I), 0)', c.attname)
+        THEN format('coalesce(2 * pg_catalog.octet_length(NEW.%s), 0)', synchro._pl_ident(c.attname))
       WHEN c.base_oid = 'json'::regtype
-        THEN format('coalesce(pg_catalog.octet_length(NEW.%I::pg_catalog.text), 0)', c.attname)
-      ELSE format('coalesce(CASE WHEN pg_catalog.pg_column_size(NEW.%1$I) <= 8192 THEN pg_catalog.pg_column_size(NEW.%1$I) '
-                  'ELSE pg_catalog.octet_length(NEW.%1$I::pg_catalog.text) END, 0)', c.attname)
+        THEN format('coalesce(pg_catalog.octet_length(NEW.%s::pg_catalog.text), 0)', synchro._pl_ident(c.attname))
+      ELSE format('coalesce(CASE WHEN pg_catalog.pg_column_size(NEW.%1$s) <= 8192 THEN pg_catalog.pg_column_size(NEW.%1$s) '
+                  'ELSE pg_catalog.octet_length(NEW.%1$s::pg_catalog.text) END, 0)', synchro._pl_ident(c.attname))
       END;
   END LOOP;
   IF cardinality(sizes) > 0 THEN

@@ -196,24 +196,14 @@ BEGIN
     ANALYZE pg_temp.synchro_b_links;
   END IF;
 
-  -- Row images, rendered once per link: to_jsonb() of the registered columns. The
-  -- same as synchro._row_image, with the columns it drops removed by one jsonb
-  -- operator instead of a SQL function call per row.
+  -- Row images, rendered once per link: the registered columns in the registered
+  -- shape (synchro._image_sql), as the per-transaction path renders them.
   FOR rel IN
-    SELECT DISTINCT l.relation_id, r.schema_name, r.table_name,
-           ARRAY(SELECT a.attname::text FROM pg_attribute a
-                  WHERE a.attrelid = r.relid AND a.attnum > 0 AND NOT a.attisdropped
-                    AND NOT (a.attname = ANY (g.columns))) AS unregistered
-      FROM pg_temp.synchro_b_links l
-      JOIN synchro.relation r ON r.relation_id = l.relation_id
-      JOIN synchro.registration g ON g.relation_id = l.relation_id AND g.generation = reg
-     WHERE l.op <> 'delete'
+    SELECT DISTINCT l.relation_id FROM pg_temp.synchro_b_links l WHERE l.op <> 'delete'
   LOOP
-    EXECUTE format(
-      'UPDATE pg_temp.synchro_b_links l '
-      'SET image = to_jsonb(jsonb_populate_record(NULL::%I.%I, l.new_row)) - $1 '
-      'WHERE l.relation_id = $2 AND l.op <> $3', rel.schema_name, rel.table_name)
-    USING rel.unregistered, rel.relation_id, 'delete';
+    EXECUTE format('UPDATE pg_temp.synchro_b_links l SET image = %s WHERE l.relation_id = $1 AND l.op <> $2',
+                   synchro._image_sql(rel.relation_id, reg, 'l.new_row', false))
+    USING rel.relation_id, 'delete';
   END LOOP;
 
   -- Projections: the last link of each row decides.

@@ -254,21 +254,20 @@ BEGIN
     END LOOP;
   END LOOP;
 
-  -- Row images exactly as to_jsonb() renders the registered columns of that row.
+  -- Row images: the registered columns in the registered shape of the generation in
+  -- effect (synchro._image_sql), never the live catalog's, and without running any
+  -- code of the application's with the owner's rights.
   FOR rel IN
-    SELECT DISTINCT f.relation_id, r.schema_name, r.table_name, reg.columns
+    SELECT DISTINCT f.relation_id,
+           (SELECT g.generation FROM synchro.registration g
+             WHERE g.relation_id = f.relation_id AND g.generation <= reg_end
+             ORDER BY g.generation DESC LIMIT 1) AS generation
       FROM pg_temp.synchro_w_final f
-      JOIN synchro.relation r ON r.relation_id = f.relation_id
-      JOIN LATERAL (SELECT g.columns FROM synchro.registration g
-                     WHERE g.relation_id = f.relation_id AND g.generation <= reg_end
-                     ORDER BY g.generation DESC LIMIT 1 OFFSET 0) reg ON true
      WHERE f.op <> 'delete'
   LOOP
-    EXECUTE format(
-      'UPDATE pg_temp.synchro_w_final f '
-      'SET image = synchro._row_image(to_jsonb(jsonb_populate_record(NULL::%I.%I, f.new_row)), $1) '
-      'WHERE f.relation_id = $2 AND f.op <> $3', rel.schema_name, rel.table_name)
-    USING rel.columns, rel.relation_id, 'delete';
+    EXECUTE format('UPDATE pg_temp.synchro_w_final f SET image = %s WHERE f.relation_id = $1 AND f.op <> $2',
+                   synchro._image_sql(rel.relation_id, rel.generation, 'f.new_row', false))
+    USING rel.relation_id, 'delete';
   END LOOP;
 
   -- Dependency rule values before and after: the synced rows they reach are impacted.

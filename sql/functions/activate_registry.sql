@@ -100,6 +100,10 @@ BEGIN
                JOIN pg_attribute a ON a.attrelid = r.relid AND a.attname = c.name
               ORDER BY c.n)
      WHERE reg.generation = g AND reg.relation_id = r.relation_id;
+    -- A column retyped since it was staged must still render safely.
+    PERFORM synchro._check_render(r.relid::regclass,
+                                  (SELECT reg.columns FROM synchro.registration reg
+                                    WHERE reg.generation = g AND reg.relation_id = r.relation_id));
     IF r.is_new AND EXISTS (SELECT 1 FROM synchro.progress) THEN
       -- A running stream has no projection of this relation's rows. Until projection
       -- bootstrap exists, only an empty relation can join a running stream (its rows

@@ -33,13 +33,15 @@ BEGIN
     SELECT r.*, g.columns FROM synchro.registration g JOIN synchro.relation r USING (relation_id)
      WHERE g.generation = reg ORDER BY r.relation_id
   LOOP
+    -- The image in the registered shape, as materialization renders it
+    -- (synchro._image_sql): no code of the application's runs with the owner's rights.
     EXECUTE format(
       'INSERT INTO synchro.projection (relation_id, pk, pk_int, version, image) '
-      'SELECT $1, t.%I::text, CASE WHEN $2 <> %L THEN t.%I::text::bigint END, v.version, '
-      '       synchro._row_image(to_jsonb(t), $3) '
+      'SELECT $1, t.%I::text, CASE WHEN $2 <> %L THEN t.%I::text::bigint END, v.version, %s '
       '  FROM ONLY %I.%I t LEFT JOIN synchro.row_version v ON v.relation_id = $1 AND v.pk = t.%I::text',
-      rel.key_column, 'string', rel.key_column, rel.schema_name, rel.table_name, rel.key_column)
-    USING rel.relation_id, rel.key_type, rel.columns;
+      rel.key_column, 'string', rel.key_column, synchro._image_sql(rel.relation_id, reg, 't', true),
+      rel.schema_name, rel.table_name, rel.key_column)
+    USING rel.relation_id, rel.key_type;
   END LOOP;
   -- Every row passed a fence or got a version at activation; a row without one means
   -- the registry is inconsistent, and a baseline must not invent a version.
