@@ -50,6 +50,11 @@ type applier struct {
 	txns       []pendingTxn // complete source transactions of the open batch
 	events     int          // their row events
 	batchStart time.Time
+	// lastCall is how long the last materialize_batch call took: a batch that
+	// keeps receiving transactions closes once it has been open that long (group
+	// commit), so under a steady load the batch size follows the load and the
+	// latency stays about two calls, far below BatchDelay.
+	lastCall time.Duration
 	// serialUntil: after a failed batch, every source transaction with a commit
 	// LSN up to here is materialized alone through the reference path, so that
 	// the failing one is quarantined with its own identity.
@@ -220,14 +225,17 @@ func (a *applier) serial() bool {
 // closeBatch reports whether the open batch must be materialized now, between
 // source transactions: when nothing more is buffered (idle: at low load a batch
 // is one transaction, so latency stays minimal), when it re-runs a failed batch
-// one transaction at a time, or at the transaction, row-event and time bounds.
+// one transaction at a time, at the transaction and row-event bounds, or once it
+// has been open as long as the last materialization call took (capped by
+// BatchDelay): while one batch is materialized the next one gathers, as in a
+// group commit.
 func (a *applier) closeBatch(idle bool) bool {
 	if a.inTxn || a.tx == nil || len(a.txns) == 0 {
 		return false
 	}
 	return idle || a.serial() || a.cfg.PerTransaction ||
 		len(a.txns) >= a.cfg.BatchTxns || a.events >= a.cfg.BatchEvents ||
-		time.Since(a.batchStart) >= a.cfg.BatchDelay
+		time.Since(a.batchStart) >= min(a.cfg.BatchDelay, a.lastCall)
 }
 
 // materialize materializes the open batch and commits it; the end LSN of its
@@ -252,6 +260,7 @@ func (a *applier) materialize(ctx context.Context) error {
 		p.Xids[i] = int64(t.xid)
 		p.CommitTimes[i] = t.trailer.CommitTime
 	}
+	callStart := time.Now()
 	res, err := gen.New(a.tx).MaterializeBatch(ctx, p)
 	if err != nil {
 		return err
@@ -264,6 +273,7 @@ func (a *applier) materialize(ctx context.Context) error {
 		return err
 	}
 	a.tx = nil
+	a.lastCall = time.Since(callStart)
 	last := a.txns[n-1].trailer
 	// Messages materialization dropped: well-formed, but not under the server key.
 	a.cfg.Metrics.ignoredMessages("unauthenticated", int(res.IgnoredMessages))

@@ -52,7 +52,8 @@ type Config struct {
 	// 20000). A single larger source transaction is still one batch.
 	BatchEvents int
 	// BatchDelay closes a batch that has been open this long while source
-	// transactions keep arriving (default 100ms).
+	// transactions keep arriving (default 100ms). A batch closes earlier, once it
+	// has been open as long as the last materialization call took.
 	BatchDelay time.Duration
 	// PerTransaction materializes every source transaction alone through the
 	// reference per-transaction path (synchro._materialize_txn), never set-based:
