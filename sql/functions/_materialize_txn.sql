@@ -90,47 +90,7 @@ BEGIN
     act_gens := act_gens || reg_end;
   END LOOP;
 
-  -- TRUNCATE of a registered relation has no row-by-row meaning: it blocks capture.
-  SELECT r.relation_id INTO bad
-    FROM (SELECT * FROM pg_temp.synchro_stage s0 WHERE s0.txn = _materialize_txn.t) s CROSS JOIN LATERAL unnest(s.truncated) AS tr(relid)
-    JOIN synchro.relation r ON r.relid = tr.relid
-   WHERE s.kind = 'T'
-   LIMIT 1;
-  IF FOUND THEN
-    RAISE EXCEPTION 'poison: truncate' USING ERRCODE = 'SYP02', DETAIL = format('relation_id=%s', bad.relation_id);
-  END IF;
-
-  -- Relation identity: every relation the transaction touches, as the WAL describes
-  -- it, must be exactly the registered one (qualified name, DEFAULT identity on the
-  -- registered key, registered columns with their registered types).
-  -- Every Relation message counts, not only the first of a relid: a relation whose
-  -- shape changes inside one transaction (ALTER TABLE between two writes) is staged
-  -- again with its new shape.
-  FOR rel IN
-    SELECT s.relid, s.nspname, s.relname, s.replident, s.col_names, s.col_types, s.col_keys,
-           r.relation_id, r.schema_name, r.table_name, r.key_column, reg.columns, reg.column_types
-      FROM (SELECT * FROM pg_temp.synchro_stage s0 WHERE s0.txn = _materialize_txn.t) s
-      LEFT JOIN synchro.relation r ON r.relid = s.relid
-      LEFT JOIN LATERAL (
-        SELECT g.columns, g.column_types FROM synchro.registration g
-         WHERE g.relation_id = r.relation_id AND g.generation <= coalesce(reg_end, 0)
-         ORDER BY g.generation DESC LIMIT 1) reg ON true
-     WHERE s.kind = 'R'
-     ORDER BY s.seq
-  LOOP
-    IF rel.relation_id IS NULL OR rel.columns IS NULL THEN
-      RAISE EXCEPTION 'poison: unknown_relation' USING ERRCODE = 'SYP04';
-    END IF;
-    IF rel.nspname IS DISTINCT FROM rel.schema_name::text OR rel.relname IS DISTINCT FROM rel.table_name::text
-       OR rel.replident IS DISTINCT FROM 'd'
-       OR ARRAY(SELECT c.name FROM unnest(rel.col_names, rel.col_keys) AS c(name, is_key) WHERE c.is_key)
-          IS DISTINCT FROM ARRAY[rel.key_column::text]
-       OR EXISTS (SELECT 1 FROM unnest(rel.columns, rel.column_types) AS rc(name, typ)
-                   WHERE NOT EXISTS (SELECT 1 FROM unnest(rel.col_names, rel.col_types) AS wc(name, typ)
-                                      WHERE wc.name = rc.name::text AND wc.typ = rc.typ)) THEN
-      RAISE EXCEPTION 'poison: relation_drift' USING ERRCODE = 'SYP03', DETAIL = format('relation_id=%s', rel.relation_id);
-    END IF;
-  END LOOP;
+  PERFORM synchro._mat_check_relations(_materialize_txn.t, reg_end);
 
   -- Row events, each with the registry generation selected by its source position.
   INSERT INTO pg_temp.synchro_w_rows (seq, event_ordinal, op, relation_id, registration_kind, table_id,
@@ -172,50 +132,7 @@ BEGIN
     RAISE EXCEPTION 'poison: fence_mismatch' USING ERRCODE = 'SYP01', DETAIL = format('relation_id=%s', bad.relation_id);
   END IF;
 
-  -- Fence reconciliation: per row identity, the k-th row event in source order pairs
-  -- with the fence of the k-th lowest registered-DML ordinal, and must agree on kind,
-  -- relation identity, operation and keys.
-  WITH f AS (
-    SELECT (s.content ->> 'relation_id')::bigint AS rid, s.content ->> 'kind' AS kind,
-           s.content ->> 'schema' AS sch, s.content ->> 'table' AS tbl, s.content ->> 'op' AS op,
-           s.content ->> 'old_key' AS old_key, s.content ->> 'new_key' AS new_key,
-           s.content ->> 'version' AS version, (s.content ->> 'fence_id')::uuid AS fid,
-           (s.content ->> 'ordinal')::bigint AS ord, s.content ->> 'table_id' AS tid,
-           coalesce(s.content ->> 'new_key', s.content ->> 'old_key') AS k
-      FROM (SELECT * FROM pg_temp.synchro_stage s0 WHERE s0.txn = _materialize_txn.t) s
-     WHERE s.kind = 'M' AND s.prefix = 'synchro.fence'),
-  fr AS (SELECT f.*, row_number() OVER (PARTITION BY f.rid, f.k ORDER BY f.ord) AS rnk FROM f)
-  UPDATE pg_temp.synchro_w_rows w
-     SET fence_id = fr.fid, version = fr.version
-    FROM fr, synchro.relation r
-   WHERE fr.rid = w.relation_id AND fr.k = w.pk AND fr.rnk = w.grp_rank
-     AND r.relation_id = w.relation_id
-     AND fr.kind = w.registration_kind AND fr.op = w.op
-     AND fr.sch = r.schema_name::text AND fr.tbl = r.table_name::text
-     AND fr.tid IS NOT DISTINCT FROM w.table_id
-     AND CASE w.op
-           WHEN 'insert' THEN fr.old_key IS NULL AND fr.new_key = w.pk
-           WHEN 'update' THEN fr.old_key = w.pk AND fr.new_key = w.pk
-           ELSE fr.old_key = w.pk AND fr.new_key IS NULL END
-     AND fr.version IS NOT NULL AND fr.fid IS NOT NULL;
-
-  SELECT w.relation_id INTO bad FROM pg_temp.synchro_w_rows w WHERE w.fence_id IS NULL LIMIT 1;
-  IF FOUND THEN
-    -- A row event without its fence: a bypassed trigger, a forged or reordered fence.
-    RAISE EXCEPTION 'poison: fence_mismatch' USING ERRCODE = 'SYP01', DETAIL = format('relation_id=%s', bad.relation_id);
-  END IF;
-  IF n_fences <> (SELECT count(*) FROM pg_temp.synchro_w_rows)
-     OR n_fences <> (SELECT count(DISTINCT w.fence_id) FROM pg_temp.synchro_w_rows w) THEN
-    -- A fence without its row event, or one fence paired twice.
-    RAISE EXCEPTION 'poison: fence_mismatch' USING ERRCODE = 'SYP01', DETAIL = 'unpaired or duplicate fence';
-  END IF;
-  -- Probe the fence_id index with this transaction's ids: the ledger only grows, and a
-  -- join could scan it whole (temp tables have no statistics for the planner).
-  SELECT e.relation_id INTO bad FROM synchro.event e
-   WHERE e.fence_id = ANY (ARRAY(SELECT w.fence_id FROM pg_temp.synchro_w_rows w)) LIMIT 1;
-  IF FOUND THEN
-    RAISE EXCEPTION 'poison: fence_mismatch' USING ERRCODE = 'SYP01', DETAIL = format('relation_id=%s', bad.relation_id);
-  END IF;
+  PERFORM synchro._mat_pair_fences(_materialize_txn.t, n_fences);
 
   -- Transaction-local projected state: the last event of each row decides.
   INSERT INTO pg_temp.synchro_w_final (relation_id, pk, pk_int, registration_kind, table_id, op, new_row, toast,
@@ -276,12 +193,7 @@ BEGIN
   -- the transaction's rows: the temp work tables have no statistics, and a hash join
   -- would scan the permanent table whole on every source transaction. OFFSET 0 keeps
   -- each LATERAL subquery from being pulled up into an ordinary join.
-  INSERT INTO pg_temp.synchro_w_depvals (relation_id, column_name, value, event_ordinal)
-  SELECT v.relation_id, v.column_name, v.value, f.event_ordinal
-    FROM pg_temp.synchro_w_final f
-    CROSS JOIN LATERAL (SELECT v.relation_id, v.column_name, v.value FROM synchro.rule_value v
-                         WHERE v.relation_id = f.relation_id AND v.pk = f.pk OFFSET 0) v
-   WHERE f.registration_kind = 'capture_dependency';
+  PERFORM synchro._mat_dependency_values();
 
   DELETE FROM synchro.projection pr
    WHERE pr.ctid = ANY (ARRAY(
@@ -294,12 +206,7 @@ BEGIN
   ON CONFLICT (relation_id, pk) DO UPDATE SET version = excluded.version, image = excluded.image;
   PERFORM synchro._refresh_rule_values(reg_end);
 
-  INSERT INTO pg_temp.synchro_w_depvals (relation_id, column_name, value, event_ordinal)
-  SELECT v.relation_id, v.column_name, v.value, f.event_ordinal
-    FROM pg_temp.synchro_w_final f
-    CROSS JOIN LATERAL (SELECT v.relation_id, v.column_name, v.value FROM synchro.rule_value v
-                         WHERE v.relation_id = f.relation_id AND v.pk = f.pk OFFSET 0) v
-   WHERE f.registration_kind = 'capture_dependency';
+  PERFORM synchro._mat_dependency_values();
 
   -- A rule change activated in this transaction: re-index and re-evaluate the changed
   -- prefixes for every row. No incremental effects: cursors and rebuild tokens of
@@ -331,57 +238,7 @@ BEGIN
     ANALYZE pg_temp.synchro_w_scopes;
   END IF;
 
-  -- Net pull effects per scope: upsert when the row is in the scope and was touched
-  -- (or just entered it); delete when it left the scope or was deleted. effect_ordinal
-  -- counts within (event, scope) in canonical (table_id, typed key, operation) order.
-  -- The impacted rows' current memberships, probed by row (membership_by_row).
-  INSERT INTO pg_temp.synchro_w_oldscopes (relation_id, pk, scope)
-  SELECT i.relation_id, i.pk, m.scope
-    FROM pg_temp.synchro_w_impacted i
-    CROSS JOIN LATERAL (SELECT m.scope FROM synchro.membership m
-                         WHERE m.relation_id = i.relation_id AND m.pk = i.pk OFFSET 0) m;
-
-  INSERT INTO synchro.effect (stream_generation, scope, commit_lsn, event_ordinal, effect_ordinal,
-                              table_id, relation_id, pk, op, version, image)
-  SELECT gen, e.scope, clsn, e.event_ordinal,
-         (row_number() OVER (PARTITION BY e.scope, e.event_ordinal
-                             ORDER BY r.table_id COLLATE "C",
-                                      CASE WHEN r.key_type <> 'string' THEN e.pk::bigint END,
-                                      e.pk COLLATE "C", e.op))::int - 1,
-         r.table_id, e.relation_id, e.pk, e.op,
-         CASE WHEN e.op = 'upsert' THEN pr.version END,
-         CASE WHEN e.op = 'upsert' THEN pr.image END
-    FROM (
-      SELECT n.scope, n.relation_id, n.pk, i.event_ordinal, 'upsert' AS op
-        FROM pg_temp.synchro_w_scopes n
-        JOIN pg_temp.synchro_w_impacted i ON i.relation_id = n.relation_id AND i.pk = n.pk
-       WHERE i.touched
-          OR NOT EXISTS (SELECT 1 FROM pg_temp.synchro_w_oldscopes o
-                          WHERE o.relation_id = n.relation_id AND o.pk = n.pk AND o.scope = n.scope)
-      UNION ALL
-      SELECT o.scope, o.relation_id, o.pk, i.event_ordinal, 'delete'
-        FROM pg_temp.synchro_w_oldscopes o
-        JOIN pg_temp.synchro_w_impacted i ON i.relation_id = o.relation_id AND i.pk = o.pk
-       WHERE NOT EXISTS (SELECT 1 FROM pg_temp.synchro_w_scopes n
-                          WHERE n.relation_id = o.relation_id AND n.pk = o.pk AND n.scope = o.scope)
-    ) e
-    JOIN synchro.relation r ON r.relation_id = e.relation_id
-    LEFT JOIN LATERAL (SELECT pj.version, pj.image FROM synchro.projection pj
-                        WHERE pj.relation_id = e.relation_id AND pj.pk = e.pk OFFSET 0) pr ON true;
-
-  -- Memberships that ended, by primary key; then the new ones.
-  DELETE FROM synchro.membership m
-   WHERE m.ctid = ANY (ARRAY(
-     SELECT x.ctid FROM pg_temp.synchro_w_oldscopes o
-      CROSS JOIN LATERAL (SELECT m2.ctid FROM synchro.membership m2
-                           WHERE m2.scope = o.scope AND m2.relation_id = o.relation_id AND m2.pk = o.pk OFFSET 0) x
-      WHERE NOT EXISTS (SELECT 1 FROM pg_temp.synchro_w_scopes n
-                         WHERE n.relation_id = o.relation_id AND n.pk = o.pk AND n.scope = o.scope)));
-  INSERT INTO synchro.membership (scope, relation_id, pk, table_id, pk_order)
-  SELECT n.scope, n.relation_id, n.pk, r.table_id, CASE WHEN r.key_type = 'string' THEN 0 ELSE n.pk::bigint END
-    FROM pg_temp.synchro_w_scopes n JOIN synchro.relation r ON r.relation_id = n.relation_id
-   WHERE NOT EXISTS (SELECT 1 FROM pg_temp.synchro_w_oldscopes o
-                      WHERE o.relation_id = n.relation_id AND o.pk = n.pk AND o.scope = n.scope);
+  PERFORM synchro._mat_effects(gen, clsn);
 
   -- Write-fence reconciliation: exactly these fences are now WAL-materialized.
   UPDATE synchro.write_fence wf SET coverage = 'wal', covered_at = now()
