@@ -9,8 +9,8 @@ import (
 // The fast path for the pack's own messages (issue 7, "per-row cost").
 //
 // The strict parser (parseFenceStrict) tokenizes the content twice with
-// encoding/json and unmarshals every field on its own: about 60 µs and dozens
-// of allocations per fence, the largest share of the runner's CPU when it
+// encoding/json and unmarshals every field on its own: tens of µs and 188
+// allocations per fence, the largest share of the runner's CPU when it
 // materializes single-row transactions. But the pack writes every fence with
 // PostgreSQL's json_build_object(...)::text (sql/functions/_fence_source.sql),
 // whose text has one fixed shape:
