@@ -23,6 +23,7 @@ test: ## Run every test (starts its own PostgreSQL; no server needed)
 fuzz: ## Fuzz campaigns, FUZZTIME each (default 5m); commit every finding under testdata/fuzz with a fix
 	$(GO) test ./runner/decode -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./runner/decode -run '^$$' -fuzz '^FuzzParseMessages$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./runner/decode -run '^$$' -fuzz '^FuzzFenceFastPath$$' -fuzztime $(FUZZTIME)
 
 .PHONY: generate
 generate: ## Regenerate gen/ from queries/ with sqlc

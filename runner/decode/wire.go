@@ -166,7 +166,22 @@ func formatErr(detail string) *Error { return newErr(ClassMessageFormat, 0, deta
 
 // ParseFence parses a synchro.fence message content strictly. Any deviation
 // from docs/wire-format.md is an *Error of class message_format.
+//
+// The pack's own fences take a fast path (fastwire.go) that accepts only the
+// exact text PostgreSQL's json_build_object writes and yields the same Fence;
+// anything else, malformed content included, goes through the general strict
+// parser, which alone decides errors. The accepted language is the strict
+// parser's.
 func ParseFence(content []byte) (Fence, error) {
+	if f, ok := parseFenceFast(content); ok {
+		return f, nil
+	}
+	return parseFenceStrict(content)
+}
+
+// parseFenceStrict is the general strict parser, and the reference the fast
+// path is proven against (fastwire_test.go, FuzzFenceFastPath).
+func parseFenceStrict(content []byte) (Fence, error) {
 	var w fenceWire
 	if err := strictUnmarshal(content, &w); err != nil {
 		return Fence{}, err
@@ -269,8 +284,19 @@ func ParseFence(content []byte) (Fence, error) {
 }
 
 // ParseRegistryActivation parses a synchro.registry message content strictly.
-// Any deviation is an *Error of class message_format.
+// Any deviation is an *Error of class message_format. Like [ParseFence], the
+// exact jsonb text activate_registry() writes takes a fast path with the same
+// result; anything else goes through the strict parser.
 func ParseRegistryActivation(content []byte) (Activation, error) {
+	if a, ok := parseActivationFast(content); ok {
+		return a, nil
+	}
+	return parseActivationStrict(content)
+}
+
+// parseActivationStrict is the general strict parser, and the reference the
+// fast path is proven against.
+func parseActivationStrict(content []byte) (Activation, error) {
 	var w activationWire
 	if err := strictUnmarshal(content, &w); err != nil {
 		return Activation{}, err
