@@ -158,3 +158,243 @@ func TestReadinessHealthy(t *testing.T) {
 		require.NotContains(t, r.Detail, "secret-note-value")
 	}
 }
+
+// stopRunner stops the runner cleanly and waits until its sessions are gone.
+func stopRunner(t *testing.T, db *testdb.DB, rr *runningRunner) {
+	t.Helper()
+	require.NoError(t, rr.stop(t))
+	waitRunnerGone(t, db)
+}
+
+func TestReadinessDatabase(t *testing.T) {
+	t.Parallel()
+	db, rr := readySystem(t)
+	stopRunner(t, db, rr)
+	// What a database restored or cloned under another name holds: the runner and the
+	// stream recorded the database they ran in, and it is not this one.
+	mustExec(t, db, `UPDATE synchro.runner SET database_name = 'elsewhere'`)
+	rows := waitFailing(t, db, "database")
+	require.Equal(t, "runner_database_matches=false stream_database_matches=true", checkRow(rows, "database").Detail)
+}
+
+func TestReadinessWorkerStopped(t *testing.T) {
+	t.Parallel()
+	db, rr := readySystem(t)
+	stopRunner(t, db, rr)
+	rows := waitFailing(t, db, "worker")
+	require.Equal(t, "state=stopped claim_held=false backend_alive=false", checkRow(rows, "worker").Detail)
+}
+
+// A runner that dies without a clean stop leaves its row saying streaming: its claim
+// and backend are gone.
+func TestReadinessWorkerKilled(t *testing.T) {
+	t.Parallel()
+	db, rr := readySystem(t)
+	mustExec(t, db, `SELECT pg_terminate_backend(backend_pid) FROM synchro.runner`)
+	_ = rr.wait(t, 10*time.Second)
+	rows := waitFailing(t, db, "worker")
+	require.Contains(t, checkRow(rows, "worker").Detail, "claim_held=false backend_alive=false")
+}
+
+func TestReadinessHeartbeatAged(t *testing.T) {
+	t.Parallel()
+	db, _ := readySystem(t)
+	// The runner beats every 250ms; a limit of 1ms is exceeded by any heartbeat's age.
+	mustExec(t, db, `UPDATE synchro.readiness_limit SET heartbeat = interval '1 millisecond'`)
+	rows := waitFailing(t, db, "heartbeat")
+	require.Contains(t, checkRow(rows, "heartbeat").Detail, "limit_s=0.001")
+	mustExec(t, db, `UPDATE synchro.readiness_limit SET heartbeat = interval '30 seconds'`)
+	waitReady(t, db)
+}
+
+func TestReadinessRegistryRenamed(t *testing.T) {
+	t.Parallel()
+	db, _ := readySystem(t)
+	mustExec(t, db, `ALTER TABLE items RENAME TO items_renamed`)
+	rows := waitFailing(t, db, "registry")
+	require.Equal(t, "generation=1 relations=1 drifted=1 first=relation_id 1 renamed", checkRow(rows, "registry").Detail)
+	mustExec(t, db, `ALTER TABLE items_renamed RENAME TO items`)
+	waitReady(t, db)
+}
+
+func TestReadinessRegistryRecreated(t *testing.T) {
+	t.Parallel()
+	db, _ := readySystem(t)
+	mustExec(t, db, `
+		DROP TABLE items;
+		CREATE TABLE items (id int8 PRIMARY KEY, owner text, v int NOT NULL DEFAULT 0, note text);`)
+	rows := waitFailing(t, db, "registry")
+	require.Equal(t, "generation=1 relations=1 drifted=1 first=relation_id 1 relation_missing", checkRow(rows, "registry").Detail)
+	require.False(t, checkRow(rows, "triggers").OK)
+	require.False(t, checkRow(rows, "publication").OK)
+}
+
+func TestReadinessRegistryRetyped(t *testing.T) {
+	t.Parallel()
+	db, _ := readySystem(t)
+	mustExec(t, db, `ALTER TABLE items ALTER COLUMN v TYPE int8`)
+	rows := waitFailing(t, db, "registry")
+	require.Equal(t, "generation=1 relations=1 drifted=1 first=relation_id 1 columns", checkRow(rows, "registry").Detail)
+}
+
+func TestReadinessTriggerDisabled(t *testing.T) {
+	t.Parallel()
+	db, _ := readySystem(t)
+	mustExec(t, db, `ALTER TABLE items DISABLE TRIGGER synchro_fence_update`)
+	rows := waitFailing(t, db, "triggers")
+	require.Equal(t, []string{"triggers"}, failingChecks(rows))
+	require.Equal(t, "relations=1 triggers=5 failing=1 first=relation_id 1 synchro_fence_update disabled",
+		checkRow(rows, "triggers").Detail)
+	mustExec(t, db, `ALTER TABLE items ENABLE TRIGGER synchro_fence_update`)
+	waitReady(t, db)
+
+	mustExec(t, db, `DROP TRIGGER synchro_guard_truncate ON items`)
+	rows = waitFailing(t, db, "triggers")
+	require.Equal(t, "relations=1 triggers=5 failing=1 first=relation_id 1 synchro_guard_truncate missing",
+		checkRow(rows, "triggers").Detail)
+}
+
+func TestReadinessPublication(t *testing.T) {
+	t.Parallel()
+	db, _ := readySystem(t)
+	mustExec(t, db, `ALTER PUBLICATION synchro DROP TABLE items`)
+	rows := waitFailing(t, db, "publication")
+	require.Contains(t, checkRow(rows, "publication").Detail, "published=0 missing=1 extra=0")
+	mustExec(t, db, `ALTER PUBLICATION synchro ADD TABLE ONLY items`)
+	waitReady(t, db)
+
+	mustExec(t, db, `CREATE TABLE extra (id int PRIMARY KEY); ALTER PUBLICATION synchro ADD TABLE extra`)
+	rows = waitFailing(t, db, "publication")
+	require.Contains(t, checkRow(rows, "publication").Detail, "published=2 missing=0 extra=1")
+}
+
+func TestReadinessSlotDropped(t *testing.T) {
+	t.Parallel()
+	db, rr := readySystem(t)
+	stopRunner(t, db, rr)
+	mustExec(t, db, `SELECT pg_drop_replication_slot($1)`, runnerSlot(db))
+	rows := waitFailing(t, db, "slot")
+	require.Equal(t, "slot missing", checkRow(rows, "slot").Detail)
+}
+
+// A slot behind the recorded acknowledgement: the slot as an older copy of it was
+// (what a crash that lost a slot advance leaves).
+func TestReadinessSlotHeldBack(t *testing.T) {
+	t.Parallel()
+	db, rr := readySystem(t)
+	slot := runnerSlot(db)
+	held := slot + "_held"
+	if len(held) > 63 {
+		held = held[len(held)-63:]
+	}
+	mustExec(t, db, `SELECT pg_copy_logical_replication_slot($1, $2)`, slot, held)
+	t.Cleanup(func() {
+		_, _ = db.Pool.Exec(context.Background(), `SELECT pg_drop_replication_slot($1)`, held)
+	})
+	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (3, 'a')`)
+	waitEffects(t, db, 1)
+	waitAcked(t, db)
+	stopRunner(t, db, rr)
+	mustExec(t, db, `SELECT pg_drop_replication_slot($1)`, slot)
+	mustExec(t, db, `SELECT pg_copy_logical_replication_slot($1, $2)`, held, slot)
+	rows := waitFailing(t, db, "slot")
+	st, _ := runnerState(t, db)
+	require.Less(t, slotLSN(t, db), lsnOf(t, st.Acked))
+	require.Contains(t, checkRow(rows, "slot").Detail, "plugin_matches=true wal_status=")
+
+	// The runner's startup reconciliation advances it to the acknowledgement.
+	startRunner(t, testRunnerConfig(t, db))
+	waitReady(t, db)
+}
+
+// A slot past the processed boundary: WAL the stream never materialized is gone.
+func TestReadinessSlotAdvanced(t *testing.T) {
+	t.Parallel()
+	db, rr := readySystem(t)
+	stopRunner(t, db, rr)
+	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (3, 'a')`)
+	mustExec(t, db, `SELECT pg_replication_slot_advance($1, pg_current_wal_lsn())`, runnerSlot(db))
+	rows := waitFailing(t, db, "slot")
+	st, _ := runnerState(t, db)
+	require.Greater(t, slotLSN(t, db), lsnOf(t, st.Processed))
+	require.Contains(t, checkRow(rows, "slot").Detail, "processed_end_lsn="+*st.Processed)
+}
+
+func TestReadinessPoison(t *testing.T) {
+	t.Parallel()
+	db, _, q := blockedStream(t, func(db *testdb.DB) {
+		mustExec(t, db, `BEGIN; SET LOCAL session_replication_role = replica; TRUNCATE items; COMMIT;`)
+	})
+	rows := waitFailing(t, db, "poison")
+	require.Equal(t, "unresolved=1 first_commit_lsn="+q.CommitLSN+" class=truncate retry_requested=false",
+		checkRow(rows, "poison").Detail)
+	require.True(t, checkRow(rows, "worker").OK, "a blocked runner is still running:\n%s", readinessString(rows))
+}
+
+// Durable progress that contradicts itself (its constraint dropped by the owner).
+func TestReadinessProgress(t *testing.T) {
+	t.Parallel()
+	db, rr := readySystem(t)
+	stopRunner(t, db, rr)
+	mustExec(t, db, `
+		ALTER TABLE synchro.progress DROP CONSTRAINT progress_materialized_before_processed;
+		UPDATE synchro.progress SET materialized_commit_lsn = processed_end_lsn + 4096;`)
+	rows := waitFailing(t, db, "progress")
+	require.Contains(t, checkRow(rows, "progress").Detail, "materialized_commit_lsn=")
+}
+
+// WAL the runner has not processed, beyond a small limit, while it is stopped.
+func TestReadinessWALLag(t *testing.T) {
+	t.Parallel()
+	db, rr := readySystem(t)
+	mustExec(t, db, `UPDATE synchro.readiness_limit SET wal_lag_bytes = 65536`)
+	waitReady(t, db)
+	stopRunner(t, db, rr)
+	mustExec(t, db, `INSERT INTO items (id, owner, note) SELECT g, 'a', repeat('x', 200) FROM generate_series(10, 1009) g`)
+	rows := waitFailing(t, db, "wal_lag")
+	require.Contains(t, checkRow(rows, "wal_lag").Detail, "limit_bytes=65536")
+
+	// The runner catches up: ready again.
+	startRunner(t, testRunnerConfig(t, db))
+	waitReady(t, db)
+}
+
+// A source commit the stopped runner has not materialized ages past a 1s limit.
+func TestReadinessCommitLag(t *testing.T) {
+	t.Parallel()
+	db, rr := readySystem(t)
+	mustExec(t, db, `UPDATE synchro.readiness_limit SET commit_lag = interval '1 second'`)
+	waitReady(t, db)
+	stopRunner(t, db, rr)
+	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (3, 'a')`)
+	rows := waitFailing(t, db, "commit_lag")
+	require.Contains(t, checkRow(rows, "commit_lag").Detail, "limit_s=1.000")
+	startRunner(t, testRunnerConfig(t, db))
+	waitReady(t, db)
+}
+
+// A missing, NULL, non-positive or infinite limit is not ready.
+func TestReadinessLimits(t *testing.T) {
+	t.Parallel()
+	db, _ := readySystem(t)
+	for _, tc := range []struct{ set, check string }{
+		{`heartbeat = NULL`, "heartbeat"},
+		{`heartbeat = interval '0'`, "heartbeat"},
+		{`heartbeat = interval '-1 second'`, "heartbeat"},
+		{`wal_lag_bytes = NULL`, "wal_lag"},
+		{`wal_lag_bytes = 0`, "wal_lag"},
+		{`commit_lag = NULL`, "commit_lag"},
+		{`commit_lag = interval '-5 seconds'`, "commit_lag"},
+	} {
+		mustExec(t, db, `UPDATE synchro.readiness_limit SET `+tc.set)
+		rows := waitFailing(t, db, tc.check)
+		require.Equal(t, []string{tc.check}, failingChecks(rows), tc.set)
+		require.Contains(t, checkRow(rows, tc.check).Detail, "invalid", tc.set)
+		mustExec(t, db, `UPDATE synchro.readiness_limit SET heartbeat = interval '30 seconds', wal_lag_bytes = 1073741824,
+			commit_lag = interval '60 seconds'`)
+		waitReady(t, db)
+	}
+	mustExec(t, db, `DELETE FROM synchro.readiness_limit`)
+	rows := waitFailing(t, db, "wal_lag")
+	require.Equal(t, []string{"heartbeat", "wal_lag", "commit_lag"}, failingChecks(rows))
+}
