@@ -2940,6 +2940,8 @@ DECLARE
   ts timestamptz := pg_catalog.clock_timestamp();
   wal pg_lsn;
   ack pg_lsn;
+  ack_before pg_lsn;
+  have_slot boolean := false;
   mat pg_lsn;
   reg_gen bigint;
   reg_activated timestamptz;
@@ -2968,10 +2970,23 @@ BEGIN
   have_runner := FOUND;
   SELECT * INTO sg FROM synchro.stream_generation g WHERE g.state = 'active';
   have_stream := FOUND;
-  SELECT * INTO pr FROM synchro.progress;
-  have_progress := FOUND;
   SELECT * INTO lim FROM synchro.readiness_limit;
   have_limits := FOUND;
+  -- The order of these reads makes the slot comparisons race-free (each statement
+  -- sees the latest commits; the slot view is live): the acknowledgement is recorded
+  -- only after the slot showed it, so it is read before the slot; the slot is told
+  -- only a boundary already durable, so progress is read again after the slot; the
+  -- current WAL position last, so it is at or after everything read before.
+  SELECT coalesce(p.acknowledged_end_lsn, p.generation_start_lsn) INTO ack_before FROM synchro.progress p;
+  IF have_stream THEN
+    SELECT s.plugin, s.slot_type, s.temporary, s.wal_status, s.confirmed_flush_lsn,
+           s.database = pg_catalog.current_database() AS same_database
+      INTO slot
+      FROM pg_catalog.pg_replication_slots s WHERE s.slot_name = sg.slot_name;
+    have_slot := FOUND;
+  END IF;
+  SELECT * INTO pr FROM synchro.progress;
+  have_progress := FOUND;
   IF NOT pg_catalog.pg_is_in_recovery() THEN
     wal := pg_catalog.pg_current_wal_insert_lsn();
   END IF;
@@ -3165,11 +3180,7 @@ BEGIN
     ok := false;
     detail := 'no stream generation (no runner has created the slot)';
   ELSE
-    SELECT s.plugin, s.slot_type, s.temporary, s.wal_status, s.confirmed_flush_lsn,
-           s.database = pg_catalog.current_database() AS same_database
-      INTO slot
-      FROM pg_catalog.pg_replication_slots s WHERE s.slot_name = sg.slot_name;
-    IF NOT FOUND THEN
+    IF NOT have_slot THEN
       ok := false;
       detail := 'slot missing';
     ELSE
@@ -3177,14 +3188,14 @@ BEGIN
             AND slot.plugin = sg.plugin
             AND slot.wal_status IS NOT NULL AND slot.wal_status <> 'lost'
             AND slot.confirmed_flush_lsn IS NOT NULL AND have_progress AND wal IS NOT NULL
-            AND slot.confirmed_flush_lsn >= ack AND slot.confirmed_flush_lsn <= pr.processed_end_lsn
+            AND ack_before IS NOT NULL AND slot.confirmed_flush_lsn >= ack_before AND slot.confirmed_flush_lsn <= pr.processed_end_lsn
             AND slot.confirmed_flush_lsn <= wal
             AND (NOT have_runner OR rn.slot_name = sg.slot_name);
       ok := coalesce(ok, false);
       detail := pg_catalog.format(
         'plugin_matches=%s wal_status=%s confirmed_flush_lsn=%s acknowledged_lsn=%s processed_end_lsn=%s current_wal_lsn=%s runner_slot_matches=%s',
         (slot.plugin = sg.plugin)::text, coalesce(slot.wal_status, 'null'), coalesce(slot.confirmed_flush_lsn::text, 'null'),
-        coalesce(ack::text, 'null'), coalesce(pr.processed_end_lsn::text, 'null'), coalesce(wal::text, 'unknown'),
+        coalesce(ack_before::text, 'null'), coalesce(pr.processed_end_lsn::text, 'null'), coalesce(wal::text, 'unknown'),
         CASE WHEN have_runner THEN (rn.slot_name = sg.slot_name)::text ELSE 'no_runner' END);
     END IF;
   END IF;
