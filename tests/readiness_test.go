@@ -239,8 +239,14 @@ func TestReadinessRegistryRecreated(t *testing.T) {
 func TestReadinessRegistryRetyped(t *testing.T) {
 	t.Parallel()
 	db, _ := readySystem(t)
-	mustExec(t, db, `ALTER TABLE items ALTER COLUMN v TYPE int8`)
+	mustExec(t, db, `ALTER TABLE items REPLICA IDENTITY FULL`)
 	rows := waitFailing(t, db, "registry")
+	require.Equal(t, "generation=1 relations=1 drifted=1 first=relation_id 1 replica_identity", checkRow(rows, "registry").Detail)
+	mustExec(t, db, `ALTER TABLE items REPLICA IDENTITY DEFAULT`)
+	waitReady(t, db)
+
+	mustExec(t, db, `ALTER TABLE items ALTER COLUMN v TYPE int8`)
+	rows = waitFailing(t, db, "registry")
 	require.Equal(t, "generation=1 relations=1 drifted=1 first=relation_id 1 columns", checkRow(rows, "registry").Detail)
 }
 
@@ -268,6 +274,13 @@ func TestReadinessPublication(t *testing.T) {
 	rows := waitFailing(t, db, "publication")
 	require.Contains(t, checkRow(rows, "publication").Detail, "published=0 missing=1 extra=0")
 	mustExec(t, db, `ALTER PUBLICATION synchro ADD TABLE ONLY items`)
+	waitReady(t, db)
+
+	// A row filter would silently keep changes from the stream.
+	mustExec(t, db, `ALTER PUBLICATION synchro SET TABLE ONLY items WHERE (id > 1)`)
+	rows = waitFailing(t, db, "publication")
+	require.Contains(t, checkRow(rows, "publication").Detail, "published=1 missing=0 extra=0 filtered=1")
+	mustExec(t, db, `ALTER PUBLICATION synchro SET TABLE ONLY items`)
 	waitReady(t, db)
 
 	mustExec(t, db, `CREATE TABLE extra (id int PRIMARY KEY); ALTER PUBLICATION synchro ADD TABLE extra`)
