@@ -18,7 +18,7 @@ DECLARE
   have_stream boolean;
   have_progress boolean;
   have_limits boolean;
-  ts timestamptz := pg_catalog.clock_timestamp();
+  ts timestamptz;
   wal pg_lsn;
   ack pg_lsn;
   ack_before pg_lsn;
@@ -71,6 +71,8 @@ BEGIN
   IF NOT pg_catalog.pg_is_in_recovery() THEN
     wal := pg_catalog.pg_current_wal_insert_lsn();
   END IF;
+  -- After every read: a heartbeat or WAL mark read above is never in its future.
+  ts := pg_catalog.clock_timestamp();
   IF have_progress THEN
     ack := coalesce(pr.acknowledged_end_lsn, pr.generation_start_lsn);
     mat := coalesce(pr.materialized_commit_lsn, pr.generation_start_lsn);
