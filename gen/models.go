@@ -107,6 +107,13 @@ type SynchroQuarantine struct {
 	ResolvedAt       *time.Time
 }
 
+type SynchroReadinessLimit struct {
+	Singleton   bool
+	Heartbeat   pgtype.Interval
+	WalLagBytes *int64
+	CommitLag   pgtype.Interval
+}
+
 type SynchroRegistration struct {
 	Generation  int64
 	RelationID  int64
@@ -186,6 +193,10 @@ type SynchroRunner struct {
 	MaterializedCommitLsn interface{}
 	ReceivedLsn           interface{}
 	State                 string
+	WalMarkLsn            interface{}
+	WalMarkAt             *time.Time
+	WalPrevMarkLsn        interface{}
+	WalPrevMarkAt         *time.Time
 }
 
 type SynchroScopePrefix struct {

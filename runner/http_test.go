@@ -18,7 +18,7 @@ func TestRunnerHTTPHandler(t *testing.T) {
 	m.materialized(OutcomeMaterialized, 0x1000, 3)
 	m.poisoned("truncate")
 	m.acked(0x1000)
-	srv := httptest.NewServer(Handler(reg))
+	srv := httptest.NewServer(Handler(reg, nil))
 	defer srv.Close()
 
 	get := func(path string) (int, string) {
@@ -33,7 +33,7 @@ func TestRunnerHTTPHandler(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	code, body := get("/readyz")
 	require.Equal(t, http.StatusServiceUnavailable, code)
-	require.JSONEq(t, `{"ready":false,"reason":"readiness not implemented yet"}`, body)
+	require.JSONEq(t, `{"ready":false,"failing":[],"error":"readiness unavailable"}`, body)
 	code, body = get("/metrics")
 	require.Equal(t, http.StatusOK, code)
 	for _, want := range []string{

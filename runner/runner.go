@@ -25,6 +25,9 @@ type Runner struct {
 
 	state    atomic.Value // heartbeatState
 	received atomic.Uint64
+	// nudge asks the heartbeat loop for a heartbeat now: a state change reaches
+	// synchro.runner (and readiness) at once, not one interval later.
+	nudge chan struct{}
 
 	fatalMu sync.Mutex
 	fatal   error // set when the claim is lost
@@ -40,12 +43,19 @@ func New(cfg Config) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Runner{cfg: c, log: c.Logger.With("component", "runner", "slot", c.Slot)}
+	r := &Runner{cfg: c, log: c.Logger.With("component", "runner", "slot", c.Slot), nudge: make(chan struct{}, 1)}
 	r.state.Store(stateStarting)
 	return r, nil
 }
 
-func (r *Runner) setState(s heartbeatState) { r.state.Store(s) }
+func (r *Runner) setState(s heartbeatState) {
+	if old, _ := r.state.Swap(s).(heartbeatState); old != s {
+		select {
+		case r.nudge <- struct{}{}:
+		default:
+		}
+	}
+}
 
 func (r *Runner) getState() heartbeatState { return r.state.Load().(heartbeatState) }
 
@@ -226,6 +236,7 @@ func (r *Runner) heartbeatLoop(ctx context.Context, quit <-chan struct{}, abort 
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-r.nudge:
 		}
 	}
 }

@@ -5,6 +5,7 @@
 //	synchro sql
 //	synchro dev [--dir DIR] [--port N]
 //	synchro run [--database-url URL] [--slot synchro] [--publication synchro] [--listen 127.0.0.1:8080]
+//	synchro ready [--database-url URL]
 package main
 
 import (
@@ -42,6 +43,7 @@ func commands() map[string]command {
 		"sql":     {"print the complete install script for another migrator", runSQL},
 		"dev":     {"run a private PostgreSQL with Synchro and a demo schema", runDev},
 		"run":     {"run the WAL worker (the sidecar) with /livez, /readyz and /metrics", runRun},
+		"ready":   {"print synchro.readiness(); exit status 0 only when ready", runReady},
 	}
 }
 

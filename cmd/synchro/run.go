@@ -109,11 +109,17 @@ func serveRunner(ctx context.Context, e *env, cfg runner.Config, listen string) 
 		return err
 	}
 
+	readiness, err := runner.NewReadiness(cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer readiness.Close()
+
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("run: listen: %w", err)
 	}
-	srv := &http.Server{Handler: runner.Handler(reg), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: runner.Handler(reg, readiness.Ready), ReadHeaderTimeout: 5 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	e.logger.Info("serving probes and metrics", "listen", ln.Addr().String(), "database", redactURL(cfg.DatabaseURL))
