@@ -225,7 +225,8 @@ BEGIN
     FROM pg_temp.synchro_w_depvals d
     JOIN synchro.scope_rule r ON r.generation = reg_end AND r.via_relation_id = d.relation_id AND r.via_match = d.column_name
     CROSS JOIN LATERAL (SELECT v.relation_id, v.pk FROM synchro.rule_value v
-                         WHERE v.relation_id = r.relation_id AND v.column_name = r.column_name AND v.value = d.value OFFSET 0) v
+                         WHERE v.relation_id = r.relation_id AND v.column_name = r.column_name
+                           AND v.value_hash = synchro._scope_hash(d.value) AND v.value = d.value OFFSET 0) v
    GROUP BY v.relation_id, v.pk
   ON CONFLICT (relation_id, pk) DO UPDATE SET event_ordinal = greatest(i.event_ordinal, excluded.event_ordinal);
 
