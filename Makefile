@@ -48,4 +48,4 @@ bench: ## Run the benchmark harness (BENCH_ARGS are passed through)
 
 .PHONY: bench-quick
 bench-quick: ## Short same-run ratios (CI); fails below half of docs/benchmarks.md's figures
-	$(GO) run ./cmd/synchro-bench --suite materialize --mat-small-txns 10000 --mat-big-txns 20 --no-profile --check docs/benchmarks.md
+	$(GO) run ./cmd/synchro-bench --suite materialize --repeat 3 --mat-small-txns 10000 --mat-big-txns 20 --no-profile --check docs/benchmarks.md
