@@ -434,7 +434,7 @@ BEGIN
     FROM vals x
     CROSS JOIN LATERAL (SELECT v.relation_id, v.pk FROM synchro.rule_value v
                          WHERE v.relation_id = x.via_relation_id AND v.column_name = x.via_match
-                           AND v.value = x.value OFFSET 0) v
+                           AND v.value_hash = synchro._scope_hash(x.value) AND v.value = x.value OFFSET 0) v
     CROSS JOIN LATERAL (SELECT d.image FROM synchro.projection d
                          WHERE d.relation_id = v.relation_id AND d.pk = v.pk OFFSET 0) d
    WHERE x.via_relation_id IS NOT NULL AND d.image ->> x.via_scope::text IS NOT NULL;
@@ -1268,7 +1268,7 @@ BEGIN
     FROM vals x
     CROSS JOIN LATERAL (SELECT v.relation_id, v.pk FROM synchro.rule_value v
                          WHERE v.relation_id = x.via_relation_id AND v.column_name = x.via_match
-                           AND v.value = x.value OFFSET 0) v
+                           AND v.value_hash = synchro._scope_hash(x.value) AND v.value = x.value OFFSET 0) v
     CROSS JOIN LATERAL (SELECT d.image FROM synchro.projection d
                          WHERE d.relation_id = v.relation_id AND d.pk = v.pk OFFSET 0) d
    WHERE x.via_relation_id IS NOT NULL AND d.image ->> x.via_scope::text IS NOT NULL;
@@ -1565,7 +1565,8 @@ BEGIN
     FROM pg_temp.synchro_w_depvals d
     JOIN synchro.scope_rule r ON r.generation = reg_end AND r.via_relation_id = d.relation_id AND r.via_match = d.column_name
     CROSS JOIN LATERAL (SELECT v.relation_id, v.pk FROM synchro.rule_value v
-                         WHERE v.relation_id = r.relation_id AND v.column_name = r.column_name AND v.value = d.value OFFSET 0) v
+                         WHERE v.relation_id = r.relation_id AND v.column_name = r.column_name
+                           AND v.value_hash = synchro._scope_hash(d.value) AND v.value = d.value OFFSET 0) v
    GROUP BY v.relation_id, v.pk
   ON CONFLICT (relation_id, pk) DO UPDATE SET event_ordinal = greatest(i.event_ordinal, excluded.event_ordinal);
 
@@ -4862,13 +4863,6 @@ CREATE UNIQUE INDEX registry_generation_one_pending ON synchro.registry_generati
 --
 
 CREATE INDEX rule_value_by_row ON synchro.rule_value USING btree (relation_id, pk);
-
-
---
--- Name: rule_value_by_value; Type: INDEX; Schema: synchro; Owner: postgres
---
-
-CREATE INDEX rule_value_by_value ON synchro.rule_value USING hash (value);
 
 
 --
