@@ -97,22 +97,14 @@ CREATE FUNCTION synchro._await_visible(xid bigint) RETURNS void
     AS $$
 DECLARE
   xmax numeric := pg_snapshot_xmax(pg_current_snapshot())::text::numeric;
-  full_xid numeric;
+  full_xid xid8;
   tries int := 0;
 BEGIN
   IF xid IS NULL OR xid < 3 THEN
     RETURN;
   END IF;
-  -- Live xids lie within 2^31 of each other: pick the epoch that puts xid nearest
-  -- to xmax. (Inside the window xid can be >= xmax: xmax only moves past a
-  -- transaction when it leaves the proc array.)
-  full_xid := floor(xmax / 4294967296) * 4294967296 + xid;
-  IF full_xid > xmax + 2147483648 THEN
-    full_xid := full_xid - 4294967296;
-  ELSIF full_xid < xmax - 2147483648 THEN
-    full_xid := full_xid + 4294967296;
-  END IF;
-  WHILE NOT pg_visible_in_snapshot(full_xid::text::xid8, pg_current_snapshot()) LOOP
+  full_xid := synchro._full_xid(xid, xmax);
+  WHILE NOT pg_visible_in_snapshot(full_xid, pg_current_snapshot()) LOOP
     tries := tries + 1;
     IF tries > 10000 THEN
       -- Retryable: the runner backs off and tries the same transaction again.
@@ -698,6 +690,22 @@ $_$;
 ALTER FUNCTION synchro._fence_value_checks(rid bigint) OWNER TO postgres;
 
 --
+-- Name: _full_xid(bigint, numeric); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._full_xid(xid bigint, snap_xmax numeric) RETURNS xid8
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+  SELECT (CASE WHEN w.f > snap_xmax + 2147483648 THEN w.f - 4294967296
+               WHEN w.f < snap_xmax - 2147483648 THEN w.f + 4294967296
+               ELSE w.f END)::pg_catalog.text::pg_catalog.xid8
+    FROM (SELECT pg_catalog.floor(snap_xmax / 4294967296) * 4294967296 + xid AS f) w
+$$;
+
+
+ALTER FUNCTION synchro._full_xid(xid bigint, snap_xmax numeric) OWNER TO postgres;
+
+--
 -- Name: _image_sql(bigint, bigint, text, boolean); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -861,7 +869,7 @@ BEGIN
   -- again with its new shape.
   FOR rel IN
     SELECT s.relid, s.nspname, s.relname, s.replident, s.col_names, s.col_types, s.col_keys,
-           r.relation_id, r.schema_name, r.table_name, r.key_column, reg.columns, reg.column_types
+           r.relation_id, r, reg.columns, reg.column_types
       FROM (SELECT * FROM pg_temp.synchro_stage s0 WHERE s0.txn = _mat_check_relations.t) s
       LEFT JOIN synchro.relation r ON r.relid = s.relid
       LEFT JOIN LATERAL (
@@ -874,13 +882,8 @@ BEGIN
     IF rel.relation_id IS NULL OR rel.columns IS NULL THEN
       RAISE EXCEPTION 'poison: unknown_relation' USING ERRCODE = 'SYP04';
     END IF;
-    IF rel.nspname IS DISTINCT FROM rel.schema_name::text OR rel.relname IS DISTINCT FROM rel.table_name::text
-       OR rel.replident IS DISTINCT FROM 'd'
-       OR ARRAY(SELECT c.name FROM unnest(rel.col_names, rel.col_keys) AS c(name, is_key) WHERE c.is_key)
-          IS DISTINCT FROM ARRAY[rel.key_column::text]
-       OR EXISTS (SELECT 1 FROM unnest(rel.columns, rel.column_types) AS rc(name, typ)
-                   WHERE NOT EXISTS (SELECT 1 FROM unnest(rel.col_names, rel.col_types) AS wc(name, typ)
-                                      WHERE wc.name = rc.name::text AND wc.typ = rc.typ)) THEN
+    IF synchro._relation_drifted(rel.nspname, rel.relname, rel.replident, rel.col_names, rel.col_types, rel.col_keys,
+                                 rel.r, rel.columns, rel.column_types) THEN
       RAISE EXCEPTION 'poison: relation_drift' USING ERRCODE = 'SYP03', DETAIL = format('relation_id=%s', rel.relation_id);
     END IF;
   END LOOP;
@@ -1097,11 +1100,7 @@ BEGIN
     snap_xmax := pg_snapshot_xmax(pg_current_snapshot())::text::numeric;
     EXIT WHEN NOT EXISTS (
       SELECT 1 FROM pg_temp.synchro_b_txn b
-       CROSS JOIN LATERAL (SELECT floor(snap_xmax / 4294967296) * 4294967296 + b.xid AS f) w
-       CROSS JOIN LATERAL (SELECT CASE WHEN w.f > snap_xmax + 2147483648 THEN w.f - 4294967296
-                                       WHEN w.f < snap_xmax - 2147483648 THEN w.f + 4294967296
-                                       ELSE w.f END AS full_xid) v
-       WHERE b.xid >= 3 AND NOT pg_visible_in_snapshot(v.full_xid::text::xid8, pg_current_snapshot()));
+       WHERE b.xid >= 3 AND NOT pg_visible_in_snapshot(synchro._full_xid(b.xid, snap_xmax), pg_current_snapshot()));
     tries := tries + 1;
     IF tries > 10000 THEN
       RAISE EXCEPTION 'source transaction not visible yet' USING ERRCODE = 'serialization_failure';
@@ -1126,13 +1125,8 @@ BEGIN
       LEFT JOIN synchro.relation r ON r.relid = s.relid
       LEFT JOIN synchro.registration g ON g.relation_id = r.relation_id AND g.generation = reg
      WHERE g.relation_id IS NULL
-        OR s.nspname IS DISTINCT FROM r.schema_name::text OR s.relname IS DISTINCT FROM r.table_name::text
-        OR s.replident IS DISTINCT FROM 'd'
-        OR ARRAY(SELECT c.name FROM unnest(s.col_names, s.col_keys) AS c(name, is_key) WHERE c.is_key)
-           IS DISTINCT FROM ARRAY[r.key_column::text]
-        OR EXISTS (SELECT 1 FROM unnest(g.columns, g.column_types) AS rc(name, typ)
-                    WHERE NOT EXISTS (SELECT 1 FROM unnest(s.col_names, s.col_types) AS wc(name, typ)
-                                       WHERE wc.name = rc.name::text AND wc.typ = rc.typ))) THEN
+        OR synchro._relation_drifted(s.nspname, s.relname, s.replident, s.col_names, s.col_types, s.col_keys,
+                                     r, g.columns, g.column_types)) THEN
     RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'relation identity';
   END IF;
 
@@ -2381,6 +2375,52 @@ $$;
 
 
 ALTER FUNCTION synchro._refuse_truncate() OWNER TO postgres;
+
+SET default_table_access_method = heap;
+
+--
+-- Name: relation; Type: TABLE; Schema: synchro; Owner: postgres
+--
+
+CREATE TABLE synchro.relation (
+    relation_id bigint NOT NULL,
+    relid oid NOT NULL,
+    schema_name name NOT NULL,
+    table_name name NOT NULL,
+    registration_kind text NOT NULL,
+    table_id text,
+    key_column name NOT NULL,
+    key_type text NOT NULL,
+    key_pg_type text NOT NULL,
+    staged_generation bigint NOT NULL,
+    CONSTRAINT relation_key_pg_type CHECK ((key_pg_type = ANY (ARRAY['text'::text, 'varchar'::text, 'uuid'::text, 'int4'::text, 'int8'::text]))),
+    CONSTRAINT relation_kind CHECK ((registration_kind = ANY (ARRAY['synced'::text, 'capture_dependency'::text]))),
+    CONSTRAINT relation_portable_key_type CHECK ((key_type = ANY (ARRAY['string'::text, 'int'::text, 'int64'::text]))),
+    CONSTRAINT relation_table_id_format CHECK ((table_id ~ '^[a-z][a-z0-9_]{0,62}$'::text)),
+    CONSTRAINT relation_table_id_iff_synced CHECK (((registration_kind = 'synced'::text) = (table_id IS NOT NULL)))
+);
+
+
+ALTER TABLE synchro.relation OWNER TO postgres;
+
+--
+-- Name: _relation_drifted(text, text, "char", text[], oid[], boolean[], synchro.relation, name[], oid[]); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._relation_drifted(nspname text, relname text, replident "char", col_names text[], col_types oid[], col_keys boolean[], r synchro.relation, columns name[], column_types oid[]) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT nspname IS DISTINCT FROM (r).schema_name::text OR relname IS DISTINCT FROM (r).table_name::text
+      OR replident IS DISTINCT FROM 'd'
+      OR ARRAY(SELECT c.name FROM unnest(col_names, col_keys) AS c(name, is_key) WHERE c.is_key)
+         IS DISTINCT FROM ARRAY[(r).key_column::text]
+      OR EXISTS (SELECT 1 FROM unnest(columns, column_types) AS rc(name, typ)
+                  WHERE NOT EXISTS (SELECT 1 FROM unnest(col_names, col_types) AS wc(name, typ)
+                                     WHERE wc.name = rc.name::text AND wc.typ = rc.typ))
+$$;
+
+
+ALTER FUNCTION synchro._relation_drifted(nspname text, relname text, replident "char", col_names text[], col_types oid[], col_keys boolean[], r synchro.relation, columns name[], column_types oid[]) OWNER TO postgres;
 
 --
 -- Name: _render_kind(oid); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -4108,8 +4148,6 @@ CREATE AGGREGATE synchro._chain_agg(seed bytea, piece bytea) (
 
 ALTER AGGREGATE synchro._chain_agg(seed bytea, piece bytea) OWNER TO postgres;
 
-SET default_table_access_method = heap;
-
 --
 -- Name: effect; Type: TABLE; Schema: synchro; Owner: postgres
 --
@@ -4337,31 +4375,6 @@ CREATE TABLE synchro.registry_generation (
 
 
 ALTER TABLE synchro.registry_generation OWNER TO postgres;
-
---
--- Name: relation; Type: TABLE; Schema: synchro; Owner: postgres
---
-
-CREATE TABLE synchro.relation (
-    relation_id bigint NOT NULL,
-    relid oid NOT NULL,
-    schema_name name NOT NULL,
-    table_name name NOT NULL,
-    registration_kind text NOT NULL,
-    table_id text,
-    key_column name NOT NULL,
-    key_type text NOT NULL,
-    key_pg_type text NOT NULL,
-    staged_generation bigint NOT NULL,
-    CONSTRAINT relation_key_pg_type CHECK ((key_pg_type = ANY (ARRAY['text'::text, 'varchar'::text, 'uuid'::text, 'int4'::text, 'int8'::text]))),
-    CONSTRAINT relation_kind CHECK ((registration_kind = ANY (ARRAY['synced'::text, 'capture_dependency'::text]))),
-    CONSTRAINT relation_portable_key_type CHECK ((key_type = ANY (ARRAY['string'::text, 'int'::text, 'int64'::text]))),
-    CONSTRAINT relation_table_id_format CHECK ((table_id ~ '^[a-z][a-z0-9_]{0,62}$'::text)),
-    CONSTRAINT relation_table_id_iff_synced CHECK (((registration_kind = 'synced'::text) = (table_id IS NOT NULL)))
-);
-
-
-ALTER TABLE synchro.relation OWNER TO postgres;
 
 --
 -- Name: scope_rule; Type: TABLE; Schema: synchro; Owner: postgres
@@ -5065,6 +5078,13 @@ REVOKE ALL ON FUNCTION synchro._fence_value_checks(rid bigint) FROM PUBLIC;
 
 
 --
+-- Name: FUNCTION _full_xid(xid bigint, snap_xmax numeric); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._full_xid(xid bigint, snap_xmax numeric) FROM PUBLIC;
+
+
+--
 -- Name: FUNCTION _image_sql(rid bigint, gen bigint, src text, live boolean); Type: ACL; Schema: synchro; Owner: postgres
 --
 
@@ -5256,6 +5276,13 @@ REVOKE ALL ON FUNCTION synchro._refuse_key_change() FROM PUBLIC;
 --
 
 REVOKE ALL ON FUNCTION synchro._refuse_truncate() FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _relation_drifted(nspname text, relname text, replident "char", col_names text[], col_types oid[], col_keys boolean[], r synchro.relation, columns name[], column_types oid[]); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._relation_drifted(nspname text, relname text, replident "char", col_names text[], col_types oid[], col_keys boolean[], r synchro.relation, columns name[], column_types oid[]) FROM PUBLIC;
 
 
 --

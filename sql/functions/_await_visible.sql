@@ -13,22 +13,14 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
   xmax numeric := pg_snapshot_xmax(pg_current_snapshot())::text::numeric;
-  full_xid numeric;
+  full_xid xid8;
   tries int := 0;
 BEGIN
   IF xid IS NULL OR xid < 3 THEN
     RETURN;
   END IF;
-  -- Live xids lie within 2^31 of each other: pick the epoch that puts xid nearest
-  -- to xmax. (Inside the window xid can be >= xmax: xmax only moves past a
-  -- transaction when it leaves the proc array.)
-  full_xid := floor(xmax / 4294967296) * 4294967296 + xid;
-  IF full_xid > xmax + 2147483648 THEN
-    full_xid := full_xid - 4294967296;
-  ELSIF full_xid < xmax - 2147483648 THEN
-    full_xid := full_xid + 4294967296;
-  END IF;
-  WHILE NOT pg_visible_in_snapshot(full_xid::text::xid8, pg_current_snapshot()) LOOP
+  full_xid := synchro._full_xid(xid, xmax);
+  WHILE NOT pg_visible_in_snapshot(full_xid, pg_current_snapshot()) LOOP
     tries := tries + 1;
     IF tries > 10000 THEN
       -- Retryable: the runner backs off and tries the same transaction again.

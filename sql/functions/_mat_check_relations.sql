@@ -29,7 +29,7 @@ BEGIN
   -- again with its new shape.
   FOR rel IN
     SELECT s.relid, s.nspname, s.relname, s.replident, s.col_names, s.col_types, s.col_keys,
-           r.relation_id, r.schema_name, r.table_name, r.key_column, reg.columns, reg.column_types
+           r.relation_id, r, reg.columns, reg.column_types
       FROM (SELECT * FROM pg_temp.synchro_stage s0 WHERE s0.txn = _mat_check_relations.t) s
       LEFT JOIN synchro.relation r ON r.relid = s.relid
       LEFT JOIN LATERAL (
@@ -42,13 +42,8 @@ BEGIN
     IF rel.relation_id IS NULL OR rel.columns IS NULL THEN
       RAISE EXCEPTION 'poison: unknown_relation' USING ERRCODE = 'SYP04';
     END IF;
-    IF rel.nspname IS DISTINCT FROM rel.schema_name::text OR rel.relname IS DISTINCT FROM rel.table_name::text
-       OR rel.replident IS DISTINCT FROM 'd'
-       OR ARRAY(SELECT c.name FROM unnest(rel.col_names, rel.col_keys) AS c(name, is_key) WHERE c.is_key)
-          IS DISTINCT FROM ARRAY[rel.key_column::text]
-       OR EXISTS (SELECT 1 FROM unnest(rel.columns, rel.column_types) AS rc(name, typ)
-                   WHERE NOT EXISTS (SELECT 1 FROM unnest(rel.col_names, rel.col_types) AS wc(name, typ)
-                                      WHERE wc.name = rc.name::text AND wc.typ = rc.typ)) THEN
+    IF synchro._relation_drifted(rel.nspname, rel.relname, rel.replident, rel.col_names, rel.col_types, rel.col_keys,
+                                 rel.r, rel.columns, rel.column_types) THEN
       RAISE EXCEPTION 'poison: relation_drift' USING ERRCODE = 'SYP03', DETAIL = format('relation_id=%s', rel.relation_id);
     END IF;
   END LOOP;

@@ -79,11 +79,7 @@ BEGIN
     snap_xmax := pg_snapshot_xmax(pg_current_snapshot())::text::numeric;
     EXIT WHEN NOT EXISTS (
       SELECT 1 FROM pg_temp.synchro_b_txn b
-       CROSS JOIN LATERAL (SELECT floor(snap_xmax / 4294967296) * 4294967296 + b.xid AS f) w
-       CROSS JOIN LATERAL (SELECT CASE WHEN w.f > snap_xmax + 2147483648 THEN w.f - 4294967296
-                                       WHEN w.f < snap_xmax - 2147483648 THEN w.f + 4294967296
-                                       ELSE w.f END AS full_xid) v
-       WHERE b.xid >= 3 AND NOT pg_visible_in_snapshot(v.full_xid::text::xid8, pg_current_snapshot()));
+       WHERE b.xid >= 3 AND NOT pg_visible_in_snapshot(synchro._full_xid(b.xid, snap_xmax), pg_current_snapshot()));
     tries := tries + 1;
     IF tries > 10000 THEN
       RAISE EXCEPTION 'source transaction not visible yet' USING ERRCODE = 'serialization_failure';
@@ -108,13 +104,8 @@ BEGIN
       LEFT JOIN synchro.relation r ON r.relid = s.relid
       LEFT JOIN synchro.registration g ON g.relation_id = r.relation_id AND g.generation = reg
      WHERE g.relation_id IS NULL
-        OR s.nspname IS DISTINCT FROM r.schema_name::text OR s.relname IS DISTINCT FROM r.table_name::text
-        OR s.replident IS DISTINCT FROM 'd'
-        OR ARRAY(SELECT c.name FROM unnest(s.col_names, s.col_keys) AS c(name, is_key) WHERE c.is_key)
-           IS DISTINCT FROM ARRAY[r.key_column::text]
-        OR EXISTS (SELECT 1 FROM unnest(g.columns, g.column_types) AS rc(name, typ)
-                    WHERE NOT EXISTS (SELECT 1 FROM unnest(s.col_names, s.col_types) AS wc(name, typ)
-                                       WHERE wc.name = rc.name::text AND wc.typ = rc.typ))) THEN
+        OR synchro._relation_drifted(s.nspname, s.relname, s.replident, s.col_names, s.col_types, s.col_keys,
+                                     r, g.columns, g.column_types)) THEN
     RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'relation identity';
   END IF;
 
