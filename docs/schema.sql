@@ -710,7 +710,7 @@ ALTER FUNCTION synchro._full_xid(xid bigint, snap_xmax numeric) OWNER TO postgre
 --
 
 CREATE FUNCTION synchro._image_sql(rid bigint, gen bigint, src text, live boolean) RETURNS text
-    LANGUAGE plpgsql STABLE
+    LANGUAGE plpgsql
     AS $_$
 DECLARE
   c     record;
@@ -719,6 +719,11 @@ DECLARE
   parts text[] := '{}';
   chunk text[] := '{}';
 BEGIN
+  SELECT x.sql INTO expr FROM pg_temp.synchro_image_sql x
+   WHERE x.relation_id = rid AND x.generation = gen AND x.src = _image_sql.src AND x.live = _image_sql.live;
+  IF FOUND THEN
+    RETURN expr;
+  END IF;
   FOR c IN
     SELECT x.name, x.typ, synchro._render_kind(x.typ) AS kind
       FROM synchro.registration g
@@ -749,7 +754,10 @@ BEGIN
   IF cardinality(chunk) > 0 OR cardinality(parts) = 0 THEN
     parts := parts || format('pg_catalog.jsonb_build_object(%s)', array_to_string(chunk, ', '));
   END IF;
-  RETURN array_to_string(parts, ' OPERATOR(pg_catalog.||) ');
+  expr := array_to_string(parts, ' OPERATOR(pg_catalog.||) ');
+  INSERT INTO pg_temp.synchro_image_sql (relation_id, generation, src, live, sql)
+  VALUES (rid, gen, _image_sql.src, _image_sql.live, expr);
+  RETURN expr;
 END
 $_$;
 
@@ -2581,6 +2589,38 @@ $_$;
 ALTER FUNCTION synchro._stage_registration(relation regclass, kind text, table_id text, columns name[]) OWNER TO postgres;
 
 --
+-- Name: _stage_reset(boolean); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._stage_reset(big boolean) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  n int := coalesce(nullif(current_setting('synchro.stage_resets', true), ''), '0')::int + 1;
+BEGIN
+  IF big OR n >= 64 THEN
+    TRUNCATE pg_temp.synchro_stage, pg_temp.synchro_w_rows, pg_temp.synchro_w_final, pg_temp.synchro_w_impacted,
+             pg_temp.synchro_w_scopes, pg_temp.synchro_w_depvals, pg_temp.synchro_w_oldscopes,
+             pg_temp.synchro_b_txn, pg_temp.synchro_b_rows, pg_temp.synchro_b_links, pg_temp.synchro_b_scopes;
+    n := 0;
+  ELSE
+    DELETE FROM pg_temp.synchro_stage;
+    PERFORM synchro._stage_clear(false);
+    DELETE FROM pg_temp.synchro_b_txn;
+    DELETE FROM pg_temp.synchro_b_rows;
+    DELETE FROM pg_temp.synchro_b_links;
+    DELETE FROM pg_temp.synchro_b_scopes;
+  END IF;
+  -- Session-level on purpose: the count goes on across batches. A rolled-back batch
+  -- does not count (its rows went with it).
+  PERFORM set_config('synchro.stage_resets', n::text, false);
+END
+$$;
+
+
+ALTER FUNCTION synchro._stage_reset(big boolean) OWNER TO postgres;
+
+--
 -- Name: _stage_scope_rule(text, text, name, regclass, name, name); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -2967,6 +3007,7 @@ DECLARE
   outcomes text[] := '{}';
   i        int := 0;
   j        int;
+  staged   bigint;
 BEGIN
   IF n = 0 OR cardinality(end_lsns) IS DISTINCT FROM n OR cardinality(xids) IS DISTINCT FROM n
      OR cardinality(commit_times) IS DISTINCT FROM n OR set_based IS NULL THEN
@@ -3001,6 +3042,11 @@ BEGIN
       i := j + 1;
     END IF;
   END LOOP;
+  -- Empty the session's work tables for the next batch (they keep rows across
+  -- commits: runner_stage_open). The count is read first: a statement that still
+  -- scans the stage table could not truncate it (55006).
+  SELECT count(*) INTO staged FROM pg_temp.synchro_stage;
+  PERFORM synchro._stage_reset(staged > 2000);
   RETURN outcomes;
 END
 $$;
@@ -3826,7 +3872,7 @@ BEGIN
   VALUES (1, slot_name, plugin, current_database(), consistent_point, 'active');
   INSERT INTO synchro.progress (stream_generation, generation_start_lsn, processed_end_lsn, registry_generation)
   VALUES (1, consistent_point, consistent_point, reg);
-  PERFORM synchro._stage_clear(true);
+  PERFORM synchro._stage_reset(true);
   RETURN 1;
 END
 $_$;
@@ -4033,7 +4079,7 @@ BEGIN
     truncated     oid[],
     prefix        text,
     content       jsonb
-  ) ON COMMIT DELETE ROWS;
+  ) ON COMMIT PRESERVE ROWS;
   EXECUTE format('GRANT INSERT, SELECT ON TABLE pg_temp.synchro_stage TO %I', session_user);
 
   -- Work tables of synchro._materialize_txn and synchro.runner_baseline.
@@ -4041,44 +4087,50 @@ BEGIN
     seq int, event_ordinal int, op text, relation_id bigint, registration_kind text, table_id text,
     key_column name, key_type text, pk text, reg_gen bigint, new_row jsonb, toast text[],
     grp_rank int, fence_id uuid, version text
-  ) ON COMMIT DELETE ROWS;
+  ) ON COMMIT PRESERVE ROWS;
   CREATE TEMP TABLE synchro_w_final (
     relation_id bigint, pk text, pk_int bigint, registration_kind text, table_id text, op text,
     new_row jsonb, toast text[], version text, event_ordinal int, image jsonb,
     PRIMARY KEY (relation_id, pk)
-  ) ON COMMIT DELETE ROWS;
+  ) ON COMMIT PRESERVE ROWS;
   CREATE TEMP TABLE synchro_w_impacted (
     relation_id bigint, pk text, event_ordinal int, touched boolean,
     PRIMARY KEY (relation_id, pk)
-  ) ON COMMIT DELETE ROWS;
+  ) ON COMMIT PRESERVE ROWS;
   CREATE TEMP TABLE synchro_w_scopes (
     relation_id bigint, pk text, scope text
-  ) ON COMMIT DELETE ROWS;
+  ) ON COMMIT PRESERVE ROWS;
   CREATE TEMP TABLE synchro_w_oldscopes (
     relation_id bigint, pk text, scope text
-  ) ON COMMIT DELETE ROWS;
+  ) ON COMMIT PRESERVE ROWS;
   CREATE TEMP TABLE synchro_w_depvals (
     relation_id bigint, column_name name, value text, event_ordinal int
-  ) ON COMMIT DELETE ROWS;
+  ) ON COMMIT PRESERVE ROWS;
 
   -- Work tables of the set-based path (synchro._materialize_run), keyed by the
   -- transaction's index t in the batch.
   CREATE TEMP TABLE synchro_b_txn (
     t int PRIMARY KEY, commit_lsn pg_lsn, end_lsn pg_lsn, xid bigint, commit_time timestamptz, n_events int
-  ) ON COMMIT DELETE ROWS;
+  ) ON COMMIT PRESERVE ROWS;
   CREATE TEMP TABLE synchro_b_rows (
     t int, seq int, event_ordinal int, op text, relation_id bigint, table_id text, key_column name,
     key_type text, pk text, new_row jsonb, old_pk text, grp_rank int, fence_id uuid, version text
-  ) ON COMMIT DELETE ROWS;
+  ) ON COMMIT PRESERVE ROWS;
   -- One link per (transaction, row): the row's last event in that transaction.
   CREATE TEMP TABLE synchro_b_links (
     t int, relation_id bigint, pk text, pk_int bigint, table_id text, key_type text, op text,
     new_row jsonb, version text, event_ordinal int, image jsonb, link int, last boolean,
     PRIMARY KEY (relation_id, pk, t)
-  ) ON COMMIT DELETE ROWS;
+  ) ON COMMIT PRESERVE ROWS;
+  -- The row-image SQL of each (relation, registry generation, source), made once per
+  -- session by synchro._image_sql: registrations in effect never change.
+  CREATE TEMP TABLE synchro_image_sql (
+    relation_id bigint, generation bigint, src text, live boolean, sql text NOT NULL,
+    PRIMARY KEY (relation_id, generation, src, live)
+  ) ON COMMIT PRESERVE ROWS;
   CREATE TEMP TABLE synchro_b_scopes (
     t int, relation_id bigint, pk text, scope text
-  ) ON COMMIT DELETE ROWS;
+  ) ON COMMIT PRESERVE ROWS;
 END
 $$;
 
@@ -5325,6 +5377,13 @@ REVOKE ALL ON FUNCTION synchro._stage_clear(big boolean) FROM PUBLIC;
 --
 
 REVOKE ALL ON FUNCTION synchro._stage_registration(relation regclass, kind text, table_id text, columns name[]) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _stage_reset(big boolean); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._stage_reset(big boolean) FROM PUBLIC;
 
 
 --

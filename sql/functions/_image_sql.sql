@@ -9,8 +9,10 @@
 -- runner/stage.go); with live true, a row alias of the live table (the baseline),
 -- whose values are read through their output functions (format %s) like the WAL's.
 -- jsonb_build_object takes at most 100 arguments: 50 columns a call, concatenated.
+-- Made once per session and kept in pg_temp.synchro_image_sql (runner_stage_open):
+-- the registration of a generation in effect never changes.
 CREATE OR REPLACE FUNCTION synchro._image_sql(rid bigint, gen bigint, src text, live boolean) RETURNS text
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql
 -- No SET clause: an internal helper, called only from functions that pinned
 -- search_path already.
 AS $$
@@ -21,6 +23,11 @@ DECLARE
   parts text[] := '{}';
   chunk text[] := '{}';
 BEGIN
+  SELECT x.sql INTO expr FROM pg_temp.synchro_image_sql x
+   WHERE x.relation_id = rid AND x.generation = gen AND x.src = _image_sql.src AND x.live = _image_sql.live;
+  IF FOUND THEN
+    RETURN expr;
+  END IF;
   FOR c IN
     SELECT x.name, x.typ, synchro._render_kind(x.typ) AS kind
       FROM synchro.registration g
@@ -51,7 +58,10 @@ BEGIN
   IF cardinality(chunk) > 0 OR cardinality(parts) = 0 THEN
     parts := parts || format('pg_catalog.jsonb_build_object(%s)', array_to_string(chunk, ', '));
   END IF;
-  RETURN array_to_string(parts, ' OPERATOR(pg_catalog.||) ');
+  expr := array_to_string(parts, ' OPERATOR(pg_catalog.||) ');
+  INSERT INTO pg_temp.synchro_image_sql (relation_id, generation, src, live, sql)
+  VALUES (rid, gen, _image_sql.src, _image_sql.live, expr);
+  RETURN expr;
 END
 $$;
 
