@@ -61,7 +61,6 @@ type applier struct {
 	serialUntil pglogrepl.LSN
 
 	lastIdle time.Time
-	began    time.Time // when the open source transaction's Begin arrived
 
 	// reloaded: the registered columns (Stager.SetRegistered) were reloaded in
 	// the open source transaction. Once is enough: the reload waits until the
@@ -151,7 +150,6 @@ func (a *applier) Begin(ctx context.Context, h collate.TxnHeader) error {
 		a.batchStart = time.Now()
 	}
 	a.hdr, a.inTxn = h, true
-	a.began = time.Now()
 	a.stager.Reset(int32(len(a.txns)))
 	a.reloaded = false
 	return nil
