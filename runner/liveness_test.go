@@ -53,9 +53,8 @@ func TestLivezHandler(t *testing.T) {
 	require.Equal(t, liveBody{Live: true, Stuck: []string{}}, body)
 }
 
-// The fatal slot states: what readiness's slot check also fails on. A lost slot
-// cannot be made on the shared test cluster (max_slot_wal_keep_size is
-// cluster-wide), so its classification is tested here with the slot row.
+// The fatal slot states: what readiness's slot check also fails on (a real lost
+// slot: tests/lostslot).
 func TestSlotUsable(t *testing.T) {
 	t.Parallel()
 	var fatal *fatalError
