@@ -71,7 +71,8 @@ type Config struct {
 	BufferBytes int64
 	// LivenessTimeout: a running loop (session, reader, applier, heartbeat)
 	// that has made no progress for this long is stuck and /livez answers 503
-	// (default 2 × ReceiveTimeout). Must exceed StandbyInterval,
+	// (default 2 × the longest of ReceiveTimeout, BackoffMax and
+	// HeartbeatInterval). Must exceed StandbyInterval,
 	// HeartbeatInterval and BackoffMax, the longest a healthy loop waits.
 	LivenessTimeout time.Duration
 	// MetricsInterval between two refreshes of the database-side gauges (lag,
@@ -137,7 +138,7 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.BackoffMin, 100*time.Millisecond)
 	def(&c.BackoffMax, 10*time.Second)
 	def(&c.ShutdownTimeout, 60*time.Second)
-	def(&c.LivenessTimeout, 2*c.ReceiveTimeout)
+	def(&c.LivenessTimeout, 2*max(c.ReceiveTimeout, c.BackoffMax, c.HeartbeatInterval))
 	def(&c.MetricsInterval, 5*time.Second)
 	if c.LivenessTimeout <= max(c.StandbyInterval, c.HeartbeatInterval, c.BackoffMax) {
 		return c, errors.New("synchro: runner: LivenessTimeout must exceed StandbyInterval, HeartbeatInterval and BackoffMax")

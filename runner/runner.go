@@ -123,6 +123,14 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 }
 
+// IsFatal reports whether err is a fatal state the runner already logged (one
+// line naming it) when it stopped: a lost slot or one with another plugin, a
+// missing slot or publication, a slot that contradicts durable progress.
+func IsFatal(err error) bool {
+	var fatal *fatalError
+	return errors.As(err, &fatal) || errors.Is(err, ErrSlotMismatch)
+}
+
 // claim opens the control session and claims the database on it.
 func (r *Runner) claim(ctx context.Context) error {
 	ctl, err := openControl(ctx, r.cfg.DatabaseURL)

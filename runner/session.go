@@ -137,6 +137,15 @@ func (r *Runner) reconcile(ctx context.Context, conn *pgx.Conn) (Progress, error
 		return st, fmt.Errorf("synchro: read publication: %w", err)
 	}
 	if !found {
+		// Before the first activation there is nothing to stream and no
+		// publication yet: wait for it. After it, the publication was dropped.
+		cols, err := gen.New(conn).RunnerColumns(ctx, nil)
+		if err != nil {
+			return st, fmt.Errorf("synchro: runner_columns: %w", err)
+		}
+		if len(cols) == 0 {
+			return st, errNoRegistry
+		}
 		return st, &fatalError{err: fmt.Errorf(
 			"synchro: fatal: publication %q does not exist: activate the registry (synchro.activate_registry()) to make it",
 			r.cfg.Publication)}
@@ -201,6 +210,10 @@ func (r *Runner) finalAck(ctx context.Context, rd *reader, ap *applier, f *Front
 	}
 	return nil
 }
+
+// errNoRegistry: no relation is registered and active, so the publication does
+// not exist yet; retried with backoff until synchro.activate_registry().
+var errNoRegistry = errors.New("synchro: no active registry generation and no publication yet: waiting for synchro.activate_registry()")
 
 // streamPlugin is the output plugin of every stream this runner makes and reads.
 const streamPlugin = "pgoutput"

@@ -75,7 +75,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	fs.DurationVar(&liveness, "liveness-timeout", liveness,
-		"/livez answers 503 when a loop made no progress this long; 0: 2 x --receive-timeout (default $"+envLiveness+")")
+		"/livez answers 503 when a loop made no progress this long; 0: 2 x the longest of --receive-timeout, --backoff-max, --heartbeat-interval (default $"+envLiveness+")")
 	backoffMax, err := envDuration(envBackoffMax, 10*time.Second)
 	if err != nil {
 		return err
@@ -180,8 +180,16 @@ func serveRunner(ctx context.Context, e *env, cfg runner.Config, listen string) 
 	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		e.logger.Warn("http server", "err", err)
 	}
+	if runner.IsFatal(runErr) {
+		// The runner logged the fatal state, in one line naming it.
+		return fmt.Errorf("%w: %w", errReported, runErr)
+	}
 	return runErr
 }
+
+// errReported marks an error already logged: the command exits 1 without
+// logging it again.
+var errReported = errors.New("reported")
 
 // envInt reads a positive integer environment variable, def when unset.
 func envInt(name string, def int) (int, error) {
