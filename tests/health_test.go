@@ -206,6 +206,24 @@ func TestRunnerMetricsGauges(t *testing.T) {
 		v, _ := rr.gaugeOK(t, "synchro_ready")
 		return v == 0
 	})
+	// Blocked, the lags grow: WAL written after the processed boundary, and the
+	// commit lag with the wall clock from the last WAL mark the boundary passed.
+	walLag, commitLag := finite("synchro_wal_lag_bytes"), finite("synchro_commit_lag_seconds")
+	mustExec(t, db, `INSERT INTO items (id, owner, note) SELECT g, 'c', repeat('y', 200) FROM generate_series(5000, 7000) g`)
+	eventually(t, 10*time.Second, "the WAL lag to grow", func() bool {
+		v, _ := rr.gaugeOK(t, "synchro_wal_lag_bytes")
+		return v > walLag+100000
+	})
+	eventually(t, 10*time.Second, "the commit lag to grow", func() bool {
+		v, _ := rr.gaugeOK(t, "synchro_commit_lag_seconds")
+		return v > commitLag
+	})
+	// The heartbeat age is read anew at every refresh.
+	age := finite("synchro_heartbeat_age_seconds")
+	eventually(t, 10*time.Second, "another heartbeat age", func() bool {
+		v, _ := rr.gaugeOK(t, "synchro_heartbeat_age_seconds")
+		return v != age
+	})
 }
 
 // syncLog collects log output from several goroutines.
