@@ -113,5 +113,6 @@ func (r *Runner) refreshApplier(ctx context.Context) {
 	r.ctl.mu.Unlock()
 	if err == nil && working {
 		r.live.beat(LoopApplier)
+		r.log.Debug("materialization still working: applier live", "backend_pid", pid)
 	}
 }

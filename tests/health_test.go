@@ -89,6 +89,35 @@ func TestLivezStuckApplier(t *testing.T) {
 	require.NoError(t, rr.stop(t))
 }
 
+// A long materialization that works is not stuck: while one large source transaction
+// is materialized (one call, longer than the applier's own progress marks), /livez
+// never names the applier.
+func TestLivezLongMaterializationIsLive(t *testing.T) {
+	t.Parallel()
+	db := runnerSetup(t)
+	cfg := testRunnerConfig(t, db)
+	cfg.LivenessTimeout = 2 * time.Second
+	logs := &syncLog{}
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	rr := startRunner(t, cfg)
+	waitStream(t, db)
+	waitAcked(t, db)
+	mustExec(t, db, `INSERT INTO items (id, owner, note) SELECT g, 'o' || (g % 50), repeat('z', 100) FROM generate_series(10, 20009) g`)
+	deadline := time.Now().Add(120 * time.Second)
+	for {
+		if ok, stuck := rr.runner.Live(); !ok {
+			require.NotContains(t, stuck, "applier", "a working materialization is progress")
+		}
+		if countOf(t, db, `SELECT count(*) FROM synchro.effect`) >= 20000 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the large transaction was not materialized in time")
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("liveness kept by the working backend %d times", len(logs.lines("materialization still working")))
+	require.NoError(t, rr.stop(t))
+}
+
 // The query that keeps a long materialization live: a backend working on a statement
 // is working, one waiting for a heavyweight lock or idle is not.
 func TestBackendWorking(t *testing.T) {
