@@ -108,7 +108,10 @@ func (r *Runner) Run(ctx context.Context) error {
 	bo := newBackoff(r.cfg.BackoffMin, r.cfg.BackoffMax)
 	for {
 		err := r.serve(work, ctx)
-		if !errors.Is(err, errControlLost) || ctx.Err() != nil {
+		if errors.Is(err, errControlLost) && ctx.Err() != nil {
+			return nil // stopped: the claim went with the control session
+		}
+		if !errors.Is(err, errControlLost) {
 			return err
 		}
 		r.setState(stateRetrying)
@@ -120,6 +123,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil // stopped while reconnecting: no claim left to release
 		}
+		bo.Reset()
 	}
 }
 
