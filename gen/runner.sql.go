@@ -27,6 +27,22 @@ func (q *Queries) AdvanceReplicationSlot(ctx context.Context, arg AdvanceReplica
 	return err
 }
 
+const backendWorking = `-- name: BackendWorking :one
+SELECT EXISTS (
+  SELECT 1 FROM pg_catalog.pg_stat_activity a
+   WHERE a.pid = $1::int4 AND a.state = 'active'
+     AND (a.wait_event_type IS NULL OR a.wait_event_type NOT IN ('Lock', 'Client')))::boolean AS working
+`
+
+// Liveness (runner/liveness.go): is this backend working on a statement (active, not
+// waiting for a heavyweight lock or for the runner's own client)?
+func (q *Queries) BackendWorking(ctx context.Context, pid int32) (bool, error) {
+	row := q.db.QueryRow(ctx, backendWorking, pid)
+	var working bool
+	err := row.Scan(&working)
+	return working, err
+}
+
 const dropReplicationSlot = `-- name: DropReplicationSlot :exec
 SELECT pg_drop_replication_slot($1::name)
 `
@@ -75,6 +91,18 @@ func (q *Queries) MaterializeBatch(ctx context.Context, arg MaterializeBatchPara
 	var i MaterializeBatchRow
 	err := row.Scan(&i.Outcomes, &i.IgnoredMessages)
 	return i, err
+}
+
+const publicationExists = `-- name: PublicationExists :one
+SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = $1::name)::boolean AS found
+`
+
+// Session start (runner/session.go): does the configured publication exist?
+func (q *Queries) PublicationExists(ctx context.Context, publication string) (bool, error) {
+	row := q.db.QueryRow(ctx, publicationExists, publication)
+	var found bool
+	err := row.Scan(&found)
+	return found, err
 }
 
 const runnerAck = `-- name: RunnerAck :exec
@@ -303,7 +331,8 @@ func (q *Queries) ServerVersionNum(ctx context.Context) (int32, error) {
 const slotPosition = `-- name: SlotPosition :one
 SELECT coalesce(confirmed_flush_lsn::text, '')::text AS confirmed_flush_lsn,
        coalesce(active, false)::boolean              AS active,
-       coalesce(plugin, '')::text                    AS plugin
+       coalesce(plugin, '')::text                    AS plugin,
+       coalesce(wal_status, '')::text                AS wal_status
 FROM pg_catalog.pg_replication_slots
 WHERE slot_name = $1::name AND database = current_database() AND slot_type = 'logical'
 `
@@ -312,6 +341,7 @@ type SlotPositionRow struct {
 	ConfirmedFlushLsn string
 	Active            bool
 	Plugin            string
+	WalStatus         string
 }
 
 // slotPosition (runner/control.go): the slot as pg_replication_slots shows it, for reconciliation
@@ -319,6 +349,35 @@ type SlotPositionRow struct {
 func (q *Queries) SlotPosition(ctx context.Context, slotName string) (SlotPositionRow, error) {
 	row := q.db.QueryRow(ctx, slotPosition, slotName)
 	var i SlotPositionRow
-	err := row.Scan(&i.ConfirmedFlushLsn, &i.Active, &i.Plugin)
+	err := row.Scan(
+		&i.ConfirmedFlushLsn,
+		&i.Active,
+		&i.Plugin,
+		&i.WalStatus,
+	)
+	return i, err
+}
+
+const slotRetention = `-- name: SlotRetention :one
+SELECT coalesce((SELECT (pg_catalog.pg_current_wal_lsn() - s.restart_lsn)::int8
+                   FROM pg_catalog.pg_replication_slots s
+                  WHERE s.slot_name = $1::name AND s.database = pg_catalog.current_database()
+                    AND s.restart_lsn IS NOT NULL), -1)::int8 AS retained_bytes,
+       coalesce((SELECT CASE WHEN st.setting::int8 < 0 THEN -1 ELSE st.setting::int8 * 1048576 END
+                   FROM pg_catalog.pg_settings st WHERE st.name = 'max_slot_wal_keep_size'), -1)::int8 AS max_keep_bytes
+`
+
+type SlotRetentionRow struct {
+	RetainedBytes int64
+	MaxKeepBytes  int64
+}
+
+// Metrics (runner/observe.go): WAL the slot retains (current WAL position minus its
+// restart_lsn, -1 without the slot) and max_slot_wal_keep_size in bytes (-1: unlimited).
+// Catalog views only: nothing is decoded.
+func (q *Queries) SlotRetention(ctx context.Context, slotName string) (SlotRetentionRow, error) {
+	row := q.db.QueryRow(ctx, slotRetention, slotName)
+	var i SlotRetentionRow
+	err := row.Scan(&i.RetainedBytes, &i.MaxKeepBytes)
 	return i, err
 }

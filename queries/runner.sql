@@ -42,7 +42,8 @@ FROM synchro.runner_state() AS s(stream_generation, slot_name, generation_start_
 -- name: SlotPosition :one
 SELECT coalesce(confirmed_flush_lsn::text, '')::text AS confirmed_flush_lsn,
        coalesce(active, false)::boolean              AS active,
-       coalesce(plugin, '')::text                    AS plugin
+       coalesce(plugin, '')::text                    AS plugin,
+       coalesce(wal_status, '')::text                AS wal_status
 FROM pg_catalog.pg_replication_slots
 WHERE slot_name = sqlc.arg(slot_name)::name AND database = current_database() AND slot_type = 'logical';
 
@@ -93,3 +94,26 @@ SELECT synchro.runner_poison(sqlc.arg(stream_generation)::bigint, sqlc.arg(commi
 -- name: RunnerColumns :many
 SELECT c.relid::bigint AS relid, c.columns::text[] AS columns
 FROM synchro.runner_columns(sqlc.narg(xid)::bigint) AS c;
+
+-- Liveness (runner/liveness.go): is this backend working on a statement (active, not
+-- waiting for a heavyweight lock or for the runner's own client)?
+-- name: BackendWorking :one
+SELECT EXISTS (
+  SELECT 1 FROM pg_catalog.pg_stat_activity a
+   WHERE a.pid = sqlc.arg(pid)::int4 AND a.state = 'active'
+     AND (a.wait_event_type IS NULL OR a.wait_event_type NOT IN ('Lock', 'Client')))::boolean AS working;
+
+-- Session start (runner/session.go): does the configured publication exist?
+-- name: PublicationExists :one
+SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = sqlc.arg(publication)::name)::boolean AS found;
+
+-- Metrics (runner/observe.go): WAL the slot retains (current WAL position minus its
+-- restart_lsn, -1 without the slot) and max_slot_wal_keep_size in bytes (-1: unlimited).
+-- Catalog views only: nothing is decoded.
+-- name: SlotRetention :one
+SELECT coalesce((SELECT (pg_catalog.pg_current_wal_lsn() - s.restart_lsn)::int8
+                   FROM pg_catalog.pg_replication_slots s
+                  WHERE s.slot_name = sqlc.arg(slot_name)::name AND s.database = pg_catalog.current_database()
+                    AND s.restart_lsn IS NOT NULL), -1)::int8 AS retained_bytes,
+       coalesce((SELECT CASE WHEN st.setting::int8 < 0 THEN -1 ELSE st.setting::int8 * 1048576 END
+                   FROM pg_catalog.pg_settings st WHERE st.name = 'max_slot_wal_keep_size'), -1)::int8 AS max_keep_bytes;

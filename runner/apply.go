@@ -61,6 +61,7 @@ type applier struct {
 	serialUntil pglogrepl.LSN
 
 	lastIdle time.Time
+	live     *liveness // nil: not watched
 
 	// reloaded: the registered columns (Stager.SetRegistered) were reloaded in
 	// the open source transaction. Once is enough: the reload waits until the
@@ -198,6 +199,7 @@ func (a *applier) flush(ctx context.Context) error {
 	if _, err := a.tx.CopyFrom(ctx, stageTable, StageColumns, src); err != nil {
 		return err
 	}
+	a.beat()
 	a.cfg.Metrics.batchFlushed(a.batchBytes)
 	clear(a.batch) // drop references to row data
 	a.batch = a.batch[:0]
@@ -263,6 +265,7 @@ func (a *applier) materialize(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	a.beat()
 	if len(res.Outcomes) != n {
 		return fmt.Errorf("synchro: materialize_batch returned %d outcomes for %d transactions", len(res.Outcomes), n)
 	}
@@ -280,8 +283,9 @@ func (a *applier) materialize(ctx context.Context) error {
 			return &deathError{err: err}
 		}
 	}
+	now := time.Now()
 	for i, t := range a.txns {
-		a.cfg.Metrics.materialized(outcomes[i], t.trailer.EndLSN, t.trailer.RowEvents)
+		a.cfg.Metrics.materialized(outcomes[i], t.trailer.EndLSN, t.trailer.RowEvents, t.trailer.CommitTime, now)
 	}
 	a.cfg.Metrics.batch(n)
 	a.log.Debug("batch materialized", "transactions", n, "row_events", a.events,
@@ -452,6 +456,7 @@ func (a *applier) run(ctx, stop context.Context, items <-chan item) error {
 	tick := time.NewTicker(a.cfg.PollInterval)
 	defer tick.Stop()
 	for {
+		a.beat()
 		select {
 		case <-ctx.Done():
 			a.abort(ctx)
@@ -513,6 +518,13 @@ func (a *applier) run(ctx, stop context.Context, items <-chan item) error {
 				return err
 			}
 		}
+	}
+}
+
+// beat records the applier's progress for /livez.
+func (a *applier) beat() {
+	if a.live != nil {
+		a.live.beat(LoopApplier)
 	}
 }
 

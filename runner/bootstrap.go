@@ -35,6 +35,11 @@ func (r *Runner) bootstrap(ctx context.Context) (err error) {
 	if s.Exists {
 		// No stream generation names it: the leftover of a first start that died
 		// before its baseline committed. Its snapshot is gone; make a new one.
+		if s.Plugin != streamPlugin {
+			// Not ours to drop: someone else's slot under the configured name.
+			return &fatalError{err: fmt.Errorf(
+				"synchro: fatal: replication slot %q exists with output plugin %q, the stream needs %q", r.cfg.Slot, s.Plugin, streamPlugin)}
+		}
 		if s.Active {
 			return errSlotActive
 		}
@@ -49,7 +54,10 @@ func (r *Runner) bootstrap(ctx context.Context) (err error) {
 		return err
 	}
 	defer closeReplication(ctx, repl)
-	const plugin = "pgoutput"
+	// Creating the slot waits for every transaction running in the cluster, for
+	// as long as they run: not watched by /livez.
+	r.live.idle(LoopSession)
+	const plugin = streamPlugin
 	res, err := pglogrepl.CreateReplicationSlot(ctx, repl, r.cfg.Slot, plugin,
 		pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "EXPORT_SNAPSHOT", Mode: pglogrepl.LogicalReplication})
 	if err != nil {
@@ -64,6 +72,7 @@ func (r *Runner) bootstrap(ctx context.Context) (err error) {
 			}
 		}
 	}()
+	r.live.beat(LoopSession)
 	cp, err := pglogrepl.ParseLSN(res.ConsistentPoint)
 	if err != nil {
 		return fmt.Errorf("synchro: consistent point: %w", err)
@@ -80,6 +89,12 @@ func (r *Runner) bootstrap(ctx context.Context) (err error) {
 	if _, err = tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+res.SnapshotName+"'"); err != nil {
 		return fmt.Errorf("synchro: import snapshot: %w", err)
 	}
+	// The baseline can take long on large tables: while it runs, it is watched
+	// like a materialization (progress while its backend works).
+	r.live.applyPID.Store(conn.PgConn().PID())
+	r.live.beat(LoopApplier)
+	r.live.idle(LoopSession)
+	defer func() { r.live.applyPID.Store(0); r.live.idle(LoopApplier); r.live.beat(LoopSession) }()
 	sg, err := gen.New(tx).RunnerBaseline(ctx, gen.RunnerBaselineParams{
 		SlotName: r.cfg.Slot, Plugin: plugin, ConsistentPoint: cp.String()})
 	if err != nil {

@@ -69,6 +69,16 @@ type Config struct {
 	// else is buffered. The runner's memory is about BufferBytes + BatchBytes +
 	// a few times the largest payload.
 	BufferBytes int64
+	// LivenessTimeout: a running loop (session, reader, applier, heartbeat)
+	// that has made no progress for this long is stuck and /livez answers 503
+	// (default 2 × the longest of ReceiveTimeout, BackoffMax and
+	// HeartbeatInterval). Must exceed StandbyInterval,
+	// HeartbeatInterval and BackoffMax, the longest a healthy loop waits.
+	LivenessTimeout time.Duration
+	// MetricsInterval between two refreshes of the database-side gauges (lag,
+	// retained WAL, heartbeat age, poison) from synchro.readiness() and
+	// pg_replication_slots (default 5s). Only with Metrics set.
+	MetricsInterval time.Duration
 	// ShutdownTimeout bounds the drain after a stop: finishing the transaction
 	// in hand and acknowledging it (default 60s).
 	ShutdownTimeout time.Duration
@@ -128,6 +138,11 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.BackoffMin, 100*time.Millisecond)
 	def(&c.BackoffMax, 10*time.Second)
 	def(&c.ShutdownTimeout, 60*time.Second)
+	def(&c.LivenessTimeout, 2*max(c.ReceiveTimeout, c.BackoffMax, c.HeartbeatInterval))
+	def(&c.MetricsInterval, 5*time.Second)
+	if c.LivenessTimeout <= max(c.StandbyInterval, c.HeartbeatInterval, c.BackoffMax) {
+		return c, errors.New("synchro: runner: LivenessTimeout must exceed StandbyInterval, HeartbeatInterval and BackoffMax")
+	}
 	if c.ReceiveTimeout <= c.StandbyInterval {
 		return c, errors.New("synchro: runner: ReceiveTimeout must exceed StandbyInterval")
 	}

@@ -30,6 +30,11 @@ func pinParams(p map[string]string, app string) {
 	p["application_name"] = app
 }
 
+// defaultConnectTimeout bounds a connection attempt whose URL sets no
+// connect_timeout: after a network drop, an attempt must fail and be retried, not
+// hang on a half-open connection.
+const defaultConnectTimeout = 10 * time.Second
+
 // connect opens a normal session with the pinned settings.
 func connect(ctx context.Context, dbURL, app string) (*pgx.Conn, error) {
 	cfg, err := pgx.ParseConfig(dbURL)
@@ -37,6 +42,9 @@ func connect(ctx context.Context, dbURL, app string) (*pgx.Conn, error) {
 		return nil, errParseURL
 	}
 	pinParams(cfg.RuntimeParams, app)
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = defaultConnectTimeout
+	}
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("synchro: runner: connect (%s): %w", app, err)
@@ -53,6 +61,9 @@ func connectReplication(ctx context.Context, dbURL string) (*pgconn.PgConn, erro
 	}
 	pinParams(cfg.RuntimeParams, "synchro-runner-replication")
 	cfg.RuntimeParams["replication"] = "database"
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = defaultConnectTimeout
+	}
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("synchro: runner: connect (replication): %w", err)

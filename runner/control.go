@@ -139,6 +139,7 @@ type slotInfo struct {
 	ConfirmedFlush pglogrepl.LSN
 	Active         bool
 	Plugin         string
+	WALStatus      string // '' when NULL
 }
 
 func slotPosition(ctx context.Context, db gen.DBTX, slot string) (slotInfo, error) {
@@ -150,7 +151,7 @@ func slotPosition(ctx context.Context, db gen.DBTX, slot string) (slotInfo, erro
 	if err != nil {
 		return s, fmt.Errorf("synchro: read slot position: %w", err)
 	}
-	s.Exists, s.Active, s.Plugin = true, row.Active, row.Plugin
+	s.Exists, s.Active, s.Plugin, s.WALStatus = true, row.Active, row.Plugin, row.WalStatus
 	if row.ConfirmedFlushLsn != "" { // '' is NULL
 		if s.ConfirmedFlush, err = pglogrepl.ParseLSN(row.ConfirmedFlushLsn); err != nil {
 			return s, err

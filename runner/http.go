@@ -14,6 +14,16 @@ import (
 // the failing readiness checks. (*Readiness).Ready is one.
 type ReadyFunc func(ctx context.Context) (ready bool, failing []string, err error)
 
+// LiveFunc reports whether the runner's loops make progress and, when not,
+// which loops are stuck. (*Runner).Live is one.
+type LiveFunc func() (live bool, stuck []string)
+
+// liveBody is /livez's JSON: loop names only.
+type liveBody struct {
+	Live  bool     `json:"live"`
+	Stuck []string `json:"stuck"`
+}
+
 // readyTimeout bounds one readiness query of /readyz.
 const readyTimeout = 5 * time.Second
 
@@ -26,17 +36,35 @@ type readyBody struct {
 
 // Handler serves the runner's probes and metrics:
 //
-//	/livez    200 while the process runs
+//	/livez    200 while every running loop of the runner made progress within
+//	          the liveness bound; 503 otherwise, with the stuck loops
+//	          ({"live":false,"stuck":["applier"]}). A nil live answers 200
+//	          while the process serves.
 //	/readyz   200 only when synchro.ready() is true; 503 otherwise, with the
 //	          failing check names ({"ready":false,"failing":["worker",...]})
 //	/metrics  Prometheus text from gatherer
 //
 // A nil ready answers 503.
-func Handler(gatherer prometheus.Gatherer, ready ReadyFunc) http.Handler {
+func Handler(gatherer prometheus.Gatherer, ready ReadyFunc, live LiveFunc) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = w.Write([]byte("ok\n"))
+		body := liveBody{Live: true, Stuck: []string{}}
+		if live != nil {
+			if ok, stuck := live(); !ok {
+				body.Live = false
+				if stuck != nil {
+					body.Stuck = stuck
+				}
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		if body.Live {
+			w.WriteHeader(http.StatusOK)
+		} else {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		_ = json.NewEncoder(w).Encode(body)
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, req *http.Request) {
 		body := readyBody{Failing: []string{}}

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -15,10 +16,10 @@ func TestRunnerHTTPHandler(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
-	m.materialized(OutcomeMaterialized, 0x1000, 3)
+	m.materialized(OutcomeMaterialized, 0x1000, 3, time.Now().Add(-time.Second), time.Now())
 	m.poisoned("truncate")
 	m.acked(0x1000)
-	srv := httptest.NewServer(Handler(reg, nil))
+	srv := httptest.NewServer(Handler(reg, nil, nil))
 	defer srv.Close()
 
 	get := func(path string) (int, string) {
@@ -47,5 +48,5 @@ func TestRunnerHTTPHandler(t *testing.T) {
 		require.True(t, strings.Contains(body, want), "missing %q", want)
 	}
 	var nilMetrics *Metrics
-	nilMetrics.materialized(OutcomeDuplicate, 1, 1) // a nil *Metrics is a no-op
+	nilMetrics.materialized(OutcomeDuplicate, 1, 1, time.Time{}, time.Now()) // a nil *Metrics is a no-op
 }

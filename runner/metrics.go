@@ -1,6 +1,9 @@
 package runner
 
 import (
+	"math"
+	"time"
+
 	"github.com/jackc/pglogrepl"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -23,6 +26,16 @@ type Metrics struct {
 	bufferBytes      prometheus.Gauge
 	bufferPeak       prometheus.Gauge
 	batchPeak        prometheus.Gauge
+	reconnects       prometheus.Counter
+	latency          prometheus.Histogram
+	walLag           prometheus.Gauge
+	commitLag        prometheus.Gauge
+	heartbeatAge     prometheus.Gauge
+	retainedWAL      prometheus.Gauge
+	maxKeepWAL       prometheus.Gauge
+	poisonState      prometheus.Gauge
+	readyState       prometheus.Gauge
+	refreshErrors    prometheus.Counter
 	peakBuffer       int64 // guarded by the byte budget's lock
 	peakBatch        int64 // applier goroutine only
 }
@@ -92,16 +105,68 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "synchro_runner_batch_fallbacks_total",
 			Help: "Failed batches re-run one source transaction at a time.",
 		}),
+		reconnects: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "synchro_runner_reconnects_total",
+			Help: "Replication sessions started after the first (after a failure, a PostgreSQL restart or a network drop).",
+		}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "synchro_materialization_latency_seconds",
+			Help: "Per materialized source transaction: seconds from its commit (the commit time in the WAL) " +
+				"to the commit of its materialization.",
+			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300},
+		}),
+		walLag: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "synchro_wal_lag_bytes",
+			Help: "WAL lag of synchro.readiness() (bytes of WAL after the processed boundary); NaN when unknown.",
+		}),
+		commitLag: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "synchro_commit_lag_seconds",
+			Help: "Commit lag of synchro.readiness() (bound of the age of the oldest unmaterialized commit); NaN when unknown.",
+		}),
+		heartbeatAge: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "synchro_heartbeat_age_seconds",
+			Help: "Age of the runner's last heartbeat in synchro.runner, as synchro.readiness() reads it; NaN when unknown.",
+		}),
+		retainedWAL: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "synchro_slot_retained_wal_bytes",
+			Help: "WAL the slot retains: pg_current_wal_lsn() - restart_lsn; NaN without the slot.",
+		}),
+		maxKeepWAL: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "synchro_slot_max_wal_keep_bytes",
+			Help: "The server's max_slot_wal_keep_size in bytes; -1 when unlimited.",
+		}),
+		poisonState: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "synchro_poisoned",
+			Help: "1 while an unresolved poison transaction blocks the stream (the poison check of synchro.readiness()), else 0.",
+		}),
+		readyState: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "synchro_ready",
+			Help: "1 when every check of synchro.readiness() was ok at the last refresh, else 0.",
+		}),
+		refreshErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "synchro_metrics_refresh_errors_total",
+			Help: "Failed refreshes of the database-side gauges (they keep their last values, NaN after a failure).",
+		}),
 	}
+	for _, g := range []prometheus.Gauge{m.walLag, m.commitLag, m.heartbeatAge, m.retainedWAL, m.maxKeepWAL, m.poisonState, m.readyState} {
+		g.Set(math.NaN()) // unknown until the first refresh
+	}
+	reg.MustRegister(m.reconnects, m.latency, m.walLag, m.commitLag, m.heartbeatAge, m.retainedWAL, m.maxKeepWAL,
+		m.poisonState, m.readyState, m.refreshErrors)
 	reg.MustRegister(m.transactions, m.rowEvents, m.poison, m.ignored, m.transient, m.acks, m.idleAcks,
 		m.lastMaterialized, m.lastAcked, m.received, m.bufferBytes, m.bufferPeak, m.batchPeak,
 		m.batchSize, m.batchFallbacks)
 	return m
 }
 
-func (m *Metrics) materialized(outcome string, end pglogrepl.LSN, rowEvents uint64) {
+// materialized records one source transaction of a committed batch; a
+// materialized one (not a duplicate) also its latency since commitTime.
+func (m *Metrics) materialized(outcome string, end pglogrepl.LSN, rowEvents uint64, commitTime, now time.Time) {
 	if m == nil {
 		return
+	}
+	if outcome == OutcomeMaterialized && !commitTime.IsZero() {
+		m.latency.Observe(max(now.Sub(commitTime).Seconds(), 0))
 	}
 	m.transactions.WithLabelValues(outcome).Inc()
 	m.rowEvents.Add(float64(rowEvents))
@@ -179,5 +244,11 @@ func (m *Metrics) batchFlushed(n int64) {
 func (m *Metrics) receivedLSN(lsn pglogrepl.LSN) {
 	if m != nil {
 		m.received.Set(float64(lsn))
+	}
+}
+
+func (m *Metrics) reconnected() {
+	if m != nil {
+		m.reconnects.Inc()
 	}
 }

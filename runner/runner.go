@@ -29,8 +29,8 @@ type Runner struct {
 	// synchro.runner (and readiness) at once, not one interval later.
 	nudge chan struct{}
 
-	fatalMu sync.Mutex
-	fatal   error // set when the claim is lost
+	live     liveness
+	sessions atomic.Int64 // replication sessions started
 
 	// serialUntil: source transactions up to this commit LSN are materialized
 	// one at a time (after a failed batch). Used by the loop goroutine only.
@@ -44,6 +44,7 @@ func New(cfg Config) (*Runner, error) {
 		return nil, err
 	}
 	r := &Runner{cfg: c, log: c.Logger.With("component", "runner", "slot", c.Slot), nudge: make(chan struct{}, 1)}
+	r.live.bound = c.LivenessTimeout
 	r.state.Store(stateStarting)
 	return r, nil
 }
@@ -59,10 +60,17 @@ func (r *Runner) setState(s heartbeatState) {
 
 func (r *Runner) getState() heartbeatState { return r.state.Load().(heartbeatState) }
 
+// errControlLost: the control session (and with it the runner claim) is gone,
+// typically because PostgreSQL restarted or the network dropped. The runner
+// stops the session in hand, connects again with backoff, claims again and
+// starts over with startup reconciliation.
+var errControlLost = errors.New("synchro: control session lost, and with it the runner claim")
+
 // Run runs until ctx is canceled (a clean stop: the source transaction in hand
 // is finished and acknowledged, the claim released, nil returned) or a fatal
-// failure. Transient failures are retried with a bounded backoff; a poison
-// transaction blocks the stream until synchro.retry_poison() is called.
+// failure. Transient failures are retried with a bounded backoff, a lost
+// control session (a PostgreSQL restart, a network drop) by claiming again; a
+// poison transaction blocks the stream until synchro.retry_poison() is called.
 // ErrAlreadyRunning when another runner holds the database.
 func (r *Runner) Run(ctx context.Context) error {
 	// work outlives ctx by at most ShutdownTimeout, so the transaction in hand
@@ -74,17 +82,14 @@ func (r *Runner) Run(ctx context.Context) error {
 		time.AfterFunc(r.cfg.ShutdownTimeout, cancelWork)
 	})
 	defer stopAfter()
+	defer r.live.idle(LoopSession)
 
-	ctl, err := openControl(work, r.cfg.DatabaseURL)
-	if err != nil {
+	r.live.beat(LoopSession)
+	if err := r.claim(work); err != nil {
 		return err
 	}
-	r.ctl = ctl
-	defer ctl.close(work)
-	if err := ctl.claim(work, &r.cfg); err != nil {
-		return err
-	}
-	ver, err := ctl.serverVersion(work)
+	defer func() { r.ctl.close(work) }()
+	ver, err := r.ctl.serverVersion(work)
 	if err != nil {
 		return err
 	}
@@ -93,17 +98,110 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	r.log.Info("runner claimed the database", "owner", r.cfg.Owner, "publication", r.cfg.Publication)
 
+	if r.cfg.Metrics != nil {
+		var obs sync.WaitGroup
+		obsQuit := make(chan struct{})
+		obs.Go(func() { r.observeLoop(work, obsQuit) })
+		defer func() { close(obsQuit); obs.Wait() }()
+	}
+
+	bo := newBackoff(r.cfg.BackoffMin, r.cfg.BackoffMax)
+	for {
+		err := r.serve(work, ctx)
+		if errors.Is(err, errControlLost) && ctx.Err() != nil {
+			return nil // stopped: the claim went with the control session
+		}
+		if !errors.Is(err, errControlLost) {
+			return err
+		}
+		r.setState(stateRetrying)
+		r.log.Warn("control session lost (PostgreSQL restarted or the connection dropped): claiming the database again",
+			"err", err)
+		if err := r.reclaim(work, ctx, bo); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil // stopped while reconnecting: no claim left to release
+		}
+		bo.Reset()
+	}
+}
+
+// IsFatal reports whether err is a fatal state the runner already logged (one
+// line naming it) when it stopped: a lost slot or one with another plugin, a
+// missing slot or publication, a slot that contradicts durable progress.
+func IsFatal(err error) bool {
+	var fatal *fatalError
+	return errors.As(err, &fatal) || errors.Is(err, ErrSlotMismatch)
+}
+
+// claim opens the control session and claims the database on it.
+func (r *Runner) claim(ctx context.Context) error {
+	ctl, err := openControl(ctx, r.cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	if err := ctl.claim(ctx, &r.cfg); err != nil {
+		ctl.close(ctx)
+		return err
+	}
+	r.ctl = ctl
+	return nil
+}
+
+// reclaim connects and claims again after the control session was lost, with
+// bounded exponential backoff. ErrAlreadyRunning (another runner took the
+// database meanwhile) and refusals of runner_claim are returned; connection
+// failures are retried until stop.
+func (r *Runner) reclaim(work, stop context.Context, bo *backoff) error {
+	r.ctl.close(work)
+	for {
+		r.live.beat(LoopSession)
+		ctl, err := openControl(work, r.cfg.DatabaseURL)
+		if err == nil {
+			if err = ctl.claim(work, &r.cfg); err == nil {
+				r.ctl = ctl
+				r.log.Info("runner claimed the database again")
+				return nil
+			}
+			ctl.close(work)
+			if errors.Is(err, ErrAlreadyRunning) || Classify(err).Disposition != Transient {
+				r.ctl = ctl // closed; Run's deferred close is a no-op
+				r.log.Error("runner cannot claim the database again", "err", err)
+				return err
+			}
+		} else {
+			r.ctl = &control{conn: nil}
+		}
+		d := bo.Delay()
+		r.cfg.Metrics.transientError()
+		r.log.Warn("reconnecting: retrying", "err", err, "backoff", d)
+		if !sleep(stop, d) {
+			return nil
+		}
+	}
+}
+
+// serve runs the heartbeat and the session loop on the claimed control session
+// until a clean stop (the claim released), a fatal failure, or the loss of the
+// control session (errControlLost, nothing released: the claim went with it).
+func (r *Runner) serve(work, stop context.Context) error {
+	claimed, cancelClaimed := context.WithCancel(work)
+	defer cancelClaimed()
+	var lost atomic.Bool
 	// The heartbeat stops by a signal, never by canceling a query in flight: that
 	// would close the control session, and runner_release needs it.
 	var hb sync.WaitGroup
 	hbQuit := make(chan struct{})
-	hb.Go(func() { r.heartbeatLoop(work, hbQuit, cancelWork) })
-	stopHeartbeat := sync.OnceFunc(func() { close(hbQuit); hb.Wait() })
+	hb.Go(func() {
+		r.heartbeatLoop(claimed, hbQuit, func() { lost.Store(true); cancelClaimed() })
+	})
+	stopHeartbeat := sync.OnceFunc(func() { close(hbQuit); hb.Wait(); r.live.idle(LoopHeartbeat) })
 	defer stopHeartbeat()
 
-	err = r.loop(work, ctx)
-	if f := r.claimLost(); f != nil {
-		return f
+	err := r.loop(claimed, stop)
+	if lost.Load() || errors.Is(err, errControlLost) {
+		return errControlLost
 	}
 	var death *deathError
 	if errors.As(err, &death) {
@@ -114,7 +212,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	r.setState(stateStopping)
 	stopHeartbeat()
-	if rerr := ctl.release(work); rerr != nil {
+	if rerr := r.ctl.release(work); rerr != nil {
 		r.log.Warn("runner_release failed", "err", rerr)
 	}
 	r.log.Info("runner stopped")
@@ -124,11 +222,14 @@ func (r *Runner) Run(ctx context.Context) error {
 // loop runs sessions until a clean stop or a fatal error.
 func (r *Runner) loop(work, stop context.Context) error {
 	bo := newBackoff(r.cfg.BackoffMin, r.cfg.BackoffMax)
+	defer r.live.idle(LoopSession)
 	for stop.Err() == nil {
+		r.live.beat(LoopSession)
 		if work.Err() != nil {
 			return work.Err()
 		}
 		err := r.step(work, stop)
+		r.live.beat(LoopSession)
 		var (
 			pe    *PoisonError
 			fatal *fatalError
@@ -138,14 +239,14 @@ func (r *Runner) loop(work, stop context.Context) error {
 		switch {
 		case err == nil:
 			bo.Reset()
-		case errors.As(err, &death):
+		case errors.As(err, &death), errors.Is(err, errControlLost):
 			return err
 		case errors.As(err, &bf):
 			// Not a failure of the stream: the next session re-reads the batch's
 			// transactions from the slot and materializes them one at a time.
 			r.serialUntil = max(r.serialUntil, bf.Through)
 		case errors.As(err, &fatal), errors.Is(err, ErrSlotMismatch):
-			r.log.Error("runner cannot go on", "err", err)
+			r.log.Error("runner cannot go on: fatal state, not retried", "err", err)
 			return err
 		case errors.As(err, &pe):
 			bo.Reset()
@@ -174,8 +275,12 @@ func (r *Runner) loop(work, stop context.Context) error {
 
 // step makes sure a stream exists, then runs one session.
 func (r *Runner) step(work, stop context.Context) error {
+	// The control session answers first: a session starts only under a live claim.
 	_, ok, err := r.ctl.state(work)
 	if err != nil {
+		if r.ctl.lost() {
+			return fmt.Errorf("%w: %w", errControlLost, err)
+		}
 		return err
 	}
 	if !ok {
@@ -196,9 +301,13 @@ func (r *Runner) awaitRetry(work, stop context.Context) bool {
 	t := time.NewTicker(r.cfg.PollInterval)
 	defer t.Stop()
 	for {
+		r.live.beat(LoopSession)
 		st, ok, err := r.ctl.state(work)
 		if err == nil && (!ok || !st.Poisoned() || st.RetryRequested) {
 			return stop.Err() == nil
+		}
+		if err != nil && r.ctl.lost() {
+			return stop.Err() == nil // the next step reports the lost control session
 		}
 		if err != nil && !isContextErr(err) {
 			r.log.Warn("runner_state failed while blocked", "err", err)
@@ -213,23 +322,29 @@ func (r *Runner) awaitRetry(work, stop context.Context) bool {
 	}
 }
 
-// heartbeatLoop records a heartbeat every interval. Losing the control session
-// loses the claim: the runner must stop.
-func (r *Runner) heartbeatLoop(ctx context.Context, quit <-chan struct{}, abort context.CancelFunc) {
+// heartbeatLoop records a heartbeat every interval and keeps the applier's
+// liveness up to date while its backend works. Losing the control session loses
+// the claim: lost is called and the loop ends (Run claims again).
+func (r *Runner) heartbeatLoop(ctx context.Context, quit <-chan struct{}, lost func()) {
 	t := time.NewTicker(r.cfg.HeartbeatInterval)
 	defer t.Stop()
 	for {
+		r.live.beat(LoopHeartbeat)
 		hctx, cancel := context.WithTimeout(ctx, heartbeatBudget)
 		err := r.ctl.heartbeat(hctx, pglogrepl.LSN(r.received.Load()), string(r.getState()))
+		if err == nil {
+			r.refreshApplier(hctx)
+		}
 		cancel()
 		if err != nil && ctx.Err() == nil {
 			if r.ctl.lost() {
-				r.setFatal(fmt.Errorf("synchro: control session lost, and with it the runner claim: %w", err))
-				abort()
+				r.log.Warn("heartbeat: control session lost", "err", err)
+				lost()
 				return
 			}
 			r.log.Warn("heartbeat failed", "err", err)
 		}
+		r.live.beat(LoopHeartbeat)
 		select {
 		case <-quit:
 			return
@@ -239,18 +354,4 @@ func (r *Runner) heartbeatLoop(ctx context.Context, quit <-chan struct{}, abort 
 		case <-r.nudge:
 		}
 	}
-}
-
-func (r *Runner) setFatal(err error) {
-	r.fatalMu.Lock()
-	defer r.fatalMu.Unlock()
-	if r.fatal == nil {
-		r.fatal = err
-	}
-}
-
-func (r *Runner) claimLost() error {
-	r.fatalMu.Lock()
-	defer r.fatalMu.Unlock()
-	return r.fatal
 }

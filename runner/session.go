@@ -35,6 +35,7 @@ func (r *Runner) session(work, stop context.Context) error {
 		return err
 	}
 	defer closeQuietly(work, apply)
+	r.live.beat(LoopSession)
 
 	st, err := r.reconcile(work, apply)
 	if err != nil {
@@ -63,6 +64,9 @@ func (r *Runner) session(work, stop context.Context) error {
 	r.log.Info("replication started", "stream_generation", st.StreamGeneration,
 		"start_lsn", start, "processed_end_lsn", st.ProcessedEnd, "retry", st.Poisoned())
 	r.setState(stateStreaming)
+	if r.sessions.Add(1) > 1 {
+		r.cfg.Metrics.reconnected()
+	}
 
 	frontier := NewFrontier(st.ProcessedEnd, start)
 	items := make(chan item, itemBuffer)
@@ -73,10 +77,19 @@ func (r *Runner) session(work, stop context.Context) error {
 	if err := ap.loadRegistered(work, apply, nil); err != nil {
 		return err
 	}
+	// While the session streams, the reader and the applier are watched, not the
+	// session loop.
+	rd.live, ap.live = &r.live, &r.live
+	r.live.applyPID.Store(apply.PgConn().PID())
+	r.live.beat(LoopReader)
+	r.live.beat(LoopApplier)
+	r.live.idle(LoopSession)
 	g, gctx := errgroup.WithContext(work)
-	g.Go(func() error { return rd.run(gctx) })
-	g.Go(func() error { return ap.run(gctx, stop, items) })
+	g.Go(func() error { defer r.live.idle(LoopReader); return rd.run(gctx) })
+	g.Go(func() error { defer r.live.idle(LoopApplier); return ap.run(gctx, stop, items) })
 	err = g.Wait()
+	r.live.applyPID.Store(0)
+	r.live.beat(LoopSession)
 	if errors.Is(err, errStopped) {
 		err = nil
 	}
@@ -116,8 +129,26 @@ func (r *Runner) reconcile(ctx context.Context, conn *pgx.Conn) (Progress, error
 	if err != nil {
 		return st, err
 	}
-	if !slot.Exists {
-		return st, errSlotMissing
+	if err := slotUsable(slot, r.cfg.Slot); err != nil {
+		return st, err
+	}
+	found, err := gen.New(conn).PublicationExists(ctx, r.cfg.Publication)
+	if err != nil {
+		return st, fmt.Errorf("synchro: read publication: %w", err)
+	}
+	if !found {
+		// Before the first activation there is nothing to stream and no
+		// publication yet: wait for it. After it, the publication was dropped.
+		cols, err := gen.New(conn).RunnerColumns(ctx, nil)
+		if err != nil {
+			return st, fmt.Errorf("synchro: runner_columns: %w", err)
+		}
+		if len(cols) == 0 {
+			return st, errNoRegistry
+		}
+		return st, &fatalError{err: fmt.Errorf(
+			"synchro: fatal: publication %q does not exist: activate the registry (synchro.activate_registry()) to make it",
+			r.cfg.Publication)}
 	}
 	action, target, err := Reconcile(slot.ConfirmedFlush, st)
 	if err != nil {
@@ -176,6 +207,32 @@ func (r *Runner) finalAck(ctx context.Context, rd *reader, ap *applier, f *Front
 		if !sleep(ctx, r.cfg.PollInterval/4+time.Millisecond) {
 			return ctx.Err()
 		}
+	}
+	return nil
+}
+
+// errNoRegistry: no relation is registered and active, so the publication does
+// not exist yet; retried with backoff until synchro.activate_registry().
+var errNoRegistry = errors.New("synchro: no active registry generation and no publication yet: waiting for synchro.activate_registry()")
+
+// streamPlugin is the output plugin of every stream this runner makes and reads.
+const streamPlugin = "pgoutput"
+
+// slotUsable decides whether the stream's slot can be read: it exists, with the
+// stream's plugin, and its WAL is not lost. Each failure is fatal (the runner
+// stops with one log line; readiness's slot check says why): retrying cannot
+// bring the slot back, only an operator's reset can.
+func slotUsable(s slotInfo, name string) error {
+	switch {
+	case !s.Exists:
+		return errSlotMissing
+	case s.Plugin != streamPlugin:
+		return &fatalError{err: fmt.Errorf(
+			"synchro: fatal: replication slot %q uses output plugin %q, the stream needs %q", name, s.Plugin, streamPlugin)}
+	case s.WALStatus == "lost":
+		return &fatalError{err: fmt.Errorf(
+			"synchro: fatal: replication slot %q has lost WAL it needs (wal_status=lost, max_slot_wal_keep_size exceeded): "+
+				"the stream must be reset", name)}
 	}
 	return nil
 }

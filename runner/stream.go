@@ -48,6 +48,7 @@ type reader struct {
 	items    chan<- item
 	budget   *byteBudget
 	received *atomic.Uint64
+	live     *liveness // nil: not watched
 
 	// stop asks for a clean stop when done: the reader finishes the source
 	// transaction in hand, then closes items.
@@ -136,6 +137,7 @@ func (r *reader) run(ctx context.Context) error {
 	r.lastRecv = time.Now()
 	nextStatus := time.Now() // the first update goes out at once
 	for {
+		r.beat()
 		if r.stopping() && !r.inTxn {
 			return nil
 		}
@@ -246,6 +248,7 @@ func (r *reader) dispatch(ctx context.Context, it item) error {
 	t := time.NewTicker(r.cfg.StandbyInterval)
 	defer t.Stop()
 	for {
+		r.beat()             // held back by the applier: waiting here is not the reader's fault
 		var send chan<- item // nil (never ready) until the budget admits the item
 		if admitted {
 			send = r.items
@@ -271,6 +274,12 @@ func (r *reader) dispatch(ctx context.Context, it item) error {
 				return err
 			}
 		}
+	}
+}
+
+func (r *reader) beat() {
+	if r.live != nil {
+		r.live.beat(LoopReader)
 	}
 }
 

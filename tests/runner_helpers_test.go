@@ -67,6 +67,7 @@ type runningRunner struct {
 	cancel  context.CancelFunc
 	done    chan error
 	metrics *prometheus.Registry
+	runner  *runner.Runner
 	stopped bool
 	err     error
 }
@@ -164,7 +165,7 @@ func startRunner(t *testing.T, cfg runner.Config) *runningRunner {
 	r, err := runner.New(cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
-	rr := &runningRunner{cancel: cancel, done: make(chan error, 1), metrics: reg}
+	rr := &runningRunner{cancel: cancel, done: make(chan error, 1), metrics: reg, runner: r}
 	go func() { rr.done <- r.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()

@@ -239,15 +239,27 @@ func TestRunnerSurvivesTerminatedSessions(t *testing.T) {
 	require.Empty(t, quarantines(t, db))
 }
 
-// The claim lives on the control session: when it is gone, so is the right to run.
-func TestRunnerStopsWhenClaimIsLost(t *testing.T) {
+// The claim lives on the control session: when it is gone (a network drop, a terminated
+// backend), the runner stops the session in hand, claims the database again on a new
+// control session and streams on.
+func TestRunnerClaimsAgainWhenControlIsLost(t *testing.T) {
 	t.Parallel()
 	db := runnerSetup(t)
 	rr := startRunner(t, testRunnerConfig(t, db))
 	waitStream(t, db)
+	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (5, 'a')`)
+	waitEffects(t, db, 1)
+	before := countOf(t, db, `SELECT backend_pid FROM synchro.runner`)
 	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		WHERE datname = current_database() AND application_name = 'synchro-runner-control') x`))
-	err := rr.wait(t, 5*time.Second)
-	require.Error(t, err)
-	require.Contains(t, err.Error(), "claim")
+	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (6, 'a')`)
+	got := waitEffects(t, db, 2)
+	require.Equal(t, "6", got[1].PK)
+	eventually(t, 10*time.Second, "a new claim", func() bool {
+		return countOf(t, db, `SELECT backend_pid FROM synchro.runner`) != before &&
+			countOf(t, db, `SELECT count(*) FROM synchro.runner WHERE state = 'streaming'`) == 1
+	})
+	waitAcked(t, db)
+	require.Empty(t, quarantines(t, db))
+	require.NoError(t, rr.stop(t))
 }

@@ -77,6 +77,9 @@ func run(ctx context.Context, e *env, args []string) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
+		if errors.Is(err, errReported) {
+			return 1 // logged where it happened, once
+		}
 		e.logger.Error("synchro "+args[0]+" failed", "err", err)
 		return 1
 	}
