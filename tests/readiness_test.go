@@ -220,8 +220,13 @@ func TestReadinessWorkerKilled(t *testing.T) {
 	die.Store(true)
 	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (5, 'a')`)
 	require.Error(t, rr.wait(t, 10*time.Second))
-	rows := waitFailing(t, db, "worker")
-	require.Contains(t, checkRow(rows, "worker").Detail, "state=streaming claim_held=false backend_alive=false")
+	waitFailing(t, db, "worker")
+	// The dead runner's sessions end on the server a moment after the process: the
+	// claim (a session advisory lock) goes with its control session.
+	eventually(t, 10*time.Second, "the claim to go with the dead runner's sessions", func() bool {
+		rows, _ := readinessOf(t, db)
+		return strings.Contains(checkRow(rows, "worker").Detail, "state=streaming claim_held=false backend_alive=false")
+	})
 }
 
 func TestReadinessHeartbeatAged(t *testing.T) {
