@@ -2942,6 +2942,7 @@ DECLARE
   batch    int;
   deleted  bigint := 0;
   batches  int := 0;
+  cutoff   timestamptz;
 BEGIN
   IF keep IS NULL OR keep < interval '0' THEN
     RAISE EXCEPTION 'compact refused: keep must be a non-negative interval' USING ERRCODE = 'SY400';
@@ -2950,8 +2951,15 @@ BEGIN
   IF gen IS NULL THEN
     RETURN jsonb_build_object('deleted_effects', 0, 'batches', 0, 'horizon', NULL);
   END IF;
+  -- An enormous keep (beyond the range of timestamptz) keeps everything: nothing was
+  -- materialized that long ago.
+  BEGIN
+    cutoff := now() - keep;
+  EXCEPTION WHEN datetime_field_overflow THEN
+    cutoff := '-infinity';
+  END;
   SELECT max(t.commit_lsn) INTO horizon FROM synchro.txn t
-   WHERE t.stream_generation = gen AND t.materialized_at < now() - keep;
+   WHERE t.stream_generation = gen AND t.materialized_at < cutoff;
   IF horizon IS NULL THEN
     SELECT r.horizon_commit_lsn INTO horizon FROM synchro.retention r WHERE r.stream_generation = gen;
     RETURN jsonb_build_object('deleted_effects', 0, 'batches', 0, 'horizon', horizon);
@@ -3061,7 +3069,7 @@ ALTER FUNCTION synchro.materialize_batch(stream_generation bigint, commit_lsns p
 CREATE FUNCTION synchro.pull(client_id text, scope text, cursor text DEFAULT NULL::text, max_changes integer DEFAULT 1000) RETURNS jsonb
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
+    AS $_$
 DECLARE
   payload  text;
   parts    text[];
@@ -3085,10 +3093,17 @@ BEGIN
   IF cursor IS NOT NULL THEN
     payload := synchro._token_payload(cursor, scope);
     parts := string_to_array(payload, ':');
-    IF payload IS NULL OR cardinality(parts) <> 4 OR parts[1] <> 'c1' THEN
+    -- Authentic is not well-formed: the payload is parsed only in the exact shape this
+    -- function writes (an LSN and two int4 ordinals), so no payload the key signed
+    -- (another version's, say) fails with a cast error instead of SY400.
+    IF payload IS NULL OR cardinality(parts) <> 4 OR parts[1] <> 'c1'
+       OR parts[4] !~ '^(s|t\.[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}|e\.[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}\.[0-9]{1,10}\.[0-9]{1,10})$' THEN
       RAISE EXCEPTION 'invalid_argument: malformed cursor' USING ERRCODE = 'SY400';
     END IF;
     point := string_to_array(parts[4], '.');
+    IF point[1] = 'e' AND (point[3]::bigint > 2147483647 OR point[4]::bigint > 2147483647) THEN
+      RAISE EXCEPTION 'invalid_argument: malformed cursor' USING ERRCODE = 'SY400';
+    END IF;
   END IF;
 
   -- SY403.
@@ -3113,7 +3128,9 @@ BEGIN
   IF point[1] = 's' THEN
     c_lsn := '0/0'; c_ev := -1; c_eff := -1; stale_at := '0/0';
   ELSIF point[1] = 't' THEN
-    c_lsn := point[2]::pg_lsn; c_ev := 2147483647; c_eff := 2147483647; stale_at := c_lsn + 1;
+    c_lsn := point[2]::pg_lsn; c_ev := 2147483647; c_eff := 2147483647;
+    -- (The last LSN has no successor; nothing is ever compacted beyond it.)
+    stale_at := CASE WHEN c_lsn = 'FFFFFFFF/FFFFFFFF' THEN c_lsn ELSE c_lsn + 1 END;
   ELSE
     c_lsn := point[2]::pg_lsn; c_ev := point[3]::int; c_eff := point[4]::int; stale_at := c_lsn;
   END IF;
@@ -3188,7 +3205,7 @@ BEGIN
   next_cur := synchro._token(format('c1:%s:%s:t.%s', g.token, parts[3], hw), scope);
   RETURN jsonb_build_object('changes', changes, 'cursor', next_cur, 'has_more', false);
 END
-$$;
+$_$;
 
 
 ALTER FUNCTION synchro.pull(client_id text, scope text, cursor text, max_changes integer) OWNER TO postgres;
@@ -3600,7 +3617,7 @@ CREATE FUNCTION synchro.rebuild(client_id text, scope text, session text DEFAULT
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
-    AS $$
+    AS $_$
 DECLARE
   payload    text;
   parts      text[];
@@ -3620,9 +3637,24 @@ BEGIN
   IF session IS NOT NULL THEN
     payload := synchro._token_payload(session, scope);
     parts := string_to_array(payload, ':');
-    IF payload IS NULL OR cardinality(parts) <> 8 OR parts[1] <> 'r1' THEN
+    -- Authentic is not well-formed: parsed only in the exact shape this function writes
+    -- (P, the last delivered table_id, its key order (int8) and key (UTF-8, in hex), the
+    -- chain), so no payload the key signed fails with a cast error instead of SY400.
+    IF payload IS NULL OR cardinality(parts) <> 8 OR parts[1] <> 'r1'
+       OR parts[4] !~ '^(s|t\.[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8})$'
+       OR parts[5] !~ '^([a-z][a-z0-9_]{0,62})?$'
+       OR parts[6] !~ '^-?[0-9]{1,19}$' OR parts[7] !~ '^([0-9a-f]{2})*$' OR parts[8] !~ '^[0-9a-f]{64}$' THEN
       RAISE EXCEPTION 'invalid_argument: malformed rebuild session' USING ERRCODE = 'SY400';
     END IF;
+    IF parts[6]::numeric NOT BETWEEN -9223372036854775808 AND 9223372036854775807 THEN
+      RAISE EXCEPTION 'invalid_argument: malformed rebuild session' USING ERRCODE = 'SY400';
+    END IF;
+    BEGIN
+      last_pk := convert_from(decode(parts[7], 'hex'), 'UTF8');
+    EXCEPTION WHEN character_not_in_repertoire OR untranslatable_character THEN
+      RAISE EXCEPTION 'invalid_argument: malformed rebuild session' USING ERRCODE = 'SY400';
+    END;
+    last_pk := '';
   END IF;
 
   -- SY403.
@@ -3727,7 +3759,7 @@ BEGIN
                                synchro._token(format('c1:%s:%s:%s', g.token, rg, p_point), rebuild.scope) AS cursor) e;
   RETURN result;
 END
-$$;
+$_$;
 
 
 ALTER FUNCTION synchro.rebuild(client_id text, scope text, session text, max_rows integer) OWNER TO postgres;

@@ -84,6 +84,7 @@ func TestRunnerPoisonForgedFence(t *testing.T) {
 			COMMIT;`)
 	})
 	require.Equal(t, "fence_mismatch", q.Class)
+	require.NotNil(t, q.RelationID, "the quarantine names the relation")
 	require.Equal(t, itemsRelationID(t, db), *q.RelationID)
 
 	// The WAL cannot be repaired: a retry meets the same transaction and blocks again,
@@ -106,6 +107,7 @@ func TestRunnerPoisonReplicaIdentityFull(t *testing.T) {
 		mustExec(t, db, `UPDATE items SET v = 42 WHERE id = 1`)
 	})
 	require.Equal(t, "relation_drift", q.Class)
+	require.NotNil(t, q.RelationID, "the quarantine names the relation")
 	require.Equal(t, itemsRelationID(t, db), *q.RelationID)
 }
 
@@ -120,6 +122,7 @@ func TestRunnerPoisonRenamedRelation(t *testing.T) {
 		mustExec(t, db, `ALTER TABLE items_renamed RENAME TO items`)
 	})
 	require.Equal(t, "relation_drift", q.Class)
+	require.NotNil(t, q.RelationID, "the quarantine names the relation")
 	require.Equal(t, itemsRelationID(t, db), *q.RelationID)
 
 	// Renamed back, the live catalog is right again, but logical decoding reads the
@@ -178,4 +181,27 @@ func TestRunnerPoisonDriftInsideTransaction(t *testing.T) {
 	require.Equal(t, "relation_drift", q.Class)
 	require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM synchro.effect WHERE pk IN ('1', '2')`),
 		"nothing of the drifting transaction is materialized")
+}
+
+// Issue 9 item 8(c): a bare trigger bypass (a row event with no fence message at all,
+// nothing forged) blocks the stream as fence_mismatch and names the relation.
+func TestRunnerPoisonBareBypass(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, sql string }{
+		{"ReplicaRole", `BEGIN; SET LOCAL session_replication_role = replica;
+			INSERT INTO items (id, owner) VALUES (9, 'a'); COMMIT;`},
+		{"DisabledFenceTrigger", `BEGIN; ALTER TABLE items DISABLE TRIGGER synchro_fence_update;
+			UPDATE items SET v = 42 WHERE id = 1;
+			ALTER TABLE items ENABLE TRIGGER synchro_fence_update; COMMIT;`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			db, rr, q := blockedStream(t, func(db *testdb.DB) { mustExec(t, db, tc.sql) })
+			require.Equal(t, "fence_mismatch", q.Class)
+			require.NotNil(t, q.RelationID, "the quarantine names the relation")
+			require.Equal(t, itemsRelationID(t, db), *q.RelationID)
+			require.Equal(t, float64(1), rr.counter(t, "synchro_runner_poison_total", "class", "fence_mismatch"))
+			require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM synchro.effect WHERE pk IN ('9', '1') AND commit_lsn >= $1::pg_lsn`, q.CommitLSN))
+		})
+	}
 }

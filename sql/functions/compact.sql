@@ -13,6 +13,7 @@ DECLARE
   batch    int;
   deleted  bigint := 0;
   batches  int := 0;
+  cutoff   timestamptz;
 BEGIN
   IF keep IS NULL OR keep < interval '0' THEN
     RAISE EXCEPTION 'compact refused: keep must be a non-negative interval' USING ERRCODE = 'SY400';
@@ -21,8 +22,15 @@ BEGIN
   IF gen IS NULL THEN
     RETURN jsonb_build_object('deleted_effects', 0, 'batches', 0, 'horizon', NULL);
   END IF;
+  -- An enormous keep (beyond the range of timestamptz) keeps everything: nothing was
+  -- materialized that long ago.
+  BEGIN
+    cutoff := now() - keep;
+  EXCEPTION WHEN datetime_field_overflow THEN
+    cutoff := '-infinity';
+  END;
   SELECT max(t.commit_lsn) INTO horizon FROM synchro.txn t
-   WHERE t.stream_generation = gen AND t.materialized_at < now() - keep;
+   WHERE t.stream_generation = gen AND t.materialized_at < cutoff;
   IF horizon IS NULL THEN
     SELECT r.horizon_commit_lsn INTO horizon FROM synchro.retention r WHERE r.stream_generation = gen;
     RETURN jsonb_build_object('deleted_effects', 0, 'batches', 0, 'horizon', horizon);

@@ -36,10 +36,17 @@ BEGIN
   IF cursor IS NOT NULL THEN
     payload := synchro._token_payload(cursor, scope);
     parts := string_to_array(payload, ':');
-    IF payload IS NULL OR cardinality(parts) <> 4 OR parts[1] <> 'c1' THEN
+    -- Authentic is not well-formed: the payload is parsed only in the exact shape this
+    -- function writes (an LSN and two int4 ordinals), so no payload the key signed
+    -- (another version's, say) fails with a cast error instead of SY400.
+    IF payload IS NULL OR cardinality(parts) <> 4 OR parts[1] <> 'c1'
+       OR parts[4] !~ '^(s|t\.[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}|e\.[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}\.[0-9]{1,10}\.[0-9]{1,10})$' THEN
       RAISE EXCEPTION 'invalid_argument: malformed cursor' USING ERRCODE = 'SY400';
     END IF;
     point := string_to_array(parts[4], '.');
+    IF point[1] = 'e' AND (point[3]::bigint > 2147483647 OR point[4]::bigint > 2147483647) THEN
+      RAISE EXCEPTION 'invalid_argument: malformed cursor' USING ERRCODE = 'SY400';
+    END IF;
   END IF;
 
   -- SY403.
@@ -64,7 +71,9 @@ BEGIN
   IF point[1] = 's' THEN
     c_lsn := '0/0'; c_ev := -1; c_eff := -1; stale_at := '0/0';
   ELSIF point[1] = 't' THEN
-    c_lsn := point[2]::pg_lsn; c_ev := 2147483647; c_eff := 2147483647; stale_at := c_lsn + 1;
+    c_lsn := point[2]::pg_lsn; c_ev := 2147483647; c_eff := 2147483647;
+    -- (The last LSN has no successor; nothing is ever compacted beyond it.)
+    stale_at := CASE WHEN c_lsn = 'FFFFFFFF/FFFFFFFF' THEN c_lsn ELSE c_lsn + 1 END;
   ELSE
     c_lsn := point[2]::pg_lsn; c_ev := point[3]::int; c_eff := point[4]::int; stale_at := c_lsn;
   END IF;

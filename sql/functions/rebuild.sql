@@ -37,9 +37,24 @@ BEGIN
   IF session IS NOT NULL THEN
     payload := synchro._token_payload(session, scope);
     parts := string_to_array(payload, ':');
-    IF payload IS NULL OR cardinality(parts) <> 8 OR parts[1] <> 'r1' THEN
+    -- Authentic is not well-formed: parsed only in the exact shape this function writes
+    -- (P, the last delivered table_id, its key order (int8) and key (UTF-8, in hex), the
+    -- chain), so no payload the key signed fails with a cast error instead of SY400.
+    IF payload IS NULL OR cardinality(parts) <> 8 OR parts[1] <> 'r1'
+       OR parts[4] !~ '^(s|t\.[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8})$'
+       OR parts[5] !~ '^([a-z][a-z0-9_]{0,62})?$'
+       OR parts[6] !~ '^-?[0-9]{1,19}$' OR parts[7] !~ '^([0-9a-f]{2})*$' OR parts[8] !~ '^[0-9a-f]{64}$' THEN
       RAISE EXCEPTION 'invalid_argument: malformed rebuild session' USING ERRCODE = 'SY400';
     END IF;
+    IF parts[6]::numeric NOT BETWEEN -9223372036854775808 AND 9223372036854775807 THEN
+      RAISE EXCEPTION 'invalid_argument: malformed rebuild session' USING ERRCODE = 'SY400';
+    END IF;
+    BEGIN
+      last_pk := convert_from(decode(parts[7], 'hex'), 'UTF8');
+    EXCEPTION WHEN character_not_in_repertoire OR untranslatable_character THEN
+      RAISE EXCEPTION 'invalid_argument: malformed rebuild session' USING ERRCODE = 'SY400';
+    END;
+    last_pk := '';
   END IF;
 
   -- SY403.
