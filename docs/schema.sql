@@ -95,19 +95,35 @@ ALTER FUNCTION synchro._authorize_scope(client_id text, scope text) OWNER TO pos
 CREATE FUNCTION synchro._await_visible(xid bigint) RETURNS void
     LANGUAGE plpgsql
     AS $$
-DECLARE
-  xmax numeric := pg_snapshot_xmax(pg_current_snapshot())::text::numeric;
-  full_xid xid8;
-  tries int := 0;
 BEGIN
-  IF xid IS NULL OR xid < 3 THEN
-    RETURN;
+  IF xid IS NOT NULL THEN
+    PERFORM synchro._await_visible_all(ARRAY[xid]);
   END IF;
-  full_xid := synchro._full_xid(xid, xmax);
-  WHILE NOT pg_visible_in_snapshot(full_xid, pg_current_snapshot()) LOOP
+END
+$$;
+
+
+ALTER FUNCTION synchro._await_visible(xid bigint) OWNER TO postgres;
+
+--
+-- Name: _await_visible_all(bigint[]); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._await_visible_all(xids bigint[]) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  snap_xmax numeric;
+  tries     int := 0;
+BEGIN
+  LOOP
+    snap_xmax := pg_snapshot_xmax(pg_current_snapshot())::text::numeric;
+    EXIT WHEN NOT EXISTS (
+      SELECT 1 FROM unnest(xids) AS x(xid)
+       WHERE x.xid >= 3 AND NOT pg_visible_in_snapshot(synchro._full_xid(x.xid, snap_xmax), pg_current_snapshot()));
     tries := tries + 1;
     IF tries > 10000 THEN
-      -- Retryable: the runner backs off and tries the same transaction again.
+      -- Retryable: the runner backs off and tries the same transactions again.
       RAISE EXCEPTION 'source transaction not visible yet' USING ERRCODE = 'serialization_failure';
     END IF;
     PERFORM pg_sleep(0.001);
@@ -116,7 +132,7 @@ END
 $$;
 
 
-ALTER FUNCTION synchro._await_visible(xid bigint) OWNER TO postgres;
+ALTER FUNCTION synchro._await_visible_all(xids bigint[]) OWNER TO postgres;
 
 --
 -- Name: _base_type(oid); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -422,14 +438,10 @@ BEGIN
     FROM vals x
    WHERE x.via_relation_id IS NULL
   UNION
-  SELECT x.relation_id, x.pk, x.scope_prefix || (d.image ->> x.via_scope::text)
+  SELECT x.relation_id, x.pk, x.scope_prefix || s.value
     FROM vals x
-    CROSS JOIN LATERAL (SELECT v.relation_id, v.pk FROM synchro.rule_value v
-                         WHERE v.relation_id = x.via_relation_id AND v.column_name = x.via_match
-                           AND v.value_hash = synchro._scope_hash(x.value) AND v.value = x.value OFFSET 0) v
-    CROSS JOIN LATERAL (SELECT d.image FROM synchro.projection d
-                         WHERE d.relation_id = v.relation_id AND d.pk = v.pk OFFSET 0) d
-   WHERE x.via_relation_id IS NOT NULL AND d.image ->> x.via_scope::text IS NOT NULL;
+    CROSS JOIN LATERAL synchro._via_scope_values(x.via_relation_id, x.via_match, x.via_scope, x.value) AS s(value)
+   WHERE x.via_relation_id IS NOT NULL;
 END
 $$;
 
@@ -1061,8 +1073,6 @@ DECLARE
   n_fence int;
   big     boolean;
   rel     record;
-  tries   int := 0;
-  snap_xmax numeric;
 BEGIN
   SELECT * INTO p FROM synchro.progress FOR UPDATE;
   IF NOT FOUND OR p.stream_generation <> gen OR p.registry_generation IS NULL THEN
@@ -1104,17 +1114,7 @@ BEGIN
   -- Each source transaction's own writes to synchro tables (its push write fences)
   -- must be visible before they are read below (see synchro._await_visible): one
   -- snapshot checks the whole run, and only a miss waits.
-  LOOP
-    snap_xmax := pg_snapshot_xmax(pg_current_snapshot())::text::numeric;
-    EXIT WHEN NOT EXISTS (
-      SELECT 1 FROM pg_temp.synchro_b_txn b
-       WHERE b.xid >= 3 AND NOT pg_visible_in_snapshot(synchro._full_xid(b.xid, snap_xmax), pg_current_snapshot()));
-    tries := tries + 1;
-    IF tries > 10000 THEN
-      RAISE EXCEPTION 'source transaction not visible yet' USING ERRCODE = 'serialization_failure';
-    END IF;
-    PERFORM pg_sleep(0.001);
-  END LOOP;
+  PERFORM synchro._await_visible_all(ARRAY(SELECT b.xid FROM pg_temp.synchro_b_txn b));
 
   UPDATE pg_temp.synchro_b_txn b SET n_events = c.n
     FROM (SELECT s.txn, count(*)::int AS n FROM pg_temp.synchro_stage s
@@ -1266,14 +1266,10 @@ BEGIN
     FROM vals x
    WHERE x.via_relation_id IS NULL
   UNION
-  SELECT x.t, x.relation_id, x.pk, x.scope_prefix || (d.image ->> x.via_scope::text)
+  SELECT x.t, x.relation_id, x.pk, x.scope_prefix || s.value
     FROM vals x
-    CROSS JOIN LATERAL (SELECT v.relation_id, v.pk FROM synchro.rule_value v
-                         WHERE v.relation_id = x.via_relation_id AND v.column_name = x.via_match
-                           AND v.value_hash = synchro._scope_hash(x.value) AND v.value = x.value OFFSET 0) v
-    CROSS JOIN LATERAL (SELECT d.image FROM synchro.projection d
-                         WHERE d.relation_id = v.relation_id AND d.pk = v.pk OFFSET 0) d
-   WHERE x.via_relation_id IS NOT NULL AND d.image ->> x.via_scope::text IS NOT NULL;
+    CROSS JOIN LATERAL synchro._via_scope_values(x.via_relation_id, x.via_match, x.via_scope, x.value) AS s(value)
+   WHERE x.via_relation_id IS NOT NULL;
   IF big THEN
     ANALYZE pg_temp.synchro_b_scopes;
   END IF;
@@ -2724,6 +2720,27 @@ $_$;
 
 
 ALTER FUNCTION synchro._token_payload(token text, scope text) OWNER TO postgres;
+
+--
+-- Name: _via_scope_values(bigint, name, name, text); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._via_scope_values(via_relation_id bigint, via_match name, via_scope name, value text) RETURNS SETOF text
+    LANGUAGE sql STABLE
+    AS $$
+  -- Parameters are qualified: a bare "value" would name rule_value's column.
+  SELECT d.image ->> _via_scope_values.via_scope::text
+    FROM (SELECT v.relation_id, v.pk FROM synchro.rule_value v
+           WHERE v.relation_id = _via_scope_values.via_relation_id AND v.column_name = _via_scope_values.via_match
+             AND v.value_hash = synchro._scope_hash(_via_scope_values.value)
+             AND v.value = _via_scope_values.value OFFSET 0) v
+    CROSS JOIN LATERAL (SELECT d.image FROM synchro.projection d
+                         WHERE d.relation_id = v.relation_id AND d.pk = v.pk OFFSET 0) d
+   WHERE d.image ->> _via_scope_values.via_scope::text IS NOT NULL
+$$;
+
+
+ALTER FUNCTION synchro._via_scope_values(via_relation_id bigint, via_match name, via_scope name, value text) OWNER TO postgres;
 
 --
 -- Name: activate_registry(); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -5078,6 +5095,13 @@ REVOKE ALL ON FUNCTION synchro._await_visible(xid bigint) FROM PUBLIC;
 
 
 --
+-- Name: FUNCTION _await_visible_all(xids bigint[]); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._await_visible_all(xids bigint[]) FROM PUBLIC;
+
+
+--
 -- Name: FUNCTION _base_type(typ oid); Type: ACL; Schema: synchro; Owner: postgres
 --
 
@@ -5437,6 +5461,13 @@ REVOKE ALL ON FUNCTION synchro._token(payload text, scope text) FROM PUBLIC;
 --
 
 REVOKE ALL ON FUNCTION synchro._token_payload(token text, scope text) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _via_scope_values(via_relation_id bigint, via_match name, via_scope name, value text); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._via_scope_values(via_relation_id bigint, via_match name, via_scope name, value text) FROM PUBLIC;
 
 
 --

@@ -11,23 +11,10 @@ LANGUAGE plpgsql
 -- No SET clause: an internal helper, called only from functions that pinned
 -- search_path already.
 AS $$
-DECLARE
-  xmax numeric := pg_snapshot_xmax(pg_current_snapshot())::text::numeric;
-  full_xid xid8;
-  tries int := 0;
 BEGIN
-  IF xid IS NULL OR xid < 3 THEN
-    RETURN;
+  IF xid IS NOT NULL THEN
+    PERFORM synchro._await_visible_all(ARRAY[xid]);
   END IF;
-  full_xid := synchro._full_xid(xid, xmax);
-  WHILE NOT pg_visible_in_snapshot(full_xid, pg_current_snapshot()) LOOP
-    tries := tries + 1;
-    IF tries > 10000 THEN
-      -- Retryable: the runner backs off and tries the same transaction again.
-      RAISE EXCEPTION 'source transaction not visible yet' USING ERRCODE = 'serialization_failure';
-    END IF;
-    PERFORM pg_sleep(0.001);
-  END LOOP;
 END
 $$;
 

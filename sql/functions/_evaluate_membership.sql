@@ -24,14 +24,10 @@ BEGIN
     FROM vals x
    WHERE x.via_relation_id IS NULL
   UNION
-  SELECT x.relation_id, x.pk, x.scope_prefix || (d.image ->> x.via_scope::text)
+  SELECT x.relation_id, x.pk, x.scope_prefix || s.value
     FROM vals x
-    CROSS JOIN LATERAL (SELECT v.relation_id, v.pk FROM synchro.rule_value v
-                         WHERE v.relation_id = x.via_relation_id AND v.column_name = x.via_match
-                           AND v.value_hash = synchro._scope_hash(x.value) AND v.value = x.value OFFSET 0) v
-    CROSS JOIN LATERAL (SELECT d.image FROM synchro.projection d
-                         WHERE d.relation_id = v.relation_id AND d.pk = v.pk OFFSET 0) d
-   WHERE x.via_relation_id IS NOT NULL AND d.image ->> x.via_scope::text IS NOT NULL;
+    CROSS JOIN LATERAL synchro._via_scope_values(x.via_relation_id, x.via_match, x.via_scope, x.value) AS s(value)
+   WHERE x.via_relation_id IS NOT NULL;
 END
 $$;
 

@@ -32,8 +32,6 @@ DECLARE
   n_fence int;
   big     boolean;
   rel     record;
-  tries   int := 0;
-  snap_xmax numeric;
 BEGIN
   SELECT * INTO p FROM synchro.progress FOR UPDATE;
   IF NOT FOUND OR p.stream_generation <> gen OR p.registry_generation IS NULL THEN
@@ -75,17 +73,7 @@ BEGIN
   -- Each source transaction's own writes to synchro tables (its push write fences)
   -- must be visible before they are read below (see synchro._await_visible): one
   -- snapshot checks the whole run, and only a miss waits.
-  LOOP
-    snap_xmax := pg_snapshot_xmax(pg_current_snapshot())::text::numeric;
-    EXIT WHEN NOT EXISTS (
-      SELECT 1 FROM pg_temp.synchro_b_txn b
-       WHERE b.xid >= 3 AND NOT pg_visible_in_snapshot(synchro._full_xid(b.xid, snap_xmax), pg_current_snapshot()));
-    tries := tries + 1;
-    IF tries > 10000 THEN
-      RAISE EXCEPTION 'source transaction not visible yet' USING ERRCODE = 'serialization_failure';
-    END IF;
-    PERFORM pg_sleep(0.001);
-  END LOOP;
+  PERFORM synchro._await_visible_all(ARRAY(SELECT b.xid FROM pg_temp.synchro_b_txn b));
 
   UPDATE pg_temp.synchro_b_txn b SET n_events = c.n
     FROM (SELECT s.txn, count(*)::int AS n FROM pg_temp.synchro_stage s
@@ -237,14 +225,10 @@ BEGIN
     FROM vals x
    WHERE x.via_relation_id IS NULL
   UNION
-  SELECT x.t, x.relation_id, x.pk, x.scope_prefix || (d.image ->> x.via_scope::text)
+  SELECT x.t, x.relation_id, x.pk, x.scope_prefix || s.value
     FROM vals x
-    CROSS JOIN LATERAL (SELECT v.relation_id, v.pk FROM synchro.rule_value v
-                         WHERE v.relation_id = x.via_relation_id AND v.column_name = x.via_match
-                           AND v.value_hash = synchro._scope_hash(x.value) AND v.value = x.value OFFSET 0) v
-    CROSS JOIN LATERAL (SELECT d.image FROM synchro.projection d
-                         WHERE d.relation_id = v.relation_id AND d.pk = v.pk OFFSET 0) d
-   WHERE x.via_relation_id IS NOT NULL AND d.image ->> x.via_scope::text IS NOT NULL;
+    CROSS JOIN LATERAL synchro._via_scope_values(x.via_relation_id, x.via_match, x.via_scope, x.value) AS s(value)
+   WHERE x.via_relation_id IS NOT NULL;
   IF big THEN
     ANALYZE pg_temp.synchro_b_scopes;
   END IF;
