@@ -3494,7 +3494,8 @@ BEGIN
   END IF;
   RETURN NEXT;
 
-  -- slot: the stream's slot exists in this database with the stream's plugin, its WAL
+  -- slot: the stream's slot exists in this database with the stream's plugin (and the
+  -- runner decodes with that plugin: synchro run --decoder), its WAL
   -- not lost, confirmed_flush_lsn between the acknowledgement and both the processed
   -- boundary and the current WAL position.
   check_name := 'slot';
@@ -3512,13 +3513,15 @@ BEGIN
             AND slot.confirmed_flush_lsn IS NOT NULL AND have_progress AND wal IS NOT NULL
             AND ack_before IS NOT NULL AND slot.confirmed_flush_lsn >= ack_before AND slot.confirmed_flush_lsn <= pr.processed_end_lsn
             AND slot.confirmed_flush_lsn <= wal
-            AND (NOT have_runner OR rn.slot_name = sg.slot_name);
+            AND (NOT have_runner OR rn.slot_name = sg.slot_name)
+            AND (NOT have_runner OR rn.decoder = sg.plugin);
       ok := coalesce(ok, false);
       detail := pg_catalog.format(
-        'plugin_matches=%s wal_status=%s confirmed_flush_lsn=%s acknowledged_lsn=%s processed_end_lsn=%s current_wal_lsn=%s runner_slot_matches=%s',
+        'plugin_matches=%s wal_status=%s confirmed_flush_lsn=%s acknowledged_lsn=%s processed_end_lsn=%s current_wal_lsn=%s runner_slot_matches=%s runner_decoder_matches=%s',
         (slot.plugin = sg.plugin)::text, coalesce(slot.wal_status, 'null'), coalesce(slot.confirmed_flush_lsn::text, 'null'),
         coalesce(ack_before::text, 'null'), coalesce(pr.processed_end_lsn::text, 'null'), coalesce(wal::text, 'unknown'),
-        CASE WHEN have_runner THEN (rn.slot_name = sg.slot_name)::text ELSE 'no_runner' END);
+        CASE WHEN have_runner THEN (rn.slot_name = sg.slot_name)::text ELSE 'no_runner' END,
+        CASE WHEN have_runner THEN coalesce((rn.decoder = sg.plugin)::text, 'unknown') ELSE 'no_runner' END);
     END IF;
   END IF;
   RETURN NEXT;
@@ -3930,13 +3933,13 @@ $_$;
 ALTER FUNCTION synchro.runner_baseline(slot_name text, plugin text, consistent_point pg_lsn) OWNER TO postgres;
 
 --
--- Name: runner_claim(text, integer, text, text, interval); Type: FUNCTION; Schema: synchro; Owner: postgres
+-- Name: runner_claim(text, integer, text, text, interval, text); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
-CREATE FUNCTION synchro.runner_claim(owner text, pid integer, slot_name text, publication text, heartbeat_interval interval) RETURNS void
+CREATE FUNCTION synchro.runner_claim(owner text, pid integer, slot_name text, publication text, heartbeat_interval interval, decoder text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
+    AS $_$
 BEGIN
   IF NOT pg_try_advisory_lock(hashtextextended('synchro.runner', synchro._lock_seed())) THEN
     RAISE EXCEPTION 'runner refused: another runner is active for this database' USING ERRCODE = 'object_in_use';
@@ -3950,22 +3953,25 @@ BEGIN
   IF heartbeat_interval IS NULL OR heartbeat_interval <= interval '0' OR heartbeat_interval > interval '1 hour' THEN
     RAISE EXCEPTION 'runner refused: heartbeat_interval must be positive and at most one hour' USING ERRCODE = 'SY400';
   END IF;
+  IF decoder IS NULL OR decoder !~ '^[a-z0-9_]{1,63}$' THEN
+    RAISE EXCEPTION 'runner refused: decoder must be an output plugin name' USING ERRCODE = 'SY400';
+  END IF;
   INSERT INTO synchro.runner AS r (singleton, owner, pid, backend_pid, slot_name, publication, database_name,
-                                   started_at, heartbeat_at, heartbeat_interval, state)
+                                   started_at, heartbeat_at, heartbeat_interval, state, decoder)
   VALUES (true, left(owner, 200), pid, pg_backend_pid(), slot_name, publication, current_database(),
-          now(), now(), heartbeat_interval, 'starting')
+          now(), now(), heartbeat_interval, 'starting', decoder)
   ON CONFLICT (singleton) DO UPDATE
     SET owner = excluded.owner, pid = excluded.pid, backend_pid = excluded.backend_pid,
         slot_name = excluded.slot_name, publication = excluded.publication,
         database_name = excluded.database_name, started_at = excluded.started_at,
         heartbeat_at = excluded.heartbeat_at, heartbeat_interval = excluded.heartbeat_interval,
         registry_generation = NULL, materialized_commit_lsn = NULL, received_lsn = NULL,
-        state = excluded.state;
+        state = excluded.state, decoder = excluded.decoder;
 END
-$$;
+$_$;
 
 
-ALTER FUNCTION synchro.runner_claim(owner text, pid integer, slot_name text, publication text, heartbeat_interval interval) OWNER TO postgres;
+ALTER FUNCTION synchro.runner_claim(owner text, pid integer, slot_name text, publication text, heartbeat_interval interval, decoder text) OWNER TO postgres;
 
 --
 -- Name: runner_columns(bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -4190,13 +4196,13 @@ ALTER FUNCTION synchro.runner_stage_open() OWNER TO postgres;
 -- Name: runner_state(); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
-CREATE FUNCTION synchro.runner_state() RETURNS TABLE(stream_generation bigint, slot_name text, generation_start_lsn pg_lsn, materialized_commit_lsn pg_lsn, processed_end_lsn pg_lsn, acknowledged_end_lsn pg_lsn, registry_generation bigint, poison_commit_lsn pg_lsn, poison_class text, retry_requested boolean)
+CREATE FUNCTION synchro.runner_state() RETURNS TABLE(stream_generation bigint, slot_name text, generation_start_lsn pg_lsn, materialized_commit_lsn pg_lsn, processed_end_lsn pg_lsn, acknowledged_end_lsn pg_lsn, registry_generation bigint, poison_commit_lsn pg_lsn, poison_class text, retry_requested boolean, plugin text)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
   SELECT p.stream_generation, g.slot_name, p.generation_start_lsn, p.materialized_commit_lsn,
          p.processed_end_lsn, p.acknowledged_end_lsn, p.registry_generation,
-         q.commit_lsn, q.failure_class, q.retry_requested
+         q.commit_lsn, q.failure_class, q.retry_requested, g.plugin
     FROM synchro.progress p
     JOIN synchro.stream_generation g ON g.stream_generation = p.stream_generation
     LEFT JOIN LATERAL (
@@ -4209,6 +4215,30 @@ $$;
 
 
 ALTER FUNCTION synchro.runner_state() OWNER TO postgres;
+
+--
+-- Name: runner_table_set(); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro.runner_table_set() RETURNS TABLE(relid oid, first_generation bigint, columns text[], latest_generation bigint)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  WITH activated AS (
+    SELECT g.generation FROM synchro.registry_generation g
+     WHERE g.state IN ('active', 'retired') AND g.activated_at IS NOT NULL)
+  SELECT r.relid, min(reg.generation),
+         array_agg(DISTINCT c.name ORDER BY c.name),
+         (SELECT max(a.generation) FROM activated a)
+    FROM synchro.relation r
+    JOIN synchro.registration reg ON reg.relation_id = r.relation_id
+    JOIN activated a ON a.generation = reg.generation
+   CROSS JOIN LATERAL unnest(reg.columns::text[] || r.key_column::text) AS c(name)
+   GROUP BY r.relid
+$$;
+
+
+ALTER FUNCTION synchro.runner_table_set() OWNER TO postgres;
 
 --
 -- Name: set_scope_authorizer(regprocedure); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -4610,6 +4640,7 @@ CREATE TABLE synchro.runner (
     wal_mark_at timestamp with time zone,
     wal_prev_mark_lsn pg_lsn,
     wal_prev_mark_at timestamp with time zone,
+    decoder text,
     CONSTRAINT runner_singleton CHECK (singleton)
 );
 
@@ -5593,11 +5624,11 @@ GRANT ALL ON FUNCTION synchro.runner_baseline(slot_name text, plugin text, consi
 
 
 --
--- Name: FUNCTION runner_claim(owner text, pid integer, slot_name text, publication text, heartbeat_interval interval); Type: ACL; Schema: synchro; Owner: postgres
+-- Name: FUNCTION runner_claim(owner text, pid integer, slot_name text, publication text, heartbeat_interval interval, decoder text); Type: ACL; Schema: synchro; Owner: postgres
 --
 
-REVOKE ALL ON FUNCTION synchro.runner_claim(owner text, pid integer, slot_name text, publication text, heartbeat_interval interval) FROM PUBLIC;
-GRANT ALL ON FUNCTION synchro.runner_claim(owner text, pid integer, slot_name text, publication text, heartbeat_interval interval) TO synchro_runner;
+REVOKE ALL ON FUNCTION synchro.runner_claim(owner text, pid integer, slot_name text, publication text, heartbeat_interval interval, decoder text) FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.runner_claim(owner text, pid integer, slot_name text, publication text, heartbeat_interval interval, decoder text) TO synchro_runner;
 
 
 --
@@ -5654,6 +5685,14 @@ GRANT ALL ON FUNCTION synchro.runner_stage_open() TO synchro_runner;
 
 REVOKE ALL ON FUNCTION synchro.runner_state() FROM PUBLIC;
 GRANT ALL ON FUNCTION synchro.runner_state() TO synchro_runner;
+
+
+--
+-- Name: FUNCTION runner_table_set(); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro.runner_table_set() FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.runner_table_set() TO synchro_runner;
 
 
 --

@@ -197,6 +197,7 @@ type SynchroRunner struct {
 	WalMarkAt             *time.Time
 	WalPrevMarkLsn        interface{}
 	WalPrevMarkAt         *time.Time
+	Decoder               *string
 }
 
 type SynchroScopePrefix struct {

@@ -105,6 +105,73 @@ func (q *Queries) PublicationExists(ctx context.Context, publication string) (bo
 	return found, err
 }
 
+const relationShapes = `-- name: RelationShapes :many
+SELECT c.oid::bigint AS relid, n.nspname::text AS nspname, c.relname::text AS relname,
+       c.relreplident::text AS replident,
+       coalesce(array_agg(a.attname::text ORDER BY a.attnum) FILTER (WHERE a.attnum IS NOT NULL), '{}')::text[] AS col_names,
+       coalesce(array_agg(a.atttypid::bigint ORDER BY a.attnum) FILTER (WHERE a.attnum IS NOT NULL), '{}')::bigint[] AS col_types,
+       coalesce(array_agg(a.atttypmod ORDER BY a.attnum) FILTER (WHERE a.attnum IS NOT NULL), '{}')::int[] AS col_typmods,
+       coalesce(array_agg(t.typlen::int ORDER BY a.attnum) FILTER (WHERE a.attnum IS NOT NULL), '{}')::int[] AS col_typlens,
+       coalesce(array_agg(coalesce(nullif(t.typbasetype, 0), t.oid)::bigint ORDER BY a.attnum) FILTER (WHERE a.attnum IS NOT NULL), '{}')::bigint[] AS col_base_types,
+       coalesce(array_agg(coalesce(a.attnum = ANY (i.indkey::int2[]), false) ORDER BY a.attnum) FILTER (WHERE a.attnum IS NOT NULL), '{}')::boolean[] AS col_keys
+FROM pg_catalog.pg_class c
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+LEFT JOIN pg_catalog.pg_index i ON i.indrelid = c.oid AND (
+       (c.relreplident = 'd' AND i.indisprimary) OR (c.relreplident = 'i' AND i.indisreplident))
+LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+LEFT JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+WHERE c.oid = ANY ($1::bigint[]::oid[])
+GROUP BY c.oid, n.nspname, c.relname, c.relreplident, i.indkey
+`
+
+type RelationShapesRow struct {
+	Relid        int64
+	Nspname      string
+	Relname      string
+	Replident    string
+	ColNames     []string
+	ColTypes     []int64
+	ColTypmods   []int32
+	ColTyplens   []int32
+	ColBaseTypes []int64
+	ColKeys      []bool
+}
+
+// Decoder session start (runner/decode/wal2json): the live catalog shape of the relations of
+// the table set, as pgoutput's Relation message would describe them (live, non-generated
+// columns in attnum order; key = member of the replica identity index), with each column's
+// type length (-1 for varlena: only those can be an unchanged TOAST value) and base type.
+func (q *Queries) RelationShapes(ctx context.Context, relids []int64) ([]RelationShapesRow, error) {
+	rows, err := q.db.Query(ctx, relationShapes, relids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []RelationShapesRow
+	for rows.Next() {
+		var i RelationShapesRow
+		if err := rows.Scan(
+			&i.Relid,
+			&i.Nspname,
+			&i.Relname,
+			&i.Replident,
+			&i.ColNames,
+			&i.ColTypes,
+			&i.ColTypmods,
+			&i.ColTyplens,
+			&i.ColBaseTypes,
+			&i.ColKeys,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const runnerAck = `-- name: RunnerAck :exec
 SELECT synchro.runner_ack($1::text::pg_lsn)
 `
@@ -138,7 +205,8 @@ func (q *Queries) RunnerBaseline(ctx context.Context, arg RunnerBaselineParams) 
 const runnerClaim = `-- name: RunnerClaim :exec
 
 SELECT synchro.runner_claim($1::text, $2::int, $3::text,
-                            $4::text, $5::interval)
+                            $4::text, $5::interval,
+                            $6::text)
 `
 
 type RunnerClaimParams struct {
@@ -147,6 +215,7 @@ type RunnerClaimParams struct {
 	SlotName          string
 	Publication       string
 	HeartbeatInterval pgtype.Interval
+	Decoder           string
 }
 
 // Queries of the WAL runner (runner/). LSNs cross as text: sqlc has no pg_lsn type,
@@ -161,6 +230,7 @@ func (q *Queries) RunnerClaim(ctx context.Context, arg RunnerClaimParams) error 
 		arg.SlotName,
 		arg.Publication,
 		arg.HeartbeatInterval,
+		arg.Decoder,
 	)
 	return err
 }
@@ -277,10 +347,11 @@ SELECT s.stream_generation::bigint                     AS stream_generation,
        coalesce(s.registry_generation, 0)::bigint      AS registry_generation,
        coalesce(s.poison_commit_lsn::text, '')::text   AS poison_commit_lsn,
        coalesce(s.poison_class, '')::text              AS poison_class,
-       coalesce(s.retry_requested, false)::boolean     AS retry_requested
+       coalesce(s.retry_requested, false)::boolean     AS retry_requested,
+       coalesce(s.plugin, '')::text                    AS plugin
 FROM synchro.runner_state() AS s(stream_generation, slot_name, generation_start_lsn, materialized_commit_lsn,
                                  processed_end_lsn, acknowledged_end_lsn, registry_generation,
-                                 poison_commit_lsn, poison_class, retry_requested)
+                                 poison_commit_lsn, poison_class, retry_requested, plugin)
 `
 
 type RunnerStateRow struct {
@@ -294,6 +365,7 @@ type RunnerStateRow struct {
 	PoisonCommitLsn       string
 	PoisonClass           string
 	RetryRequested        bool
+	Plugin                string
 }
 
 // readState (runner/control.go, session.go): the active stream's durable progress and blocking
@@ -312,8 +384,50 @@ func (q *Queries) RunnerState(ctx context.Context) (RunnerStateRow, error) {
 		&i.PoisonCommitLsn,
 		&i.PoisonClass,
 		&i.RetryRequested,
+		&i.Plugin,
 	)
 	return i, err
+}
+
+const runnerTableSet = `-- name: RunnerTableSet :many
+SELECT t.relid::bigint AS relid, t.first_generation::bigint AS first_generation,
+       t.columns::text[] AS columns, t.latest_generation::bigint AS latest_generation
+FROM synchro.runner_table_set() AS t
+ORDER BY t.relid
+`
+
+type RunnerTableSetRow struct {
+	Relid            int64
+	FirstGeneration  int64
+	Columns          []string
+	LatestGeneration int64
+}
+
+// Decoder session start (runner/decode/wal2json): the table set of a decoder without a
+// publication, from the registry.
+func (q *Queries) RunnerTableSet(ctx context.Context) ([]RunnerTableSetRow, error) {
+	rows, err := q.db.Query(ctx, runnerTableSet)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []RunnerTableSetRow
+	for rows.Next() {
+		var i RunnerTableSetRow
+		if err := rows.Scan(
+			&i.Relid,
+			&i.FirstGeneration,
+			&i.Columns,
+			&i.LatestGeneration,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const serverVersionNum = `-- name: ServerVersionNum :one

@@ -6,7 +6,8 @@
 -- Control session (runner/control.go): take the runner claim (advisory lock + runner row).
 -- name: RunnerClaim :exec
 SELECT synchro.runner_claim(sqlc.arg(owner)::text, sqlc.arg(pid)::int, sqlc.arg(slot_name)::text,
-                            sqlc.arg(publication)::text, sqlc.arg(heartbeat_interval)::interval);
+                            sqlc.arg(publication)::text, sqlc.arg(heartbeat_interval)::interval,
+                            sqlc.arg(decoder)::text);
 
 -- Control session (runner/control.go): the server version, to check the capabilities the runner needs.
 -- name: ServerVersionNum :one
@@ -32,10 +33,11 @@ SELECT s.stream_generation::bigint                     AS stream_generation,
        coalesce(s.registry_generation, 0)::bigint      AS registry_generation,
        coalesce(s.poison_commit_lsn::text, '')::text   AS poison_commit_lsn,
        coalesce(s.poison_class, '')::text              AS poison_class,
-       coalesce(s.retry_requested, false)::boolean     AS retry_requested
+       coalesce(s.retry_requested, false)::boolean     AS retry_requested,
+       coalesce(s.plugin, '')::text                    AS plugin
 FROM synchro.runner_state() AS s(stream_generation, slot_name, generation_start_lsn, materialized_commit_lsn,
                                  processed_end_lsn, acknowledged_end_lsn, registry_generation,
-                                 poison_commit_lsn, poison_class, retry_requested);
+                                 poison_commit_lsn, poison_class, retry_requested, plugin);
 
 -- slotPosition (runner/control.go): the slot as pg_replication_slots shows it, for reconciliation
 -- and for recording acknowledgements; no row when it does not exist. '' stands for NULL.
@@ -117,3 +119,33 @@ SELECT coalesce((SELECT (pg_catalog.pg_current_wal_lsn() - s.restart_lsn)::int8
                     AND s.restart_lsn IS NOT NULL), -1)::int8 AS retained_bytes,
        coalesce((SELECT CASE WHEN st.setting::int8 < 0 THEN -1 ELSE st.setting::int8 * 1048576 END
                    FROM pg_catalog.pg_settings st WHERE st.name = 'max_slot_wal_keep_size'), -1)::int8 AS max_keep_bytes;
+
+-- Decoder session start (runner/decode/wal2json): the table set of a decoder without a
+-- publication, from the registry.
+-- name: RunnerTableSet :many
+SELECT t.relid::bigint AS relid, t.first_generation::bigint AS first_generation,
+       t.columns::text[] AS columns, t.latest_generation::bigint AS latest_generation
+FROM synchro.runner_table_set() AS t
+ORDER BY t.relid;
+
+-- Decoder session start (runner/decode/wal2json): the live catalog shape of the relations of
+-- the table set, as pgoutput's Relation message would describe them (live, non-generated
+-- columns in attnum order; key = member of the replica identity index), with each column's
+-- type length (-1 for varlena: only those can be an unchanged TOAST value) and base type.
+-- name: RelationShapes :many
+SELECT c.oid::bigint AS relid, n.nspname::text AS nspname, c.relname::text AS relname,
+       c.relreplident::text AS replident,
+       coalesce(array_agg(a.attname::text ORDER BY a.attnum) FILTER (WHERE a.attnum IS NOT NULL), '{}')::text[] AS col_names,
+       coalesce(array_agg(a.atttypid::bigint ORDER BY a.attnum) FILTER (WHERE a.attnum IS NOT NULL), '{}')::bigint[] AS col_types,
+       coalesce(array_agg(a.atttypmod ORDER BY a.attnum) FILTER (WHERE a.attnum IS NOT NULL), '{}')::int[] AS col_typmods,
+       coalesce(array_agg(t.typlen::int ORDER BY a.attnum) FILTER (WHERE a.attnum IS NOT NULL), '{}')::int[] AS col_typlens,
+       coalesce(array_agg(coalesce(nullif(t.typbasetype, 0), t.oid)::bigint ORDER BY a.attnum) FILTER (WHERE a.attnum IS NOT NULL), '{}')::bigint[] AS col_base_types,
+       coalesce(array_agg(coalesce(a.attnum = ANY (i.indkey::int2[]), false) ORDER BY a.attnum) FILTER (WHERE a.attnum IS NOT NULL), '{}')::boolean[] AS col_keys
+FROM pg_catalog.pg_class c
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+LEFT JOIN pg_catalog.pg_index i ON i.indrelid = c.oid AND (
+       (c.relreplident = 'd' AND i.indisprimary) OR (c.relreplident = 'i' AND i.indisreplident))
+LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+LEFT JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+WHERE c.oid = ANY (sqlc.arg(relids)::bigint[]::oid[])
+GROUP BY c.oid, n.nspname, c.relname, c.relreplident, i.indkey;

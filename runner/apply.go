@@ -31,6 +31,7 @@ const (
 // runner_idle, runner_ack, runner_poison all run here, serially), so they never
 // contend.
 type applier struct {
+	dec      decode.Decoder // the session's decoder (its plugin's)
 	cfg      *Config
 	log      *slog.Logger
 	conn     *pgx.Conn
@@ -451,7 +452,7 @@ func (a *applier) recordPoison(ctx context.Context, commitLSN pglogrepl.LSN, v V
 var errStopped = errors.New("synchro: stopped after the transaction in hand")
 
 func (a *applier) run(ctx, stop context.Context, items <-chan item) error {
-	dec := decode.NewPgOutput()
+	dec := a.dec
 	coll := collate.New(a)
 	tick := time.NewTicker(a.cfg.PollInterval)
 	defer tick.Stop()

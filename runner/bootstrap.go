@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/synchro/synchro/gen"
+	"github.com/synchro/synchro/runner/decode"
 )
 
 // snapshotName is the shape of an exported snapshot name (SET TRANSACTION
@@ -35,10 +36,10 @@ func (r *Runner) bootstrap(ctx context.Context) (err error) {
 	if s.Exists {
 		// No stream generation names it: the leftover of a first start that died
 		// before its baseline committed. Its snapshot is gone; make a new one.
-		if s.Plugin != streamPlugin {
+		if s.Plugin != r.plugin.Name() {
 			// Not ours to drop: someone else's slot under the configured name.
 			return &fatalError{err: fmt.Errorf(
-				"synchro: fatal: replication slot %q exists with output plugin %q, the stream needs %q", r.cfg.Slot, s.Plugin, streamPlugin)}
+				"synchro: fatal: replication slot %q exists with output plugin %q, the stream needs %q", r.cfg.Slot, s.Plugin, r.plugin.Name())}
 		}
 		if s.Active {
 			return errSlotActive
@@ -57,9 +58,8 @@ func (r *Runner) bootstrap(ctx context.Context) (err error) {
 	// Creating the slot waits for every transaction running in the cluster, for
 	// as long as they run: not watched by /livez.
 	r.live.idle(LoopSession)
-	const plugin = streamPlugin
-	res, err := pglogrepl.CreateReplicationSlot(ctx, repl, r.cfg.Slot, plugin,
-		pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "EXPORT_SNAPSHOT", Mode: pglogrepl.LogicalReplication})
+	plugin := r.plugin.Name()
+	res, err := decode.CreateSlot(ctx, repl, r.plugin, r.cfg.Slot)
 	if err != nil {
 		return fmt.Errorf("synchro: create replication slot: %w", err)
 	}

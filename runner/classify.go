@@ -91,9 +91,9 @@ func Classify(err error) Verdict {
 	}
 	if c, ok := decode.ClassOf(err); ok {
 		switch c {
-		case decode.ClassCapabilityUnsupported, decode.ClassConfigInvalid:
+		case decode.ClassCapabilityUnsupported, decode.ClassConfigInvalid, decode.ClassValueNotRepresentable:
 			return Verdict{Disposition: Fatal, Class: string(c)}
-		case decode.ClassStopped:
+		case decode.ClassStopped, decode.ClassTableSetChanged:
 			// A stopped collator is the runner's own bug, not the transaction's.
 			return Verdict{Disposition: Transient, Class: string(c)}
 		}

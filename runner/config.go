@@ -21,6 +21,10 @@ type Config struct {
 	Slot string
 	// Publication is the publication the registry keeps (default "synchro").
 	Publication string
+	// Decoder is the output plugin the stream is decoded with: "pgoutput"
+	// (default) or "wal2json" (docs/decoders.md). The stream records its
+	// plugin at creation; a runner with another one is refused at start.
+	Decoder string
 	// Owner names this runner in synchro.runner (default: the host name).
 	Owner string
 
@@ -118,6 +122,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Publication == "" {
 		c.Publication = "synchro"
+	}
+	if c.Decoder == "" {
+		c.Decoder = "pgoutput"
+	}
+	if _, err := PluginFor(c.Decoder); err != nil {
+		return c, err
 	}
 	if c.Owner == "" {
 		c.Owner, _ = os.Hostname()

@@ -58,6 +58,7 @@ func (c *control) claim(ctx context.Context, cfg *Config) error {
 		Publication: cfg.Publication,
 		// What pgx encodes for a time.Duration: whole microseconds.
 		HeartbeatInterval: pgtype.Interval{Microseconds: cfg.HeartbeatInterval.Microseconds(), Valid: true},
+		Decoder:           cfg.Decoder,
 	})
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "55006" {
@@ -130,6 +131,7 @@ func readState(ctx context.Context, db gen.DBTX) (Progress, bool, error) {
 	p.RegistryGeneration = row.RegistryGeneration
 	p.PoisonClass = row.PoisonClass
 	p.RetryRequested = row.RetryRequested
+	p.Plugin = row.Plugin
 	return p, true, nil
 }
 

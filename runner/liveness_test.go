@@ -58,15 +58,15 @@ func TestLivezHandler(t *testing.T) {
 func TestSlotUsable(t *testing.T) {
 	t.Parallel()
 	var fatal *fatalError
-	require.NoError(t, slotUsable(slotInfo{Exists: true, Plugin: "pgoutput", WALStatus: "reserved"}, "s"))
-	require.NoError(t, slotUsable(slotInfo{Exists: true, Plugin: "pgoutput", WALStatus: "unreserved"}, "s"))
-	err := slotUsable(slotInfo{Exists: true, Plugin: "pgoutput", WALStatus: "lost"}, "s")
+	require.NoError(t, slotUsable(slotInfo{Exists: true, Plugin: "pgoutput", WALStatus: "reserved"}, "s", "pgoutput"))
+	require.NoError(t, slotUsable(slotInfo{Exists: true, Plugin: "pgoutput", WALStatus: "unreserved"}, "s", "pgoutput"))
+	err := slotUsable(slotInfo{Exists: true, Plugin: "pgoutput", WALStatus: "lost"}, "s", "pgoutput")
 	require.True(t, errors.As(err, &fatal))
 	require.ErrorContains(t, err, "wal_status=lost")
-	err = slotUsable(slotInfo{Exists: true, Plugin: "test_decoding", WALStatus: "reserved"}, "s")
+	err = slotUsable(slotInfo{Exists: true, Plugin: "test_decoding", WALStatus: "reserved"}, "s", "pgoutput")
 	require.True(t, errors.As(err, &fatal))
 	require.ErrorContains(t, err, `output plugin "test_decoding"`)
-	require.ErrorIs(t, slotUsable(slotInfo{}, "s"), errSlotMissing)
+	require.ErrorIs(t, slotUsable(slotInfo{}, "s", "pgoutput"), errSlotMissing)
 }
 
 func TestReadinessGauges(t *testing.T) {

@@ -23,6 +23,7 @@ type Progress struct {
 	PoisonCommit       pglogrepl.LSN // 0 = no active poison
 	PoisonClass        string
 	RetryRequested     bool
+	Plugin             string // the output plugin the stream records
 }
 
 // Ack is the acknowledged boundary: acknowledged_end_lsn, or generation_start

@@ -19,9 +19,10 @@ import (
 // materializes one source transaction at a time in commit order, and
 // acknowledges the slot by ADR 001's rules.
 type Runner struct {
-	cfg Config
-	log *slog.Logger
-	ctl *control
+	cfg    Config
+	log    *slog.Logger
+	ctl    *control
+	plugin decode.Plugin // the output plugin of Config.Decoder
 
 	state    atomic.Value // heartbeatState
 	received atomic.Uint64
@@ -35,6 +36,10 @@ type Runner struct {
 	// serialUntil: source transactions up to this commit LSN are materialized
 	// one at a time (after a failed batch). Used by the loop goroutine only.
 	serialUntil pglogrepl.LSN
+	// restartedAt: the registry activation that last ended a session because
+	// the plugin's table set predated it (decode.ClassTableSetChanged). Used by
+	// the loop goroutine only.
+	restartedAt pglogrepl.LSN
 }
 
 // New validates cfg and returns a Runner. It connects nothing.
@@ -43,7 +48,12 @@ func New(cfg Config) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Runner{cfg: c, log: c.Logger.With("component", "runner", "slot", c.Slot), nudge: make(chan struct{}, 1)}
+	p, err := PluginFor(c.Decoder)
+	if err != nil {
+		return nil, err
+	}
+	r := &Runner{cfg: c, plugin: p, log: c.Logger.With("component", "runner", "slot", c.Slot, "decoder", c.Decoder),
+		nudge: make(chan struct{}, 1)}
 	r.live.bound = c.LivenessTimeout
 	r.state.Store(stateStarting)
 	return r, nil
@@ -93,7 +103,13 @@ func (r *Runner) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := decode.CheckCapabilities(decode.NewPgOutput(), ver); err != nil {
+	// Capabilities are refused at start, before any slot is created: never
+	// degraded at run time.
+	if err := decode.CheckCapabilities(r.plugin, ver); err != nil {
+		r.log.Error("runner cannot go on: the decoder lacks a capability Synchro needs", "err", err)
+		return &fatalError{err: fmt.Errorf("synchro: fatal: decoder %s: %w", r.cfg.Decoder, err)}
+	}
+	if err := r.probe(work); err != nil {
 		return err
 	}
 	r.log.Info("runner claimed the database", "owner", r.cfg.Owner, "publication", r.cfg.Publication)
@@ -251,6 +267,12 @@ func (r *Runner) loop(work, stop context.Context) error {
 		case errors.As(err, &pe):
 			bo.Reset()
 			r.setState(statePoisoned)
+		case isTableSetChanged(err):
+			// Not a failure: the plugin's table set predates an activation in
+			// the stream; the next session reads it again and re-reads the
+			// activation's transaction from the slot.
+			r.restartedAt = tableSetChangedAt(err)
+			r.log.Info("registry activation in the stream: reading the decoder's table set again", "lsn", r.restartedAt)
 		case errors.Is(err, errBlocked):
 			r.setState(statePoisoned)
 			if !r.awaitRetry(work, stop) {
@@ -276,12 +298,17 @@ func (r *Runner) loop(work, stop context.Context) error {
 // step makes sure a stream exists, then runs one session.
 func (r *Runner) step(work, stop context.Context) error {
 	// The control session answers first: a session starts only under a live claim.
-	_, ok, err := r.ctl.state(work)
+	st, ok, err := r.ctl.state(work)
 	if err != nil {
 		if r.ctl.lost() {
 			return fmt.Errorf("%w: %w", errControlLost, err)
 		}
 		return err
+	}
+	if ok && st.Plugin != r.plugin.Name() {
+		return &fatalError{err: fmt.Errorf(
+			"synchro: fatal: the stream records output plugin %q, the runner decodes with %q (--decoder): "+
+				"switching decoders needs a stream reset (docs/decoders.md)", st.Plugin, r.plugin.Name())}
 	}
 	if !ok {
 		if err := r.bootstrap(work); err != nil {
@@ -354,4 +381,37 @@ func (r *Runner) heartbeatLoop(ctx context.Context, quit <-chan struct{}, lost f
 		case <-r.nudge:
 		}
 	}
+}
+
+// probe checks on a connection of its own that the server's build of the
+// plugin accepts the runner's options (a temporary slot at most), before any
+// slot of the stream exists. A refusal is fatal, with the capability named.
+func (r *Runner) probe(ctx context.Context) error {
+	conn, err := connect(ctx, r.cfg.DatabaseURL, "synchro-runner-probe")
+	if err != nil {
+		return err
+	}
+	defer closeQuietly(ctx, conn)
+	if err := r.plugin.Probe(ctx, conn); err != nil {
+		if v := Classify(err); v.Disposition == Fatal {
+			r.log.Error("runner cannot go on: the server's output plugin refuses the decoder's options", "err", err)
+			return &fatalError{err: fmt.Errorf("synchro: fatal: decoder %s: %w", r.cfg.Decoder, err)}
+		}
+		return err
+	}
+	return nil
+}
+
+// isTableSetChanged reports a session ended by decode.ClassTableSetChanged.
+func isTableSetChanged(err error) bool {
+	c, ok := decode.ClassOf(err)
+	return ok && c == decode.ClassTableSetChanged
+}
+
+func tableSetChangedAt(err error) pglogrepl.LSN {
+	var e *decode.Error
+	if errors.As(err, &e) {
+		return e.LSN
+	}
+	return 0
 }

@@ -50,14 +50,17 @@ func (r *Runner) session(work, stop context.Context) error {
 		return err
 	}
 	defer closeReplication(work, repl)
-	dec := decode.NewPgOutput()
-	opts, err := dec.StartOptions(r.cfg.Publication)
+	dec, err := r.plugin.Open(work, apply, decode.SessionSpec{
+		Publication: r.cfg.Publication, RegistryGeneration: st.RegistryGeneration, RestartedAt: r.restartedAt})
 	if err != nil {
-		return &fatalError{err: err}
+		if v := Classify(err); v.Disposition == Fatal {
+			return &fatalError{err: fmt.Errorf("synchro: fatal: decoder %s: %w", r.cfg.Decoder, err)}
+		}
+		return err
 	}
 	start := st.Ack()
 	err = pglogrepl.StartReplication(work, repl, r.cfg.Slot, start,
-		pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication, PluginArgs: opts})
+		pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication, PluginArgs: dec.StartOptions()})
 	if err != nil {
 		return fmt.Errorf("synchro: start replication: %w", err)
 	}
@@ -72,7 +75,9 @@ func (r *Runner) session(work, stop context.Context) error {
 	items := make(chan item, itemBuffer)
 	budget := newByteBudget(r.cfg.BufferBytes, r.cfg.Metrics)
 	rd := newReader(&r.cfg, repl, frontier, items, budget, stop, &r.received)
+	rd.boundary = dec.Boundary
 	ap := newApplier(&r.cfg, r.log, apply, st.StreamGeneration, frontier, rd.wake, r.serialUntil)
+	ap.dec = dec
 	ap.budget = budget
 	if err := ap.loadRegistered(work, apply, nil); err != nil {
 		return err
@@ -129,7 +134,7 @@ func (r *Runner) reconcile(ctx context.Context, conn *pgx.Conn) (Progress, error
 	if err != nil {
 		return st, err
 	}
-	if err := slotUsable(slot, r.cfg.Slot); err != nil {
+	if err := slotUsable(slot, r.cfg.Slot, r.plugin.Name()); err != nil {
 		return st, err
 	}
 	found, err := gen.New(conn).PublicationExists(ctx, r.cfg.Publication)
@@ -215,20 +220,18 @@ func (r *Runner) finalAck(ctx context.Context, rd *reader, ap *applier, f *Front
 // not exist yet; retried with backoff until synchro.activate_registry().
 var errNoRegistry = errors.New("synchro: no active registry generation and no publication yet: waiting for synchro.activate_registry()")
 
-// streamPlugin is the output plugin of every stream this runner makes and reads.
-const streamPlugin = "pgoutput"
-
 // slotUsable decides whether the stream's slot can be read: it exists, with the
-// stream's plugin, and its WAL is not lost. Each failure is fatal (the runner
+// stream's plugin (the runner's decoder, which the stream was checked to
+// record), and its WAL is not lost. Each failure is fatal (the runner
 // stops with one log line; readiness's slot check says why): retrying cannot
 // bring the slot back, only an operator's reset can.
-func slotUsable(s slotInfo, name string) error {
+func slotUsable(s slotInfo, name, plugin string) error {
 	switch {
 	case !s.Exists:
 		return errSlotMissing
-	case s.Plugin != streamPlugin:
+	case s.Plugin != plugin:
 		return &fatalError{err: fmt.Errorf(
-			"synchro: fatal: replication slot %q uses output plugin %q, the stream needs %q", name, s.Plugin, streamPlugin)}
+			"synchro: fatal: replication slot %q uses output plugin %q, the stream needs %q", name, s.Plugin, plugin)}
 	case s.WALStatus == "lost":
 		return &fatalError{err: fmt.Errorf(
 			"synchro: fatal: replication slot %q has lost WAL it needs (wal_status=lost, max_slot_wal_keep_size exceeded): "+

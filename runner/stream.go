@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/synchro/synchro/runner/decode"
 )
 
 // itemKind says what an item carries from the reader to the applier.
@@ -54,12 +56,14 @@ type reader struct {
 	// transaction in hand, then closes items.
 	stop context.Context
 
-	wakeMu  sync.Mutex
-	woken   bool
-	wakeFn  context.CancelFunc
-	wakeCh  chan struct{}
-	inTxn   bool // between a Begin and its Commit, by pgoutput tag
-	idleOut pglogrepl.LSN
+	wakeMu sync.Mutex
+	woken  bool
+	wakeFn context.CancelFunc
+	wakeCh chan struct{}
+	inTxn  bool // between a Begin and its Commit, by the plugin's boundary
+	// boundary classifies a payload as the plugin's begin or commit.
+	boundary func([]byte) decode.Boundary
+	idleOut  pglogrepl.LSN
 	// lastRecv is when the reader last heard from the server, or resumed
 	// reading after the applier held it back: the receive timeout measures only
 	// time spent waiting for the server.
@@ -212,13 +216,11 @@ func (r *reader) handle(ctx context.Context, msg pgproto3.BackendMessage) error 
 			}
 			r.noteReceived(xld.WALStart)
 			data := bytes.Clone(xld.WALData)
-			if len(data) > 0 {
-				switch data[0] {
-				case 'B':
-					r.inTxn = true
-				case 'C':
-					r.inTxn = false
-				}
+			switch r.boundary(data) {
+			case decode.BoundaryBegin:
+				r.inTxn = true
+			case decode.BoundaryCommit:
+				r.inTxn = false
 			}
 			return r.dispatch(ctx, item{kind: itemData, walStart: xld.WALStart, data: data})
 		}

@@ -137,13 +137,40 @@ func (r *runningRunner) histogram(t *testing.T, name string) (count uint64, sum 
 	return 0, 0
 }
 
-// testRunnerConfig is a runner configuration with short intervals.
+// testDecoders are the decoders the runner's end-to-end tests run under (eachDecoder).
+var testDecoders = [...]string{"pgoutput", "wal2json"}
+
+// eachDecoder runs test once per decoder, as subtest "decoder=<name>": the runner
+// configurations the test makes (testRunnerConfig) use that decoder. One matrix, not
+// copies: the runner's end-to-end tests (ordering, poison classes, drift, recovery)
+// must hold under every decoder.
+func eachDecoder(t *testing.T, test func(t *testing.T)) {
+	t.Helper()
+	for _, d := range testDecoders {
+		t.Run("decoder="+d, test)
+	}
+}
+
+// decoderOf is the decoder eachDecoder chose for t (from its subtest name), pgoutput
+// outside eachDecoder.
+func decoderOf(t testing.TB) string {
+	for _, part := range strings.Split(t.Name(), "/") {
+		if d, ok := strings.CutPrefix(part, "decoder="); ok {
+			return d
+		}
+	}
+	return "pgoutput"
+}
+
+// testRunnerConfig is a runner configuration with short intervals, decoding with
+// the decoder eachDecoder chose (pgoutput outside it).
 func testRunnerConfig(t *testing.T, db *testdb.DB) runner.Config {
 	w := &testLogWriter{t: t}
 	t.Cleanup(func() { w.mu.Lock(); w.done = true; w.mu.Unlock() })
 	return runner.Config{
 		DatabaseURL:       db.URL,
 		Slot:              runnerSlot(db),
+		Decoder:           decoderOf(t),
 		Owner:             "test",
 		HeartbeatInterval: 250 * time.Millisecond,
 		StandbyInterval:   time.Second,

@@ -56,23 +56,26 @@ func requireBlockedAt(t *testing.T, db *testdb.DB, q quarantineRow) {
 }
 
 func TestRunnerPoisonTruncate(t *testing.T) {
-	t.Parallel()
-	db, rr, q := blockedStream(t, func(db *testdb.DB) {
-		// The statement guard refuses TRUNCATE; replica mode bypasses it, so the WAL has one.
-		mustExec(t, db, `BEGIN; SET LOCAL session_replication_role = replica; TRUNCATE items; COMMIT;`)
+	eachDecoder(t, func(t *testing.T) {
+		t.Parallel()
+		db, rr, q := blockedStream(t, func(db *testdb.DB) {
+			// The statement guard refuses TRUNCATE; replica mode bypasses it, so the WAL has one.
+			mustExec(t, db, `BEGIN; SET LOCAL session_replication_role = replica; TRUNCATE items; COMMIT;`)
+		})
+		require.Equal(t, "truncate", q.Class)
+		require.NotNil(t, q.RelationID)
+		require.Equal(t, itemsRelationID(t, db), *q.RelationID)
+		require.Equal(t, float64(1), rr.counter(t, "synchro_runner_poison_total", "class", "truncate"))
 	})
-	require.Equal(t, "truncate", q.Class)
-	require.NotNil(t, q.RelationID)
-	require.Equal(t, itemsRelationID(t, db), *q.RelationID)
-	require.Equal(t, float64(1), rr.counter(t, "synchro_runner_poison_total", "class", "truncate"))
 }
 
 func TestRunnerPoisonForgedFence(t *testing.T) {
-	t.Parallel()
-	db, _, q := blockedStream(t, func(db *testdb.DB) {
-		// A row event without its trigger fence, and a hand-made fence that does not
-		// match it (wrong operation, unknown version).
-		mustExec(t, db, `
+	eachDecoder(t, func(t *testing.T) {
+		t.Parallel()
+		db, _, q := blockedStream(t, func(db *testdb.DB) {
+			// A row event without its trigger fence, and a hand-made fence that does not
+			// match it (wrong operation, unknown version).
+			mustExec(t, db, `
 			BEGIN;
 			ALTER TABLE items DISABLE TRIGGER synchro_fence_insert;
 			INSERT INTO items (id, owner) VALUES (9, 'a');
@@ -82,126 +85,137 @@ func TestRunnerPoisonForgedFence(t *testing.T) {
 			  'version', 'forged', 'fence_id', gen_random_uuid(), 'ordinal', 1, 'table_id', 'items', 'pk', 9)::text);
 			ALTER TABLE items ENABLE TRIGGER synchro_fence_insert;
 			COMMIT;`)
-	})
-	require.Equal(t, "fence_mismatch", q.Class)
-	require.NotNil(t, q.RelationID, "the quarantine names the relation")
-	require.Equal(t, itemsRelationID(t, db), *q.RelationID)
+		})
+		require.Equal(t, "fence_mismatch", q.Class)
+		require.NotNil(t, q.RelationID, "the quarantine names the relation")
+		require.Equal(t, itemsRelationID(t, db), *q.RelationID)
 
-	// The WAL cannot be repaired: a retry meets the same transaction and blocks again,
-	// with the same identity.
-	mustExec(t, db, `SELECT synchro.retry_poison()`)
-	eventually(t, 5*time.Second, "a second attempt", func() bool {
-		qs := quarantines(t, db)
-		return len(qs) == 1 && qs[0].Attempts == 2
+		// The WAL cannot be repaired: a retry meets the same transaction and blocks again,
+		// with the same identity.
+		mustExec(t, db, `SELECT synchro.retry_poison()`)
+		eventually(t, 5*time.Second, "a second attempt", func() bool {
+			qs := quarantines(t, db)
+			return len(qs) == 1 && qs[0].Attempts == 2
+		})
+		q2 := quarantines(t, db)[0]
+		require.Equal(t, q.CommitLSN, q2.CommitLSN)
+		require.Equal(t, "fence_mismatch", q2.Class)
+		requireBlockedAt(t, db, q2)
 	})
-	q2 := quarantines(t, db)[0]
-	require.Equal(t, q.CommitLSN, q2.CommitLSN)
-	require.Equal(t, "fence_mismatch", q2.Class)
-	requireBlockedAt(t, db, q2)
 }
 
 func TestRunnerPoisonReplicaIdentityFull(t *testing.T) {
-	t.Parallel()
-	db, _, q := blockedStream(t, func(db *testdb.DB) {
-		mustExec(t, db, `ALTER TABLE items REPLICA IDENTITY FULL`)
-		mustExec(t, db, `UPDATE items SET v = 42 WHERE id = 1`)
+	eachDecoder(t, func(t *testing.T) {
+		t.Parallel()
+		db, _, q := blockedStream(t, func(db *testdb.DB) {
+			mustExec(t, db, `ALTER TABLE items REPLICA IDENTITY FULL`)
+			mustExec(t, db, `UPDATE items SET v = 42 WHERE id = 1`)
+		})
+		require.Equal(t, "relation_drift", q.Class)
+		require.NotNil(t, q.RelationID, "the quarantine names the relation")
+		require.Equal(t, itemsRelationID(t, db), *q.RelationID)
 	})
-	require.Equal(t, "relation_drift", q.Class)
-	require.NotNil(t, q.RelationID, "the quarantine names the relation")
-	require.Equal(t, itemsRelationID(t, db), *q.RelationID)
 }
 
 func TestRunnerPoisonRenamedRelation(t *testing.T) {
-	t.Parallel()
-	db, _, q := blockedStream(t, func(db *testdb.DB) {
-		// The fence trigger refuses writes to the renamed table (it looks up the
-		// registered name), so the write bypasses triggers to reach the WAL.
-		mustExec(t, db, `ALTER TABLE items RENAME TO items_renamed`)
-		mustExec(t, db, `BEGIN; SET LOCAL session_replication_role = replica;
+	eachDecoder(t, func(t *testing.T) {
+		t.Parallel()
+		db, _, q := blockedStream(t, func(db *testdb.DB) {
+			// The fence trigger refuses writes to the renamed table (it looks up the
+			// registered name), so the write bypasses triggers to reach the WAL.
+			mustExec(t, db, `ALTER TABLE items RENAME TO items_renamed`)
+			mustExec(t, db, `BEGIN; SET LOCAL session_replication_role = replica;
 			UPDATE items_renamed SET v = 42 WHERE id = 1; COMMIT;`)
-		mustExec(t, db, `ALTER TABLE items_renamed RENAME TO items`)
-	})
-	require.Equal(t, "relation_drift", q.Class)
-	require.NotNil(t, q.RelationID, "the quarantine names the relation")
-	require.Equal(t, itemsRelationID(t, db), *q.RelationID)
+			mustExec(t, db, `ALTER TABLE items_renamed RENAME TO items`)
+		})
+		require.Equal(t, "relation_drift", q.Class)
+		require.NotNil(t, q.RelationID, "the quarantine names the relation")
+		require.Equal(t, itemsRelationID(t, db), *q.RelationID)
 
-	// Renamed back, the live catalog is right again, but logical decoding reads the
-	// catalog as of the poisoned transaction: its WAL still names items_renamed, so a
-	// retry meets the same drift. Only a stream reset gets past it.
-	mustExec(t, db, `SELECT synchro.retry_poison()`)
-	eventually(t, 5*time.Second, "a second attempt", func() bool {
-		qs := quarantines(t, db)
-		return len(qs) == 1 && qs[0].Attempts == 2
+		// Renamed back, the live catalog is right again, but logical decoding reads the
+		// catalog as of the poisoned transaction: its WAL still names items_renamed, so a
+		// retry meets the same drift. Only a stream reset gets past it.
+		mustExec(t, db, `SELECT synchro.retry_poison()`)
+		eventually(t, 5*time.Second, "a second attempt", func() bool {
+			qs := quarantines(t, db)
+			return len(qs) == 1 && qs[0].Attempts == 2
+		})
+		requireBlockedAt(t, db, quarantines(t, db)[0])
 	})
-	requireBlockedAt(t, db, quarantines(t, db)[0])
 }
 
 // A poison whose cause is outside the WAL can be repaired: retry_poison then
 // materializes the same source transaction with the same identities, and the stream
 // resumes in order.
 func TestRunnerPoisonRepairAndRetry(t *testing.T) {
-	t.Parallel()
-	db, rr, q := blockedStream(t, func(db *testdb.DB) {
-		// The materialization itself fails: a broken trigger on the effect table.
-		mustExec(t, db, `
+	eachDecoder(t, func(t *testing.T) {
+		t.Parallel()
+		db, rr, q := blockedStream(t, func(db *testdb.DB) {
+			// The materialization itself fails: a broken trigger on the effect table.
+			mustExec(t, db, `
 			CREATE FUNCTION public.break_effects() RETURNS trigger LANGUAGE plpgsql AS
 			  $$ BEGIN RAISE EXCEPTION 'broken'; END $$;
 			CREATE TRIGGER break_effects BEFORE INSERT ON synchro.effect
 			  FOR EACH ROW EXECUTE FUNCTION public.break_effects();`)
-		mustExec(t, db, `INSERT INTO items (id, owner) VALUES (9, 'a')`)
-	})
-	require.Equal(t, "materialize_p0001", q.Class)
-	require.Nil(t, q.RelationID)
-	require.Equal(t, float64(1), rr.counter(t, "synchro_runner_poison_total", "class", "materialize_p0001"))
+			mustExec(t, db, `INSERT INTO items (id, owner) VALUES (9, 'a')`)
+		})
+		require.Equal(t, "materialize_p0001", q.Class)
+		require.Nil(t, q.RelationID)
+		require.Equal(t, float64(1), rr.counter(t, "synchro_runner_poison_total", "class", "materialize_p0001"))
 
-	mustExec(t, db, `DROP TRIGGER break_effects ON synchro.effect`)
-	mustExec(t, db, `SELECT synchro.retry_poison()`)
-	got := waitEffects(t, db, 3)
-	require.Equal(t, "9", got[1].PK)
-	require.Equal(t, q.CommitLSN, got[1].CommitLSN, "the retried transaction keeps its replay identity")
-	require.Equal(t, 0, got[1].EventOrdinal)
-	require.Equal(t, "20", got[2].PK, "the later transaction follows")
-	qs := quarantines(t, db)
-	require.Len(t, qs, 1)
-	require.True(t, qs[0].Resolved)
-	p := waitAcked(t, db)
-	require.Nil(t, p.PoisonClass)
-	require.Greater(t, lsnOf(t, p.Processed), lsnOf(t, &q.CommitLSN))
+		mustExec(t, db, `DROP TRIGGER break_effects ON synchro.effect`)
+		mustExec(t, db, `SELECT synchro.retry_poison()`)
+		got := waitEffects(t, db, 3)
+		require.Equal(t, "9", got[1].PK)
+		require.Equal(t, q.CommitLSN, got[1].CommitLSN, "the retried transaction keeps its replay identity")
+		require.Equal(t, 0, got[1].EventOrdinal)
+		require.Equal(t, "20", got[2].PK, "the later transaction follows")
+		qs := quarantines(t, db)
+		require.Len(t, qs, 1)
+		require.True(t, qs[0].Resolved)
+		p := waitAcked(t, db)
+		require.Nil(t, p.PoisonClass)
+		require.Greater(t, lsnOf(t, p.Processed), lsnOf(t, &q.CommitLSN))
+	})
 }
 
 // Drift in the middle of a source transaction: pgoutput sends a second Relation
 // message (identity FULL) before the second update, and the runner stages a second
 // 'R' row for it. The transaction itself must block, not the next one.
 func TestRunnerPoisonDriftInsideTransaction(t *testing.T) {
-	t.Parallel()
-	db, _, q := blockedStream(t, func(db *testdb.DB) {
-		mustExec(t, db, `BEGIN; UPDATE items SET v = 7 WHERE id = 1; ALTER TABLE items REPLICA IDENTITY FULL;
+	eachDecoder(t, func(t *testing.T) {
+		t.Parallel()
+		db, _, q := blockedStream(t, func(db *testdb.DB) {
+			mustExec(t, db, `BEGIN; UPDATE items SET v = 7 WHERE id = 1; ALTER TABLE items REPLICA IDENTITY FULL;
 			UPDATE items SET v = 8 WHERE id = 2; COMMIT;`)
+		})
+		require.Equal(t, "relation_drift", q.Class)
+		require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM synchro.effect WHERE pk IN ('1', '2')`),
+			"nothing of the drifting transaction is materialized")
 	})
-	require.Equal(t, "relation_drift", q.Class)
-	require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM synchro.effect WHERE pk IN ('1', '2')`),
-		"nothing of the drifting transaction is materialized")
 }
 
 // Issue 9 item 8(c): a bare trigger bypass (a row event with no fence message at all,
 // nothing forged) blocks the stream as fence_mismatch and names the relation.
 func TestRunnerPoisonBareBypass(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct{ name, sql string }{
-		{"ReplicaRole", `BEGIN; SET LOCAL session_replication_role = replica;
+	eachDecoder(t, func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct{ name, sql string }{
+			{"ReplicaRole", `BEGIN; SET LOCAL session_replication_role = replica;
 			INSERT INTO items (id, owner) VALUES (9, 'a'); COMMIT;`},
-		{"DisabledFenceTrigger", `BEGIN; ALTER TABLE items DISABLE TRIGGER synchro_fence_update;
+			{"DisabledFenceTrigger", `BEGIN; ALTER TABLE items DISABLE TRIGGER synchro_fence_update;
 			UPDATE items SET v = 42 WHERE id = 1;
 			ALTER TABLE items ENABLE TRIGGER synchro_fence_update; COMMIT;`},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			db, rr, q := blockedStream(t, func(db *testdb.DB) { mustExec(t, db, tc.sql) })
-			require.Equal(t, "fence_mismatch", q.Class)
-			require.NotNil(t, q.RelationID, "the quarantine names the relation")
-			require.Equal(t, itemsRelationID(t, db), *q.RelationID)
-			require.Equal(t, float64(1), rr.counter(t, "synchro_runner_poison_total", "class", "fence_mismatch"))
-			require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM synchro.effect WHERE pk IN ('9', '1') AND commit_lsn >= $1::pg_lsn`, q.CommitLSN))
-		})
-	}
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				db, rr, q := blockedStream(t, func(db *testdb.DB) { mustExec(t, db, tc.sql) })
+				require.Equal(t, "fence_mismatch", q.Class)
+				require.NotNil(t, q.RelationID, "the quarantine names the relation")
+				require.Equal(t, itemsRelationID(t, db), *q.RelationID)
+				require.Equal(t, float64(1), rr.counter(t, "synchro_runner_poison_total", "class", "fence_mismatch"))
+				require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM synchro.effect WHERE pk IN ('9', '1') AND commit_lsn >= $1::pg_lsn`, q.CommitLSN))
+			})
+		}
+	})
 }

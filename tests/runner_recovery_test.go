@@ -20,103 +20,107 @@ var errKilled = errors.New("killed by the test")
 // it. The restarted runner re-decodes that transaction, materialize reports it as a
 // duplicate, and the effects are exactly the same.
 func TestRunnerDeathAfterMaterializeCommit(t *testing.T) {
-	t.Parallel()
-	db := runnerSetup(t)
-	cfg := testRunnerConfig(t, db)
-	var armed atomic.Bool
-	cfg.Hooks.AfterMaterializeCommit = func(_, _ pglogrepl.LSN) error {
-		if armed.Load() {
-			return errKilled
+	eachDecoder(t, func(t *testing.T) {
+		t.Parallel()
+		db := runnerSetup(t)
+		cfg := testRunnerConfig(t, db)
+		var armed atomic.Bool
+		cfg.Hooks.AfterMaterializeCommit = func(_, _ pglogrepl.LSN) error {
+			if armed.Load() {
+				return errKilled
+			}
+			return nil
 		}
-		return nil
-	}
-	rr := startRunner(t, cfg)
-	waitStream(t, db)
-	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (5, 'a')`)
-	waitEffects(t, db, 1)
-	waitAcked(t, db)
+		rr := startRunner(t, cfg)
+		waitStream(t, db)
+		mustExec(t, db, `INSERT INTO items (id, owner) VALUES (5, 'a')`)
+		waitEffects(t, db, 1)
+		waitAcked(t, db)
 
-	armed.Store(true)
-	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (6, 'a')`)
-	require.ErrorIs(t, rr.wait(t, 5*time.Second), errKilled)
-	before := effects(t, db)
-	require.Len(t, before, 2)
-	p, _ := runnerState(t, db)
-	var lastCommit string
-	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT max(commit_lsn)::text FROM synchro.txn`).Scan(&lastCommit))
-	require.Less(t, lsnOf(t, p.Acked), lsnOf(t, p.Processed), "materialized, not acknowledged")
-	require.LessOrEqual(t, slotLSN(t, db), lsnOf(t, &lastCommit), "the slot never heard of the dead runner's last transaction")
+		armed.Store(true)
+		mustExec(t, db, `INSERT INTO items (id, owner) VALUES (6, 'a')`)
+		require.ErrorIs(t, rr.wait(t, 5*time.Second), errKilled)
+		before := effects(t, db)
+		require.Len(t, before, 2)
+		p, _ := runnerState(t, db)
+		var lastCommit string
+		require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT max(commit_lsn)::text FROM synchro.txn`).Scan(&lastCommit))
+		require.Less(t, lsnOf(t, p.Acked), lsnOf(t, p.Processed), "materialized, not acknowledged")
+		require.LessOrEqual(t, slotLSN(t, db), lsnOf(t, &lastCommit), "the slot never heard of the dead runner's last transaction")
 
-	waitRunnerGone(t, db)
-	cfg.Hooks = runner.Hooks{}
-	rr2 := startRunner(t, cfg)
-	// The restarted runner may report the processed boundary before the replayed
-	// transaction reaches it; the replay still comes (decoding starts at the slot).
-	eventually(t, 5*time.Second, "the replayed transaction", func() bool {
-		return rr2.counter(t, "synchro_runner_transactions_total", "outcome", "duplicate") == 1
+		waitRunnerGone(t, db)
+		cfg.Hooks = runner.Hooks{}
+		rr2 := startRunner(t, cfg)
+		// The restarted runner may report the processed boundary before the replayed
+		// transaction reaches it; the replay still comes (decoding starts at the slot).
+		eventually(t, 5*time.Second, "the replayed transaction", func() bool {
+			return rr2.counter(t, "synchro_runner_transactions_total", "outcome", "duplicate") == 1
+		})
+		waitAcked(t, db)
+		require.Equal(t, before, effects(t, db), "replay created nothing")
+		require.Equal(t, 2, countOf(t, db, `SELECT count(*) FROM synchro.txn`))
+
+		mustExec(t, db, `INSERT INTO items (id, owner) VALUES (7, 'a')`)
+		after := waitEffects(t, db, 3)
+		require.Equal(t, before, after[:2])
+		require.Equal(t, "7", after[2].PK)
 	})
-	waitAcked(t, db)
-	require.Equal(t, before, effects(t, db), "replay created nothing")
-	require.Equal(t, 2, countOf(t, db, `SELECT count(*) FROM synchro.txn`))
-
-	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (7, 'a')`)
-	after := waitEffects(t, db, 3)
-	require.Equal(t, before, after[:2])
-	require.Equal(t, "7", after[2].PK)
 }
 
 // The runner dies after the slot confirmed a boundary and before runner_ack recorded
 // it. The restarted runner adopts the slot position (it is at or before the processed
 // boundary) and goes on without replaying anything.
 func TestRunnerDeathBetweenSlotAckAndRecord(t *testing.T) {
-	t.Parallel()
-	db := runnerSetup(t)
-	cfg := testRunnerConfig(t, db)
-	// Armed, the runner dies before recording the acknowledgement of the next
-	// materialized transaction (idle boundaries before it are recorded as usual).
-	var armed atomic.Bool
-	var target atomic.Uint64
-	cfg.Hooks.AfterMaterializeCommit = func(_, end pglogrepl.LSN) error {
-		if armed.Load() {
-			target.CompareAndSwap(0, uint64(end))
+	eachDecoder(t, func(t *testing.T) {
+		t.Parallel()
+		db := runnerSetup(t)
+		cfg := testRunnerConfig(t, db)
+		// Armed, the runner dies before recording the acknowledgement of the next
+		// materialized transaction (idle boundaries before it are recorded as usual).
+		var armed atomic.Bool
+		var target atomic.Uint64
+		cfg.Hooks.AfterMaterializeCommit = func(_, end pglogrepl.LSN) error {
+			if armed.Load() {
+				target.CompareAndSwap(0, uint64(end))
+			}
+			return nil
 		}
-		return nil
-	}
-	cfg.Hooks.BeforeAckRecord = func(lsn pglogrepl.LSN) error {
-		if t := target.Load(); t != 0 && uint64(lsn) >= t {
-			return errKilled
+		cfg.Hooks.BeforeAckRecord = func(lsn pglogrepl.LSN) error {
+			if t := target.Load(); t != 0 && uint64(lsn) >= t {
+				return errKilled
+			}
+			return nil
 		}
-		return nil
-	}
-	rr := startRunner(t, cfg)
-	waitStream(t, db)
-	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (5, 'a')`)
-	waitEffects(t, db, 1)
-	waitAcked(t, db)
+		rr := startRunner(t, cfg)
+		waitStream(t, db)
+		mustExec(t, db, `INSERT INTO items (id, owner) VALUES (5, 'a')`)
+		waitEffects(t, db, 1)
+		waitAcked(t, db)
 
-	armed.Store(true)
-	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (6, 'a')`)
-	require.ErrorIs(t, rr.wait(t, 5*time.Second), errKilled)
-	before := effects(t, db)
-	require.Len(t, before, 2)
-	p, _ := runnerState(t, db)
-	slot := slotLSN(t, db)
-	require.Less(t, lsnOf(t, p.Acked), slot, "the slot is ahead of the recorded acknowledgement")
-	require.LessOrEqual(t, slot, lsnOf(t, p.Processed))
+		armed.Store(true)
+		mustExec(t, db, `INSERT INTO items (id, owner) VALUES (6, 'a')`)
+		require.ErrorIs(t, rr.wait(t, 5*time.Second), errKilled)
+		before := effects(t, db)
+		require.Len(t, before, 2)
+		p, _ := runnerState(t, db)
+		slot := slotLSN(t, db)
+		require.Less(t, lsnOf(t, p.Acked), slot, "the slot is ahead of the recorded acknowledgement")
+		require.LessOrEqual(t, slot, lsnOf(t, p.Processed))
 
-	waitRunnerGone(t, db)
-	cfg.Hooks = runner.Hooks{}
-	rr2 := startRunner(t, cfg)
-	waitAcked(t, db)
-	p2, _ := runnerState(t, db)
-	require.GreaterOrEqual(t, lsnOf(t, p2.Acked), slot)
-	require.Equal(t, before, effects(t, db))
+		waitRunnerGone(t, db)
+		cfg.Hooks = runner.Hooks{}
+		rr2 := startRunner(t, cfg)
+		waitAcked(t, db)
+		p2, _ := runnerState(t, db)
+		require.GreaterOrEqual(t, lsnOf(t, p2.Acked), slot)
+		require.Equal(t, before, effects(t, db))
 
-	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (7, 'a')`)
-	after := waitEffects(t, db, 3)
-	require.Equal(t, before, after[:2])
-	require.Equal(t, float64(0), rr2.counter(t, "synchro_runner_transactions_total", "outcome", "duplicate"),
-		"nothing before the adopted slot position is decoded again")
+		mustExec(t, db, `INSERT INTO items (id, owner) VALUES (7, 'a')`)
+		after := waitEffects(t, db, 3)
+		require.Equal(t, before, after[:2])
+		require.Equal(t, float64(0), rr2.counter(t, "synchro_runner_transactions_total", "outcome", "duplicate"),
+			"nothing before the adopted slot position is decoded again")
+	})
 }
 
 // stoppedCaughtUp runs a runner until it materialized one write and acknowledged
@@ -150,116 +154,126 @@ func unpublishedWAL(t *testing.T, db *testdb.DB) pglogrepl.LSN {
 // A slot advance is not durable across a crash: the slot can be behind the recorded
 // acknowledgement. The runner advances it to the acknowledgement before reading WAL.
 func TestRunnerStartupAdvancesSlotBehindAck(t *testing.T) {
-	t.Parallel()
-	db, cfg := stoppedCaughtUp(t)
-	slot := slotLSN(t, db)
-	// Only unpublished WAL lies between the slot and the new boundary, so it is an
-	// honest processed and acknowledged boundary that the slot did not keep.
-	ack := unpublishedWAL(t, db)
-	require.Greater(t, ack, slot)
-	mustExec(t, db, `UPDATE synchro.progress SET processed_end_lsn = $1::pg_lsn, acknowledged_end_lsn = $1::pg_lsn`, ack.String())
+	eachDecoder(t, func(t *testing.T) {
+		t.Parallel()
+		db, cfg := stoppedCaughtUp(t)
+		slot := slotLSN(t, db)
+		// Only unpublished WAL lies between the slot and the new boundary, so it is an
+		// honest processed and acknowledged boundary that the slot did not keep.
+		ack := unpublishedWAL(t, db)
+		require.Greater(t, ack, slot)
+		mustExec(t, db, `UPDATE synchro.progress SET processed_end_lsn = $1::pg_lsn, acknowledged_end_lsn = $1::pg_lsn`, ack.String())
 
-	startRunner(t, cfg)
-	eventually(t, 5*time.Second, "the slot to be advanced", func() bool { return slotLSN(t, db) >= ack })
-	require.Equal(t, ack, slotLSN(t, db))
-	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (6, 'a')`)
-	got := waitEffects(t, db, 2)
-	require.Equal(t, "6", got[1].PK)
+		startRunner(t, cfg)
+		eventually(t, 5*time.Second, "the slot to be advanced", func() bool { return slotLSN(t, db) >= ack })
+		require.Equal(t, ack, slotLSN(t, db))
+		mustExec(t, db, `INSERT INTO items (id, owner) VALUES (6, 'a')`)
+		got := waitEffects(t, db, 2)
+		require.Equal(t, "6", got[1].PK)
+	})
 }
 
 // A slot after the processed boundary, or before generation_start, contradicts durable
 // progress: the runner refuses to read WAL.
 func TestRunnerStartupRefusesSlotOutsideProgress(t *testing.T) {
-	t.Parallel()
-	t.Run("AfterProcessed", func(t *testing.T) {
+	eachDecoder(t, func(t *testing.T) {
 		t.Parallel()
-		db, cfg := stoppedCaughtUp(t)
-		mustExec(t, db, `UPDATE synchro.progress SET materialized_commit_lsn = NULL,
+		t.Run("AfterProcessed", func(t *testing.T) {
+			t.Parallel()
+			db, cfg := stoppedCaughtUp(t)
+			mustExec(t, db, `UPDATE synchro.progress SET materialized_commit_lsn = NULL,
 			processed_end_lsn = generation_start_lsn, acknowledged_end_lsn = NULL`)
-		before := slotLSN(t, db)
-		err := startRunner(t, cfg).wait(t, 5*time.Second)
-		require.ErrorIs(t, err, runner.ErrSlotMismatch)
-		require.Equal(t, before, slotLSN(t, db))
-	})
-	t.Run("BeforeGenerationStart", func(t *testing.T) {
-		t.Parallel()
-		db, cfg := stoppedCaughtUp(t)
-		later := unpublishedWAL(t, db)
-		mustExec(t, db, `UPDATE synchro.progress SET generation_start_lsn = $1::pg_lsn,
+			before := slotLSN(t, db)
+			err := startRunner(t, cfg).wait(t, 5*time.Second)
+			require.ErrorIs(t, err, runner.ErrSlotMismatch)
+			require.Equal(t, before, slotLSN(t, db))
+		})
+		t.Run("BeforeGenerationStart", func(t *testing.T) {
+			t.Parallel()
+			db, cfg := stoppedCaughtUp(t)
+			later := unpublishedWAL(t, db)
+			mustExec(t, db, `UPDATE synchro.progress SET generation_start_lsn = $1::pg_lsn,
 			processed_end_lsn = $1::pg_lsn, acknowledged_end_lsn = $1::pg_lsn, materialized_commit_lsn = NULL`, later.String())
-		before := slotLSN(t, db)
-		err := startRunner(t, cfg).wait(t, 5*time.Second)
-		require.ErrorIs(t, err, runner.ErrSlotMismatch)
-		require.Equal(t, before, slotLSN(t, db))
+			before := slotLSN(t, db)
+			err := startRunner(t, cfg).wait(t, 5*time.Second)
+			require.ErrorIs(t, err, runner.ErrSlotMismatch)
+			require.Equal(t, before, slotLSN(t, db))
+		})
 	})
 }
 
 // With nothing to materialize, keepalives carry idle boundaries: the processed
 // boundary and the slot follow the WAL past writes the publication does not carry.
 func TestRunnerIdleAcknowledgement(t *testing.T) {
-	t.Parallel()
-	db := runnerSetup(t)
-	rr := startRunner(t, testRunnerConfig(t, db))
-	waitStream(t, db)
-	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (5, 'a')`)
-	waitEffects(t, db, 1)
-	p := waitAcked(t, db)
+	eachDecoder(t, func(t *testing.T) {
+		t.Parallel()
+		db := runnerSetup(t)
+		rr := startRunner(t, testRunnerConfig(t, db))
+		waitStream(t, db)
+		mustExec(t, db, `INSERT INTO items (id, owner) VALUES (5, 'a')`)
+		waitEffects(t, db, 1)
+		p := waitAcked(t, db)
 
-	target := unpublishedWAL(t, db)
-	require.Greater(t, target, lsnOf(t, p.Processed))
-	eventually(t, 8*time.Second, "an idle boundary past the unpublished writes", func() bool {
-		p, _ = runnerState(t, db)
-		return lsnOf(t, p.Processed) >= target && p.Acked != nil && *p.Acked == *p.Processed && slotLSN(t, db) == lsnOf(t, p.Processed)
+		target := unpublishedWAL(t, db)
+		require.Greater(t, target, lsnOf(t, p.Processed))
+		eventually(t, 8*time.Second, "an idle boundary past the unpublished writes", func() bool {
+			p, _ = runnerState(t, db)
+			return lsnOf(t, p.Processed) >= target && p.Acked != nil && *p.Acked == *p.Processed && slotLSN(t, db) == lsnOf(t, p.Processed)
+		})
+		require.Greater(t, rr.counter(t, "synchro_runner_idle_boundaries_total"), float64(0))
+		require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.txn`), "idle boundaries invent no transaction")
 	})
-	require.Greater(t, rr.counter(t, "synchro_runner_idle_boundaries_total"), float64(0))
-	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.txn`), "idle boundaries invent no transaction")
 }
 
 // Losing the apply or replication session is transient: the runner reconnects after a
 // backoff, quarantines nothing, and goes on where the durable acknowledgement is.
 func TestRunnerSurvivesTerminatedSessions(t *testing.T) {
-	t.Parallel()
-	db := runnerSetup(t)
-	rr := startRunner(t, testRunnerConfig(t, db))
-	waitStream(t, db)
-	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (5, 'a')`)
-	waitEffects(t, db, 1)
+	eachDecoder(t, func(t *testing.T) {
+		t.Parallel()
+		db := runnerSetup(t)
+		rr := startRunner(t, testRunnerConfig(t, db))
+		waitStream(t, db)
+		mustExec(t, db, `INSERT INTO items (id, owner) VALUES (5, 'a')`)
+		waitEffects(t, db, 1)
 
-	terminate := func() int {
-		return countOf(t, db, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		terminate := func() int {
+			return countOf(t, db, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 			WHERE datname = current_database()
 			  AND application_name IN ('synchro-runner-apply', 'synchro-runner-replication')) x`)
-	}
-	require.Equal(t, 2, terminate())
-	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (6, 'a')`)
-	got := waitEffects(t, db, 2)
-	require.Equal(t, "6", got[1].PK)
-	waitAcked(t, db)
-	require.Greater(t, rr.counter(t, "synchro_runner_transient_errors_total"), float64(0))
-	require.Empty(t, quarantines(t, db))
+		}
+		require.Equal(t, 2, terminate())
+		mustExec(t, db, `INSERT INTO items (id, owner) VALUES (6, 'a')`)
+		got := waitEffects(t, db, 2)
+		require.Equal(t, "6", got[1].PK)
+		waitAcked(t, db)
+		require.Greater(t, rr.counter(t, "synchro_runner_transient_errors_total"), float64(0))
+		require.Empty(t, quarantines(t, db))
+	})
 }
 
 // The claim lives on the control session: when it is gone (a network drop, a terminated
 // backend), the runner stops the session in hand, claims the database again on a new
 // control session and streams on.
 func TestRunnerClaimsAgainWhenControlIsLost(t *testing.T) {
-	t.Parallel()
-	db := runnerSetup(t)
-	rr := startRunner(t, testRunnerConfig(t, db))
-	waitStream(t, db)
-	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (5, 'a')`)
-	waitEffects(t, db, 1)
-	before := countOf(t, db, `SELECT backend_pid FROM synchro.runner`)
-	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+	eachDecoder(t, func(t *testing.T) {
+		t.Parallel()
+		db := runnerSetup(t)
+		rr := startRunner(t, testRunnerConfig(t, db))
+		waitStream(t, db)
+		mustExec(t, db, `INSERT INTO items (id, owner) VALUES (5, 'a')`)
+		waitEffects(t, db, 1)
+		before := countOf(t, db, `SELECT backend_pid FROM synchro.runner`)
+		require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		WHERE datname = current_database() AND application_name = 'synchro-runner-control') x`))
-	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (6, 'a')`)
-	got := waitEffects(t, db, 2)
-	require.Equal(t, "6", got[1].PK)
-	eventually(t, 10*time.Second, "a new claim", func() bool {
-		return countOf(t, db, `SELECT backend_pid FROM synchro.runner`) != before &&
-			countOf(t, db, `SELECT count(*) FROM synchro.runner WHERE state = 'streaming'`) == 1
+		mustExec(t, db, `INSERT INTO items (id, owner) VALUES (6, 'a')`)
+		got := waitEffects(t, db, 2)
+		require.Equal(t, "6", got[1].PK)
+		eventually(t, 10*time.Second, "a new claim", func() bool {
+			return countOf(t, db, `SELECT backend_pid FROM synchro.runner`) != before &&
+				countOf(t, db, `SELECT count(*) FROM synchro.runner WHERE state = 'streaming'`) == 1
+		})
+		waitAcked(t, db)
+		require.Empty(t, quarantines(t, db))
+		require.NoError(t, rr.stop(t))
 	})
-	waitAcked(t, db)
-	require.Empty(t, quarantines(t, db))
-	require.NoError(t, rr.stop(t))
 }

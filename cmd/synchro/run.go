@@ -20,6 +20,7 @@ import (
 const (
 	envSlot        = "SYNCHRO_SLOT"
 	envPublication = "SYNCHRO_PUBLICATION"
+	envDecoder     = "SYNCHRO_DECODER"
 	envListen      = "SYNCHRO_LISTEN"
 	envHeartbeat   = "SYNCHRO_HEARTBEAT_INTERVAL"
 	envBatchTxns   = "SYNCHRO_BATCH_TXNS"
@@ -44,7 +45,7 @@ func envOr(name, def string) string {
 func runRun(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "run")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: synchro run [--database-url URL] [--slot synchro] [--publication synchro] [--listen 127.0.0.1:8080] [flags]")
+		fmt.Fprintln(fs.Output(), "usage: synchro run [--database-url URL] [--slot synchro] [--publication synchro] [--decoder pgoutput|wal2json] [--listen 127.0.0.1:8080] [flags]")
 		fmt.Fprintln(fs.Output(), "Every flag also reads a SYNCHRO_* variable (docs/configuration.md).")
 		fmt.Fprintln(fs.Output(), "Runs the WAL worker until SIGTERM or SIGINT (then finishes the transaction in hand, acknowledges it and exits 0).")
 		fs.PrintDefaults()
@@ -52,6 +53,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	dbURL := databaseURLFlag(fs)
 	slot := fs.String("slot", envOr(envSlot, "synchro"), "logical replication slot (default $"+envSlot+")")
 	publication := fs.String("publication", envOr(envPublication, "synchro"), "publication (default $"+envPublication+")")
+	decoder := fs.String("decoder", envOr(envDecoder, "pgoutput"), "output plugin: pgoutput or wal2json (default $"+envDecoder+"; docs/decoders.md)")
 	listen := fs.String("listen", envOr(envListen, "127.0.0.1:8080"), "address of /livez, /readyz and /metrics (default $"+envListen+")")
 	heartbeat, err := envDuration(envHeartbeat, 5*time.Second)
 	if err != nil {
@@ -129,6 +131,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		DatabaseURL:       *dbURL,
 		Slot:              *slot,
 		Publication:       *publication,
+		Decoder:           *decoder,
 		HeartbeatInterval: heartbeat,
 		StandbyInterval:   standby,
 		ReceiveTimeout:    receive,

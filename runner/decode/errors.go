@@ -46,6 +46,16 @@ const (
 	// ClassStopped: a collator that has already failed was fed again.
 	// Produced by package collate.
 	ClassStopped Class = "collator_stopped"
+	// ClassTableSetChanged: a registry activation arrived in the stream that
+	// the session's table set predates (a plugin that filters tables itself,
+	// wal2json's add-tables). Not a failure of the transaction: the session
+	// ends before it is materialized and the next one reads the table set
+	// again (transient).
+	ClassTableSetChanged Class = "table_set_changed"
+	// ClassValueNotRepresentable: the plugin cannot carry a registered value
+	// exactly (wal2json 2.5: numeric, float4 and float8 as bare JSON numbers,
+	// NaN and Infinity as null); refused at session start.
+	ClassValueNotRepresentable Class = "value_not_representable"
 )
 
 // Classes lists every Class, for exhaustive checks in tests and metrics.
@@ -54,6 +64,7 @@ func Classes() []Class {
 		ClassMalformed, ClassUnknownRelation, ClassUnsupportedMessage,
 		ClassStreamingUnsupported, ClassMessageFormat, ClassCapabilityUnsupported,
 		ClassConfigInvalid, ClassTransactionFraming, ClassCommitOrder, ClassStopped,
+		ClassTableSetChanged, ClassValueNotRepresentable,
 	}
 }
 
@@ -92,6 +103,12 @@ func ClassOf(err error) (Class, bool) {
 		return e.Class, true
 	}
 	return "", false
+}
+
+// NewError returns an *Error; for the plugin packages. detail must be a fixed,
+// value-free string.
+func NewError(class Class, lsn pglogrepl.LSN, detail string) *Error {
+	return newErr(class, lsn, detail)
 }
 
 func newErr(class Class, lsn pglogrepl.LSN, detail string) *Error {

@@ -255,7 +255,8 @@ BEGIN
   END IF;
   RETURN NEXT;
 
-  -- slot: the stream's slot exists in this database with the stream's plugin, its WAL
+  -- slot: the stream's slot exists in this database with the stream's plugin (and the
+  -- runner decodes with that plugin: synchro run --decoder), its WAL
   -- not lost, confirmed_flush_lsn between the acknowledgement and both the processed
   -- boundary and the current WAL position.
   check_name := 'slot';
@@ -273,13 +274,15 @@ BEGIN
             AND slot.confirmed_flush_lsn IS NOT NULL AND have_progress AND wal IS NOT NULL
             AND ack_before IS NOT NULL AND slot.confirmed_flush_lsn >= ack_before AND slot.confirmed_flush_lsn <= pr.processed_end_lsn
             AND slot.confirmed_flush_lsn <= wal
-            AND (NOT have_runner OR rn.slot_name = sg.slot_name);
+            AND (NOT have_runner OR rn.slot_name = sg.slot_name)
+            AND (NOT have_runner OR rn.decoder = sg.plugin);
       ok := coalesce(ok, false);
       detail := pg_catalog.format(
-        'plugin_matches=%s wal_status=%s confirmed_flush_lsn=%s acknowledged_lsn=%s processed_end_lsn=%s current_wal_lsn=%s runner_slot_matches=%s',
+        'plugin_matches=%s wal_status=%s confirmed_flush_lsn=%s acknowledged_lsn=%s processed_end_lsn=%s current_wal_lsn=%s runner_slot_matches=%s runner_decoder_matches=%s',
         (slot.plugin = sg.plugin)::text, coalesce(slot.wal_status, 'null'), coalesce(slot.confirmed_flush_lsn::text, 'null'),
         coalesce(ack_before::text, 'null'), coalesce(pr.processed_end_lsn::text, 'null'), coalesce(wal::text, 'unknown'),
-        CASE WHEN have_runner THEN (rn.slot_name = sg.slot_name)::text ELSE 'no_runner' END);
+        CASE WHEN have_runner THEN (rn.slot_name = sg.slot_name)::text ELSE 'no_runner' END,
+        CASE WHEN have_runner THEN coalesce((rn.decoder = sg.plugin)::text, 'unknown') ELSE 'no_runner' END);
     END IF;
   END IF;
   RETURN NEXT;

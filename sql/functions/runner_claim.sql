@@ -2,9 +2,10 @@
 -- advisory lock that dies with the connection, so a crashed runner never blocks its
 -- successor and two runners never consume one stream. The key is hashed with the
 -- install's secret (synchro._lock_seed), so no other role can hold it by guessing.
--- Records the runner's settings so readiness needs nothing but this database.
+-- Records the runner's settings so readiness needs nothing but this database, its
+-- decoder (output plugin) included: readiness compares it with the stream's plugin.
 CREATE OR REPLACE FUNCTION synchro.runner_claim(
-  owner text, pid int, slot_name text, publication text, heartbeat_interval interval)
+  owner text, pid int, slot_name text, publication text, heartbeat_interval interval, decoder text)
 RETURNS void
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -23,19 +24,22 @@ BEGIN
   IF heartbeat_interval IS NULL OR heartbeat_interval <= interval '0' OR heartbeat_interval > interval '1 hour' THEN
     RAISE EXCEPTION 'runner refused: heartbeat_interval must be positive and at most one hour' USING ERRCODE = 'SY400';
   END IF;
+  IF decoder IS NULL OR decoder !~ '^[a-z0-9_]{1,63}$' THEN
+    RAISE EXCEPTION 'runner refused: decoder must be an output plugin name' USING ERRCODE = 'SY400';
+  END IF;
   INSERT INTO synchro.runner AS r (singleton, owner, pid, backend_pid, slot_name, publication, database_name,
-                                   started_at, heartbeat_at, heartbeat_interval, state)
+                                   started_at, heartbeat_at, heartbeat_interval, state, decoder)
   VALUES (true, left(owner, 200), pid, pg_backend_pid(), slot_name, publication, current_database(),
-          now(), now(), heartbeat_interval, 'starting')
+          now(), now(), heartbeat_interval, 'starting', decoder)
   ON CONFLICT (singleton) DO UPDATE
     SET owner = excluded.owner, pid = excluded.pid, backend_pid = excluded.backend_pid,
         slot_name = excluded.slot_name, publication = excluded.publication,
         database_name = excluded.database_name, started_at = excluded.started_at,
         heartbeat_at = excluded.heartbeat_at, heartbeat_interval = excluded.heartbeat_interval,
         registry_generation = NULL, materialized_commit_lsn = NULL, received_lsn = NULL,
-        state = excluded.state;
+        state = excluded.state, decoder = excluded.decoder;
 END
 $$;
 
-REVOKE ALL ON FUNCTION synchro.runner_claim(text, int, text, text, interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION synchro.runner_claim(text, int, text, text, interval) TO synchro_runner;
+REVOKE ALL ON FUNCTION synchro.runner_claim(text, int, text, text, interval, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION synchro.runner_claim(text, int, text, text, interval, text) TO synchro_runner;
