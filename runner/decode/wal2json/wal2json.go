@@ -103,16 +103,22 @@ var messagePrefixes = []string{decode.PrefixFence, decode.PrefixRegistry}
 // set, in the order they are sent.
 func baseOptions() []string {
 	return []string{
-		"format-version '2'",
-		"include-transaction 'true'",
-		"include-xids 'true'",
-		"include-timestamp 'true'",
-		"include-lsn 'true'",
-		"include-types 'false'",
-		"include-type-oids 'true'",
-		"include-pk 'true'",
-		"add-msg-prefixes " + decode.QuoteOptionValue(strings.Join(messagePrefixes, ",")),
+		option("format-version", "2"),
+		option("include-transaction", "true"),
+		option("include-xids", "true"),
+		option("include-timestamp", "true"),
+		option("include-lsn", "true"),
+		option("include-types", "false"),
+		option("include-type-oids", "true"),
+		option("include-pk", "true"),
+		option("add-msg-prefixes", strings.Join(messagePrefixes, ",")),
 	}
+}
+
+// option renders one START_REPLICATION plugin option: the name as a quoted
+// identifier (wal2json's names hold '-'), the value as a string literal.
+func option(name, value string) string {
+	return `"` + name + `" ` + decode.QuoteOptionValue(value)
 }
 
 // Probe checks that the server's wal2json accepts every option the runner
@@ -127,7 +133,7 @@ func (p Plugin) Probe(ctx context.Context, db decode.Querier) error {
 	return ProbeOptions(ctx, db, baseOptions())
 }
 
-// ProbeOptions runs wal2json's option check for opts (each `name 'value'`)
+// ProbeOptions runs wal2json's option check for opts (each `"name" 'value'`)
 // on a temporary slot. An option the build rejects (SQLSTATE 22023) is an
 // *decode.Error of class decoder_capability_unsupported.
 func ProbeOptions(ctx context.Context, db decode.Querier, opts []string) error {
@@ -135,10 +141,11 @@ func ProbeOptions(ctx context.Context, db decode.Querier, opts []string) error {
 	ph := make([]string, 0, 2*len(opts))
 	for _, o := range opts {
 		name, val, ok := strings.Cut(o, " ")
-		if !ok || len(val) < 2 || val[0] != '\'' || val[len(val)-1] != '\'' {
-			return decode.NewError(decode.ClassConfigInvalid, 0, "wal2json option is not of the form name 'value'")
+		if !ok || len(name) < 2 || name[0] != '"' || name[len(name)-1] != '"' ||
+			len(val) < 2 || val[0] != '\'' || val[len(val)-1] != '\'' {
+			return decode.NewError(decode.ClassConfigInvalid, 0, "wal2json option is not of the form \"name\" 'value'")
 		}
-		args = append(args, name, strings.ReplaceAll(val[1:len(val)-1], "''", "'"))
+		args = append(args, name[1:len(name)-1], strings.ReplaceAll(val[1:len(val)-1], "''", "'"))
 		ph = append(ph, fmt.Sprintf("$%d::text, $%d::text", len(args)-1, len(args)))
 	}
 	// The temporary slot belongs to this session and is dropped at once, also
@@ -255,7 +262,7 @@ func (p Plugin) Open(ctx context.Context, db decode.Querier, spec decode.Session
 	if len(tables) == 0 {
 		return nil, errors.New("synchro: wal2json: no registered relation exists in the catalog")
 	}
-	s.opts = append(baseOptions(), "add-tables "+decode.QuoteOptionValue(strings.Join(tables, ",")))
+	s.opts = append(baseOptions(), option("add-tables", strings.Join(tables, ",")))
 	return s, nil
 }
 
