@@ -119,6 +119,12 @@ func TestRunnerPoisonReplicaIdentityFull(t *testing.T) {
 
 func TestRunnerPoisonRenamedRelation(t *testing.T) {
 	eachDecoder(t, func(t *testing.T) {
+		if decoderOf(t) == "wal2json" {
+			// The one documented difference (docs/decoders.md): wal2json names tables
+			// (add-tables), not OIDs, so a write that bypasses the fence triggers into a
+			// renamed registered table never reaches its stream at all.
+			t.Skip("wal2json filters tables by name: docs/decoders.md, renamed relations")
+		}
 		t.Parallel()
 		db, _, q := blockedStream(t, func(db *testdb.DB) {
 			// The fence trigger refuses writes to the renamed table (it looks up the

@@ -212,13 +212,7 @@ func (p Plugin) Open(ctx context.Context, db decode.Querier, spec decode.Session
 	for _, s := range shapes {
 		byOID[s.Relid] = s
 	}
-	s := &session{
-		rels:    make(map[relKey]*relState, len(set)),
-		curGen:  spec.RegistryGeneration,
-		latest:  set[0].LatestGeneration,
-		skipLSN: spec.RestartedAt,
-	}
-	tables := make([]string, 0, len(set))
+	tables := make([]Table, 0, len(set))
 	for _, t := range set {
 		sh, ok := byOID[t.Relid]
 		if !ok {
@@ -230,7 +224,7 @@ func (p Plugin) Open(ctx context.Context, db decode.Querier, spec decode.Session
 		for _, c := range t.Columns {
 			registered[c] = struct{}{}
 		}
-		rel := &decode.Relation{
+		rel := decode.Relation{
 			OID:       uint32(sh.Relid),
 			Namespace: sh.Nspname,
 			Name:      sh.Relname,
@@ -239,10 +233,10 @@ func (p Plugin) Open(ctx context.Context, db decode.Querier, spec decode.Session
 		if len(sh.Replident) == 1 {
 			rel.ReplicaIdentity = sh.Replident[0]
 		}
-		st := &relState{rel: rel, typlen: make(map[string]int32, len(sh.ColNames)), firstGen: t.FirstGeneration}
+		tb := Table{Relation: rel, TypLens: make([]int32, len(sh.ColNames)), FirstGeneration: t.FirstGeneration}
 		for i, name := range sh.ColNames {
 			rel.Columns[i] = decode.Column{Name: name, TypeOID: uint32(sh.ColTypes[i]), TypeMod: sh.ColTypmods[i], Key: sh.ColKeys[i]}
-			st.typlen[name] = sh.ColTyplens[i]
+			tb.TypLens[i] = sh.ColTyplens[i]
 			if _, reg := registered[name]; reg && notRepresentable(uint32(sh.ColTypes[i])) {
 				e := decode.NewError(decode.ClassValueNotRepresentable, 0,
 					"decoder wal2json cannot carry NaN or Infinity of a registered float4, float8 or numeric column (use pgoutput, or a domain over the type)")
@@ -250,19 +244,54 @@ func (p Plugin) Open(ctx context.Context, db decode.Querier, spec decode.Session
 				return nil, e
 			}
 		}
-		name, err := tableName(sh.Nspname, sh.Relname)
+		tables = append(tables, tb)
+	}
+	if len(tables) == 0 {
+		return nil, errors.New("synchro: wal2json: no registered relation exists in the catalog")
+	}
+	return NewSession(tables, spec, set[0].LatestGeneration)
+}
+
+// Table is one relation of a session's table set: its shape as pgoutput's
+// Relation message would give it, each column's catalog type length (-1:
+// varlena, the only kind an unchanged TOAST value can be), and the first
+// activated registry generation that registers it.
+type Table struct {
+	Relation        decode.Relation
+	TypLens         []int32 // aligned with Relation.Columns
+	FirstGeneration int64
+}
+
+// NewSession returns the session of a table set read elsewhere (Open reads it
+// from the database; tests build it): latest is the latest activated registry
+// generation the table set knows.
+func NewSession(tables []Table, spec decode.SessionSpec, latest int64) (decode.Session, error) {
+	s := &session{
+		rels:    make(map[relKey]*relState, len(tables)),
+		curGen:  spec.RegistryGeneration,
+		latest:  latest,
+		skipLSN: spec.RestartedAt,
+	}
+	names := make([]string, 0, len(tables))
+	for _, tb := range tables {
+		rel := tb.Relation
+		if len(tb.TypLens) != len(rel.Columns) {
+			return nil, decode.NewError(decode.ClassConfigInvalid, 0, "table type lengths differ from its columns")
+		}
+		name, err := tableName(rel.Namespace, rel.Name)
 		if err != nil {
 			e := err.(*decode.Error)
 			e.RelationOID = rel.OID
 			return nil, e
 		}
-		tables = append(tables, name)
-		s.rels[relKey{sh.Nspname, sh.Relname}] = st
+		names = append(names, name)
+		st := &relState{rel: &rel, typlen: make(map[string]int32, len(rel.Columns)), firstGen: tb.FirstGeneration}
+		for i, c := range rel.Columns {
+			st.typlen[c.Name] = tb.TypLens[i]
+		}
+		s.rels[relKey{rel.Namespace, rel.Name}] = st
 	}
-	if len(tables) == 0 {
-		return nil, errors.New("synchro: wal2json: no registered relation exists in the catalog")
-	}
-	s.opts = append(baseOptions(), option("add-tables", strings.Join(tables, ",")))
+	s.opts = append(baseOptions(), option("add-tables", strings.Join(names, ",")))
 	return s, nil
 }
 
@@ -312,9 +341,12 @@ type session struct {
 	// pending holds the Begin of the open transaction until its first change:
 	// wal2json sends B and C for every transaction (also those that change
 	// nothing in the table set), pgoutput sends nothing for them.
-	pending *decode.Begin
-	inTxn   bool
-	emitted bool
+	pending  *decode.Begin
+	beginEnd pglogrepl.LSN // the end LSN the Begin announced
+	// lastChange is the lsn of the open transaction's last change.
+	lastChange pglogrepl.LSN
+	inTxn      bool
+	emitted    bool
 }
 
 func (s *session) StartOptions() []string { return s.opts }
@@ -380,6 +412,9 @@ func (s *session) Decode(walStart pglogrepl.LSN, data []byte) ([]decode.Message,
 	if !utf8.Valid(data) {
 		return nil, malformed(walStart, "document is not valid utf-8")
 	}
+	if !exactKeys(data) {
+		return nil, malformed(walStart, "document has an unknown or repeated field")
+	}
 	var d document
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -404,8 +439,13 @@ func (s *session) Decode(walStart pglogrepl.LSN, data []byte) ([]decode.Message,
 	return nil, decode.NewError(decode.ClassUnsupportedMessage, walStart, "unknown wal2json action")
 }
 
+// parseLSN reads an LSN exactly as wal2json writes it (%X/%X: uppercase hex).
 func parseLSN(s *string) (pglogrepl.LSN, bool) {
 	if s == nil {
+		return 0, false
+	}
+	hi, lo, ok := strings.Cut(*s, "/")
+	if !ok || !upperHex(hi) || !upperHex(lo) {
 		return 0, false
 	}
 	l, err := pglogrepl.ParseLSN(*s)
@@ -440,11 +480,16 @@ func (s *session) begin(walStart pglogrepl.LSN, d *document) ([]decode.Message, 
 	if !ok {
 		return nil, malformed(walStart, "begin without the commit lsn")
 	}
+	next, ok := parseLSN(d.NextLSN)
+	if !ok {
+		return nil, malformed(walStart, "begin without the end lsn")
+	}
 	ts, ok := parseTimestamp(d.Timestamp)
 	if !ok || d.Xid == nil {
 		return nil, malformed(walStart, "begin without xid or timestamp")
 	}
 	s.pending = &decode.Begin{FinalLSN: final, CommitTime: ts, Xid: *d.Xid}
+	s.beginEnd, s.lastChange = next, 0
 	s.inTxn, s.emitted = true, false
 	return nil, nil
 }
@@ -465,6 +510,11 @@ func (s *session) commit(walStart pglogrepl.LSN, d *document) ([]decode.Message,
 	if !ok {
 		return nil, malformed(walStart, "commit without timestamp")
 	}
+	// B and C of one transaction carry the same commit LSN, end LSN, xid and time.
+	if commitLSN != s.pending.FinalLSN || end != s.beginEnd || d.Xid == nil || *d.Xid != s.pending.Xid ||
+		!ts.Equal(s.pending.CommitTime) {
+		return nil, decode.NewError(decode.ClassTransactionFraming, walStart, "commit differs from its begin")
+	}
 	emitted := s.emitted
 	s.inTxn, s.emitted, s.pending = false, false, nil
 	if !emitted {
@@ -480,6 +530,34 @@ func (s *session) open(out []decode.Message) []decode.Message {
 		out = append(out, s.pending)
 	}
 	return out
+}
+
+// inTxnDoc checks that a change belongs to the open transaction: its xid and
+// timestamp are the Begin's.
+func (s *session) inTxnDoc(walStart pglogrepl.LSN, d *document) error {
+	if !s.inTxn {
+		return decode.NewError(decode.ClassTransactionFraming, walStart, "change outside a transaction")
+	}
+	ts, ok := parseTimestamp(d.Timestamp)
+	if d.Xid == nil || *d.Xid != s.pending.Xid || !ok || !ts.Equal(s.pending.CommitTime) {
+		return decode.NewError(decode.ClassTransactionFraming, walStart, "change of another transaction")
+	}
+	return nil
+}
+
+// changeLSN checks a change's own lsn: present, after the transaction's
+// previous change, before its commit record. Rows carry no LSN downstream (as
+// pgoutput's do not); the order check keeps a tampered one from passing.
+func (s *session) changeLSN(walStart pglogrepl.LSN, d *document) error {
+	l, ok := parseLSN(d.LSN)
+	if !ok {
+		return malformed(walStart, "change without lsn")
+	}
+	if l <= s.lastChange || l >= s.pending.FinalLSN {
+		return decode.NewError(decode.ClassTransactionFraming, walStart, "change lsn out of transaction order")
+	}
+	s.lastChange = l
+	return nil
 }
 
 func (s *session) relation(walStart pglogrepl.LSN, d *document) (*relState, error) {
@@ -499,11 +577,11 @@ func (s *session) relation(walStart pglogrepl.LSN, d *document) (*relState, erro
 func (s *session) published(st *relState) bool { return st.firstGen <= s.curGen }
 
 func (s *session) row(walStart pglogrepl.LSN, d *document) ([]decode.Message, error) {
-	if !s.inTxn {
-		return nil, decode.NewError(decode.ClassTransactionFraming, walStart, "change outside a transaction")
+	if err := s.inTxnDoc(walStart, d); err != nil {
+		return nil, err
 	}
-	if _, ok := parseLSN(d.LSN); !ok {
-		return nil, malformed(walStart, "change without lsn")
+	if err := s.changeLSN(walStart, d); err != nil {
+		return nil, err
 	}
 	st, err := s.relation(walStart, d)
 	if err != nil {
@@ -520,7 +598,7 @@ func (s *session) row(walStart pglogrepl.LSN, d *document) ([]decode.Message, er
 		if d.Identity != nil {
 			return nil, malformed(walStart, "insert with identity")
 		}
-		if !st.matches(d.Columns, false) {
+		if !st.matches(d.Columns, false) || !st.pkMatches(d.PK) {
 			out = s.reshape(out, st, d, false)
 		}
 		if row.New, err = st.tuple(walStart, decode.TupleNew, d.Columns, false); err != nil {
@@ -528,7 +606,7 @@ func (s *session) row(walStart pglogrepl.LSN, d *document) ([]decode.Message, er
 		}
 	case "U":
 		row.Op = decode.OpUpdate
-		if !st.matches(d.Columns, true) || !st.identityMatches(d.Identity) {
+		if !st.matches(d.Columns, true) || !st.identityMatches(d.Identity) || !st.pkMatches(d.PK) {
 			out = s.reshape(out, st, d, true)
 		}
 		if row.New, err = st.tuple(walStart, decode.TupleNew, d.Columns, true); err != nil {
@@ -547,7 +625,7 @@ func (s *session) row(walStart pglogrepl.LSN, d *document) ([]decode.Message, er
 		if d.Columns != nil {
 			return nil, malformed(walStart, "delete with columns")
 		}
-		if !st.identityMatches(d.Identity) {
+		if !st.identityMatches(d.Identity) || !st.pkMatches(d.PK) {
 			out = s.reshape(out, st, d, true)
 		}
 		if row.Old, err = st.identityTuple(walStart, d.Identity); err != nil {
@@ -595,6 +673,25 @@ func (st *relState) identityMatches(id []wireColumn) bool {
 		j++
 	}
 	return j == len(id)
+}
+
+// pkMatches reports whether a pk list (include-pk: the primary key's columns)
+// names the key columns of the current shape (REPLICA IDENTITY DEFAULT).
+func (st *relState) pkMatches(pk []wirePK) bool {
+	if pk == nil {
+		return true
+	}
+	j := 0
+	for _, c := range st.rel.Columns {
+		if !c.Key {
+			continue
+		}
+		if j >= len(pk) || pk[j].Name != c.Name || pk[j].TypeOID != c.TypeOID {
+			return false
+		}
+		j++
+	}
+	return j == len(pk)
 }
 
 // reshape emits a new shape of the relation built from the change: the
@@ -823,6 +920,18 @@ func value(walStart pglogrepl.LSN, c wireColumn) (decode.Value, error) {
 	return decode.Value{}, malformed(walStart, "column value does not fit its type")
 }
 
+func upperHex(s string) bool {
+	if len(s) == 0 || len(s) > 8 || (len(s) > 1 && s[0] == '0') {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'A' || c > 'F') {
+			return false
+		}
+	}
+	return true
+}
+
 func isHex(s string) bool {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
@@ -843,11 +952,11 @@ func isNumber(raw []byte) bool {
 }
 
 func (s *session) truncate(walStart pglogrepl.LSN, d *document) ([]decode.Message, error) {
-	if !s.inTxn {
-		return nil, decode.NewError(decode.ClassTransactionFraming, walStart, "truncate outside a transaction")
+	if err := s.inTxnDoc(walStart, d); err != nil {
+		return nil, err
 	}
-	if _, ok := parseLSN(d.LSN); !ok {
-		return nil, malformed(walStart, "truncate without lsn")
+	if err := s.changeLSN(walStart, d); err != nil {
+		return nil, err
 	}
 	st, err := s.relation(walStart, d)
 	if err != nil {
@@ -875,10 +984,13 @@ func (s *session) message(walStart pglogrepl.LSN, d *document) ([]decode.Message
 	}
 	m := &decode.LogicalMessage{Transactional: *d.Transactional, LSN: lsn, Prefix: *d.Prefix, Content: []byte(content)}
 	if !m.Transactional {
+		if d.Xid != nil || d.Timestamp != nil {
+			return nil, malformed(walStart, "non-transactional message with xid or timestamp")
+		}
 		return []decode.Message{m}, nil
 	}
-	if !s.inTxn {
-		return nil, decode.NewError(decode.ClassTransactionFraming, walStart, "transactional message outside a transaction")
+	if err := s.inTxnDoc(walStart, d); err != nil {
+		return nil, err
 	}
 	if m.Prefix == decode.PrefixRegistry {
 		if a, err := decode.ParseRegistryActivation(m.Content); err == nil {
@@ -911,4 +1023,60 @@ func (s *session) activation(walStart, lsn pglogrepl.LSN, a decode.Activation) e
 		s.curGen = a.Generation
 	}
 	return nil
+}
+
+// knownKeys are every field name of a format-2 document, its columns and its
+// pk entries, spelled exactly: encoding/json matches names case-insensitively
+// and keeps the last of repeated ones, so exactKeys checks them first.
+var knownKeys = map[string]bool{
+	"action": true, "xid": true, "timestamp": true, "lsn": true, "nextlsn": true, "schema": true,
+	"table": true, "columns": true, "identity": true, "pk": true, "transactional": true, "prefix": true,
+	"content": true, "name": true, "typeoid": true, "value": true,
+}
+
+// exactKeys reports whether every object key in data is a known key, spelled
+// exactly, and unique in its object.
+func exactKeys(data []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	type frame struct {
+		object bool
+		seen   map[string]bool
+		key    bool // the next token of this object is a key
+	}
+	var stack []frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return len(stack) == 0 // io.EOF after a complete value; the decoder judges the rest
+		}
+		if n := len(stack); n > 0 && stack[n-1].object {
+			top := &stack[n-1]
+			if top.key {
+				if d, ok := tok.(json.Delim); ok && d == '}' {
+					stack = stack[:n-1]
+					continue
+				}
+				k, ok := tok.(string)
+				if !ok || !knownKeys[k] || top.seen[k] {
+					return false
+				}
+				top.seen[k] = true
+				top.key = false
+				continue
+			}
+			top.key = true
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, frame{object: true, seen: make(map[string]bool, 8), key: true})
+		case json.Delim('['):
+			stack = append(stack, frame{})
+		case json.Delim(']'):
+			if len(stack) == 0 {
+				return false
+			}
+			stack = stack[:len(stack)-1]
+		}
+	}
 }
