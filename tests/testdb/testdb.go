@@ -73,10 +73,16 @@ type DB struct {
 // Main starts the cluster (or checks the external server), runs the tests, stops the
 // cluster and exits. Call it from TestMain.
 func Main(m *testing.M) {
-	os.Exit(run(m))
+	os.Exit(run(m, nil))
 }
 
-func run(m *testing.M) int {
+// MainWithConf is Main with server settings of the private cluster added (such as
+// shared_preload_libraries): for a package of tests that needs them alone.
+func MainWithConf(m *testing.M, conf map[string]string) {
+	os.Exit(run(m, conf))
+}
+
+func run(m *testing.M, conf map[string]string) int {
 	ctx := context.Background()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	if raw := os.Getenv(EnvDatabaseURL); raw != "" {
@@ -93,7 +99,7 @@ func run(m *testing.M) int {
 	}
 
 	start := time.Now()
-	cluster, err := pgcluster.Start(ctx, pgcluster.Options{Logger: logger})
+	cluster, err := pgcluster.Start(ctx, pgcluster.Options{Logger: logger, ExtraConf: conf})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "testdb: start cluster: %v\n", err)
 		return 2

@@ -81,11 +81,10 @@ func (p Plugin) format() int {
 // the commit LSN and end LSN (C's lsn and nextlsn) and every change's lsn.
 // Format 1 has no per-change LSN and one document per transaction.
 func (p Plugin) Capabilities() decode.Capabilities {
-	v2 := p.format() == 2
 	return decode.Capabilities{
-		TransactionalMessages: v2,
-		Truncate:              v2,
-		CommitLSN:             v2,
+		TransactionalMessages: true,
+		Truncate:              true,
+		CommitLSN:             p.format() == 2,
 		MinServerVersionNum:   110000,
 	}
 }
@@ -130,8 +129,22 @@ func (p Plugin) Probe(ctx context.Context, db decode.Querier) error {
 	if err := decode.CheckCapabilities(p, 0); err != nil {
 		return err
 	}
-	return ProbeOptions(ctx, db, baseOptions())
+	if err := ProbeOptions(ctx, db, baseOptions()); err != nil {
+		return err
+	}
+	// A registered column this plugin cannot carry is refused now too, before
+	// the first start creates the stream (and at every session start after).
+	if _, err := p.Open(ctx, db, decode.SessionSpec{}); err != nil {
+		if c, ok := decode.ClassOf(err); ok && (c == decode.ClassValueNotRepresentable || c == decode.ClassConfigInvalid) {
+			return err
+		}
+	}
+	return nil
 }
+
+// Options are the START_REPLICATION options every session sends before its
+// add-tables (for the option probe and its tests).
+func Options() []string { return baseOptions() }
 
 // ProbeOptions runs wal2json's option check for opts (each `"name" 'value'`)
 // on a temporary slot. An option the build rejects (SQLSTATE 22023) is an

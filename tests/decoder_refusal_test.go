@@ -1,0 +1,142 @@
+package tests
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/synchro/synchro/runner"
+	"github.com/synchro/synchro/runner/decode"
+	"github.com/synchro/synchro/runner/decode/wal2json"
+	"github.com/synchro/synchro/tests/testdb"
+)
+
+// slotsOf counts the replication slots of the test's database.
+func slotsOf(t *testing.T, db *testdb.DB) int {
+	t.Helper()
+	return countOf(t, db, `SELECT count(*) FROM pg_replication_slots WHERE database = current_database()`)
+}
+
+// The stream records its plugin: a runner started with another decoder is refused at
+// start with a message naming both, and readiness's slot check says so.
+func TestDecoderMismatchRefused(t *testing.T) {
+	eachDecoder(t, func(t *testing.T) {
+		t.Parallel()
+		db := runnerSetup(t)
+		cfg := testRunnerConfig(t, db)
+		rr := startRunner(t, cfg)
+		waitStream(t, db)
+		waitAcked(t, db)
+		require.NoError(t, rr.stop(t))
+		waitRunnerGone(t, db)
+		var plugin string
+		require.NoError(t, db.Pool.QueryRow(context.Background(),
+			`SELECT plugin FROM synchro.stream_generation WHERE state = 'active'`).Scan(&plugin))
+		require.Equal(t, cfg.Decoder, plugin, "the stream records the plugin it was created with")
+
+		other := "wal2json"
+		if cfg.Decoder == "wal2json" {
+			other = "pgoutput"
+		}
+		cfg.Decoder = other
+		err, logs := fatalRunner(t, cfg)
+		require.True(t, runner.IsFatal(err), "%v", err)
+		require.ErrorContains(t, err, `the stream records output plugin "`+plugin+`"`)
+		require.ErrorContains(t, err, `decodes with "`+other+`"`)
+		require.Len(t, logs.lines("fatal state"), 1, "one log line names the fatal state")
+		require.Empty(t, logs.lines("retrying"), "a fatal state is not retried")
+		rows, _ := readinessOf(t, db)
+		slot := checkRow(rows, "slot")
+		require.False(t, slot.OK)
+		require.Contains(t, slot.Detail, "runner_decoder_matches=false")
+		require.Contains(t, slot.Detail, "plugin_matches=true", "the slot itself is the stream's")
+
+		// With its own decoder again, the runner goes on where the stream is.
+		cfg.Decoder = plugin
+		startRunner(t, cfg)
+		mustExec(t, db, `INSERT INTO items (id, owner) VALUES (10, 'a')`)
+		waitEffects(t, db, 1)
+		require.Contains(t, checkRow(waitReady(t, db), "slot").Detail, "runner_decoder_matches=true")
+	})
+}
+
+// A decoder lacking a capability Synchro needs is refused at start, before any slot
+// exists, naming the capability: pglogical's output plugin (no message callback),
+// wal2json format 1 (no per-change LSN; declared, not selectable).
+func TestDecoderCapabilityRefused(t *testing.T) {
+	t.Parallel()
+	db := runnerSetup(t)
+	cfg := testRunnerConfig(t, db)
+	cfg.Decoder = "pglogical"
+	err, logs := fatalRunner(t, cfg)
+	require.True(t, runner.IsFatal(err), "%v", err)
+	require.ErrorContains(t, err, "cannot deliver transactional logical messages")
+	c, ok := decode.ClassOf(err)
+	require.True(t, ok)
+	require.Equal(t, decode.ClassCapabilityUnsupported, c)
+	require.Empty(t, logs.lines("retrying"), "a refused capability is not retried")
+	require.Zero(t, slotsOf(t, db), "refused before any slot is created")
+	_, exists := runnerState(t, db)
+	require.False(t, exists, "no stream")
+
+	err = decode.CheckCapabilities(wal2json.Plugin{FormatVersion: 1}, 150000)
+	require.ErrorContains(t, err, "does not carry the commit lsn of each transaction and the lsn of each change")
+}
+
+// A wal2json build that rejects an option the decoder requires is refused by the
+// option probe, on a temporary slot, before the stream's slot is created. wal2json 2.5
+// (Debian's postgresql-15-wal2json) has no numeric-data-types-as-string (2.6): asking
+// for it is the missing option.
+func TestDecoderWal2jsonMissingOption(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := runnerSetup(t)
+	conn, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+
+	require.NoError(t, wal2json.ProbeOptions(ctx, conn, wal2json.Options()), "the options the decoder sends")
+	err = wal2json.ProbeOptions(ctx, conn, append(wal2json.Options(), `"numeric-data-types-as-string" 'true'`))
+	c, ok := decode.ClassOf(err)
+	require.True(t, ok, "%v", err)
+	require.Equal(t, decode.ClassCapabilityUnsupported, c)
+	require.ErrorContains(t, err, "rejects an option the decoder requires")
+	require.Zero(t, slotsOf(t, db), "the probe's temporary slot is gone")
+}
+
+// wal2json 2.5 prints float4, float8 and numeric as bare JSON numbers and their NaN
+// and Infinity as null, indistinguishable from NULL: a registered column of those
+// types is refused at start, before the stream's slot exists (a domain over the type
+// is carried exactly: TestDecoderDifferential).
+func TestDecoderWal2jsonRefusesNumeric(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	mustExec(t, db, `
+		CREATE TABLE prices (id int8 PRIMARY KEY, owner text, price numeric);
+		SELECT synchro.register_table('prices', 'prices');
+		SELECT synchro.activate_registry();`)
+	cfg := testRunnerConfig(t, db)
+	cfg.Decoder = "wal2json"
+	err, _ := fatalRunner(t, cfg)
+	require.True(t, runner.IsFatal(err), "%v", err)
+	c, _ := decode.ClassOf(err)
+	require.Equal(t, decode.ClassValueNotRepresentable, c)
+	require.ErrorContains(t, err, "NaN or Infinity")
+	require.Zero(t, slotsOf(t, db), "refused before the stream's slot is created")
+
+	// Registered without the column, the same table streams.
+	db2 := testdb.New(t)
+	mustExec(t, db2, `
+		CREATE TABLE prices (id int8 PRIMARY KEY, owner text, price numeric);
+		SELECT synchro.register_table('prices', 'prices', ARRAY['owner']::name[]);
+		SELECT synchro.add_scope_rule('prices', 'owner:', 'owner');
+		SELECT synchro.activate_registry();`)
+	cfg2 := testRunnerConfig(t, db2)
+	cfg2.Decoder = "wal2json"
+	startRunner(t, cfg2)
+	waitStream(t, db2)
+	mustExec(t, db2, `INSERT INTO prices VALUES (1, 'a', 'NaN')`)
+	waitEffects(t, db2, 1)
+}
