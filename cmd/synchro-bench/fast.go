@@ -135,7 +135,12 @@ type inProcessRunner struct {
 // Replication slots are cluster-wide, so each suite's runner uses its own slot, named
 // after its database.
 func startRunner(ctx context.Context, b *bench, url, slot string) (*inProcessRunner, error) {
-	r, err := runner.New(runner.Config{DatabaseURL: url, Slot: slot, Logger: b.logger, Owner: "synchro-bench"})
+	return startRunnerWith(ctx, b, url, slot, "")
+}
+
+// startRunnerWith starts a runner decoding with decoder ("" is pgoutput).
+func startRunnerWith(ctx context.Context, b *bench, url, slot, decoder string) (*inProcessRunner, error) {
+	r, err := runner.New(runner.Config{DatabaseURL: url, Slot: slot, Decoder: decoder, Logger: b.logger, Owner: "synchro-bench"})
 	if err != nil {
 		return nil, err
 	}

@@ -38,6 +38,7 @@ import (
 
 	"github.com/synchro/synchro"
 	"github.com/synchro/synchro/internal/pgcluster"
+	"github.com/synchro/synchro/runner"
 )
 
 // clusterConf is the benchmark cluster's configuration on top of pgcluster's defaults
@@ -88,9 +89,10 @@ type config struct {
 	binDir   string
 
 	// materialize, memory and pull suites (fast.go, materialize.go, memory.go, pull.go)
-	matSmallTxns int // 1-row source transactions per materialize run
-	matBigTxns   int // 1,000-row source transactions per materialize run
-	memRows      int // rows of the memory suite's one source transaction
+	matSmallTxns int      // 1-row source transactions per materialize run
+	matBigTxns   int      // 1,000-row source transactions per materialize run
+	matDecoders  []string // decoders the materialize suite runs the runner with (--decoder)
+	memRows      int      // rows of the memory suite's one source transaction
 	memTimeout   time.Duration
 	synchroBin   string // prebuilt synchro binary for the memory suite (default: go build ./cmd/synchro)
 	pullEffects  int    // total effects of the pull suite's large stream
@@ -122,6 +124,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&c.memTimeout, "mem-timeout", 15*time.Minute, "memory: give up waiting for materialization after this long")
 	fs.StringVar(&c.synchroBin, "synchro-bin", "", "memory: synchro binary to run (default: go build ./cmd/synchro)")
 	fs.IntVar(&c.pullEffects, "pull-effects", 10_000_000, "pull: total effects in the large stream")
+	decoders := fs.String("decoder", "pgoutput", "materialize: comma-separated decoders the runner runs with (pgoutput, wal2json); "+
+		"with several, each gets a stream of its own and the section compares their rates")
 	fs.BoolVar(&c.noProfile, "no-profile", false, "materialize: skip the profile pass that runs when a ratio is below its goal")
 	fs.StringVar(&c.check, "check", "", "fail when a same-run ratio falls below half of the figure in this file's summary table (docs/benchmarks.md)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run (in-process runners included) to this file")
@@ -172,6 +176,13 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 			return nil, fmt.Errorf("--suite: unknown suite %q (have %s)", s, strings.Join(suiteNames(), ", "))
 		}
 		c.suites = append(c.suites, s)
+	}
+	for _, d := range strings.Split(*decoders, ",") {
+		d = strings.TrimSpace(d)
+		if _, err := runner.PluginFor(d); err != nil || d == "pglogical" {
+			return nil, fmt.Errorf("--decoder: %q: want pgoutput or wal2json", d)
+		}
+		c.matDecoders = append(c.matDecoders, d)
 	}
 	if c.binDir == "" {
 		c.binDir = os.Getenv("SYNCHRO_PG_BIN")

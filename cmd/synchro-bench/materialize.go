@@ -65,28 +65,62 @@ func matScript(rows int) string {
 // matEnv is the materialize suite's database.
 type matEnv struct {
 	b       *bench
+	decoder string // the runner's decoder
 	cluster *pgcluster.Cluster
 	conn    *pgx.Conn
 	url     string
 	dbname  string
 }
 
+// runMaterialize runs the suite once per decoder (--decoder), each on a stream
+// (database) of its own, and with several compares their materialization rates.
 func runMaterialize(ctx context.Context, b *bench) (string, error) {
-	const dbname = "bench_materialize"
+	var sb strings.Builder
+	rates := make(map[string]map[string]float64) // decoder → shape → median synchro ev/s
+	for _, d := range b.cfg.matDecoders {
+		section, r, err := runMaterializeDecoder(ctx, b, d)
+		if err != nil {
+			return "", fmt.Errorf("decoder %s: %w", d, err)
+		}
+		sb.WriteString(section)
+		rates[d] = r
+	}
+	if len(b.cfg.matDecoders) > 1 {
+		base := b.cfg.matDecoders[0]
+		fmt.Fprintf(&sb, "\n### materialize: decoders against %s, same run\n\n", base)
+		sb.WriteString("| decoder | source txns | synchro ev/s | " + base + " ev/s | ratio |\n|---|---|---:|---:|---:|\n")
+		for _, d := range b.cfg.matDecoders[1:] {
+			for _, shape := range []string{"1-row", "1,000-row"} {
+				ratio := rates[d][shape] / rates[base][shape]
+				b.record(fmt.Sprintf("materialize %s/%s %s", d, base, shape), ratio)
+				fmt.Fprintf(&sb, "| %s | %s | %.0f | %.0f | %.3f |\n", d, shape, rates[d][shape], rates[base][shape], ratio)
+			}
+		}
+	}
+	return sb.String(), nil
+}
+
+// runMaterializeDecoder is the suite under one decoder: its section and the median
+// synchro rate per shape.
+func runMaterializeDecoder(ctx context.Context, b *bench, decoder string) (string, map[string]float64, error) {
+	dbname := "bench_materialize"
+	if decoder != "pgoutput" {
+		dbname += "_" + decoder
+	}
 	conn, url, err := b.newFastDatabase(ctx, dbname)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	defer conn.Close(ctx)
-	e := &matEnv{b: b, cluster: b.fast, conn: conn, url: url, dbname: dbname}
+	e := &matEnv{b: b, decoder: decoder, cluster: b.fast, conn: conn, url: url, dbname: dbname}
 	if _, err := conn.Exec(ctx, itemsTable+registerItems+`CREATE TABLE public.bench_tick (x int);`); err != nil {
-		return "", fmt.Errorf("setup: %w", err)
+		return "", nil, fmt.Errorf("setup: %w", err)
 	}
 	// First start: slot and (empty) baseline, then stop. Every later start resumes the
 	// same slot, so it decodes exactly the WAL written while it was stopped.
 	fmt.Fprintln(b.stdout, "first runner start (slot + baseline) ...")
 	if err := e.firstStart(ctx); err != nil {
-		return "", err
+		return "", nil, err
 	}
 
 	shapes := []matShape{
@@ -96,10 +130,10 @@ func runMaterialize(ctx context.Context, b *bench) (string, error) {
 	results := map[string][]matRun{}
 	for _, sh := range shapes {
 		for i := 0; i < b.cfg.repeat; i++ {
-			fmt.Fprintf(b.stdout, "  %s run %d/%d: %d txns ... ", sh.name, i+1, b.cfg.repeat, sh.txns)
+			fmt.Fprintf(b.stdout, "  %s %s run %d/%d: %d txns ... ", decoder, sh.name, i+1, b.cfg.repeat, sh.txns)
 			r, err := e.measure(ctx, sh, fmt.Sprintf("bench_raw_%d_%d", sh.rows, i), false)
 			if err != nil {
-				return "", fmt.Errorf("%s: %w", sh.name, err)
+				return "", nil, fmt.Errorf("%s: %w", sh.name, err)
 			}
 			fmt.Fprintf(b.stdout, "%d events: raw %.0f ev/s (%.2fs, load %.1f), synchro %.0f ev/s (%.2fs, load %.1f), ratio %.3f\n",
 				r.events, r.rawRate(), r.rawSec, r.rawLoad, r.synRate(), r.synSec, r.synLoad, r.synRate()/r.rawRate())
@@ -108,7 +142,12 @@ func runMaterialize(ctx context.Context, b *bench) (string, error) {
 	}
 
 	var sb strings.Builder
-	sb.WriteString("### materialize: runner materialization rate vs raw decode of the same WAL\n\n")
+	synRates := make(map[string]float64)
+	if decoder == "pgoutput" {
+		sb.WriteString("### materialize: runner materialization rate vs raw decode of the same WAL\n\n")
+	} else {
+		fmt.Fprintf(&sb, "### materialize (--decoder %s): runner materialization rate vs raw pgoutput decode of the same WAL\n\n", decoder)
+	}
 	fmt.Fprintf(&sb, "Fast cluster: %s. Goal: synchro/raw ≥ %.1f for both shapes.\n\n", fastSettings(ctx, conn), goalMaterialize)
 	sb.WriteString("| source txns | txns | row events | raw decode ev/s | synchro ev/s | synchro/raw | goal | raw s | synchro s | WAL MB | load (raw/synchro, per run) |\n")
 	sb.WriteString("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---|\n")
@@ -126,7 +165,12 @@ func runMaterialize(ctx context.Context, b *bench) (string, error) {
 			loadTxt = append(loadTxt, fmt.Sprintf("%.1f/%.1f", r.rawLoad, r.synLoad))
 		}
 		ratio := median(syns) / median(raws)
-		b.record("materialize "+sh.name, ratio)
+		synRates[sh.name] = median(syns)
+		if decoder == "pgoutput" {
+			b.record("materialize "+sh.name, ratio)
+		} else {
+			b.record("materialize "+decoder+" "+sh.name, ratio)
+		}
 		m := "PASS"
 		if ratio < goalMaterialize {
 			m, below = "BELOW-GOAL", true
@@ -149,11 +193,11 @@ func runMaterialize(ctx context.Context, b *bench) (string, error) {
 		fmt.Fprintln(b.stdout, "below goal: profile pass with pg_stat_statements (track=all) and track_functions=pl ...")
 		prof, err := e.profile(ctx, shapes)
 		if err != nil {
-			return "", fmt.Errorf("profile: %w", err)
+			return "", nil, fmt.Errorf("profile: %w", err)
 		}
 		sb.WriteString(prof)
 	}
-	return sb.String(), nil
+	return sb.String(), synRates, nil
 }
 
 func medianRun(runs []matRun) matRun {
@@ -176,7 +220,7 @@ func medianRun(runs []matRun) matRun {
 }
 
 func (e *matEnv) firstStart(ctx context.Context) error {
-	r, err := startRunner(ctx, e.b, e.url, e.dbname)
+	r, err := startRunnerWith(ctx, e.b, e.url, e.dbname, e.decoder)
 	if err != nil {
 		return err
 	}
@@ -257,7 +301,7 @@ func (e *matEnv) measure(ctx context.Context, sh matShape, rawSlot string, keepS
 	r.synLoad = loadAvg()
 	cpu0 := selfCPU()
 	t0 := time.Now()
-	run, err := startRunner(ctx, e.b, e.url, e.dbname)
+	run, err := startRunnerWith(ctx, e.b, e.url, e.dbname, e.decoder)
 	if err != nil {
 		return r, err
 	}
