@@ -425,17 +425,12 @@ func (s *session) Decode(walStart pglogrepl.LSN, data []byte) ([]decode.Message,
 	if !utf8.Valid(data) {
 		return nil, malformed(walStart, "document is not valid utf-8")
 	}
-	if !exactKeys(data) {
-		return nil, malformed(walStart, "document has an unknown or repeated field")
-	}
-	var d document
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&d); err != nil {
-		return nil, malformed(walStart, "document is not a wal2json format 2 object")
-	}
-	if len(bytes.TrimSpace(data[dec.InputOffset():])) != 0 {
-		return nil, malformed(walStart, "trailing content after document")
+	d, ok := parseFast(data)
+	if !ok {
+		var err error
+		if d, err = parseStrict(walStart, data); err != nil {
+			return nil, err
+		}
 	}
 	switch d.Action {
 	case "B":
@@ -477,12 +472,27 @@ func parseTimestamp(s *string) (time.Time, bool) {
 	if s == nil {
 		return time.Time{}, false
 	}
-	for _, l := range timestampLayouts {
-		if t, err := time.Parse(l, *s); err == nil {
-			return t.UTC(), true
+	// The layout by the offset's form, so that one parse decides.
+	v := *s
+	layout := ""
+	if i := strings.LastIndexAny(v, "+-"); i >= 19 {
+		switch len(v) - i {
+		case 3:
+			layout = timestampLayouts[0]
+		case 6:
+			layout = timestampLayouts[1]
+		case 9:
+			layout = timestampLayouts[2]
 		}
 	}
-	return time.Time{}, false
+	if layout == "" {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(layout, v)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return t.UTC(), true
 }
 
 func (s *session) begin(walStart pglogrepl.LSN, d *document) ([]decode.Message, error) {
@@ -908,8 +918,8 @@ func value(walStart pglogrepl.LSN, c wireColumn) (decode.Value, error) {
 			return decode.Value{Kind: decode.ValueText, Data: []byte("f")}, nil
 		}
 	case '"':
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
+		s, ok := unquote(raw)
+		if !ok {
 			break
 		}
 		if c.TypeOID == oidBytea {
@@ -955,13 +965,67 @@ func isHex(s string) bool {
 	return true
 }
 
-// isNumber reports whether raw is one JSON number literal.
+// unquote returns the value of a JSON string literal: its bytes when it holds
+// no escape, else what encoding/json makes of it.
+func unquote(raw []byte) (string, bool) {
+	if len(raw) >= 2 && raw[0] == '"' && raw[len(raw)-1] == '"' {
+		inner := raw[1 : len(raw)-1]
+		if bytes.IndexByte(inner, '\\') < 0 && bytes.IndexByte(inner, '"') < 0 && !hasControl(inner) {
+			return string(inner), true
+		}
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", false
+	}
+	return s, true
+}
+
+func hasControl(b []byte) bool {
+	for _, c := range b {
+		if c < 0x20 {
+			return true
+		}
+	}
+	return false
+}
+
+// isNumber reports whether raw is exactly one JSON number literal:
+// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
 func isNumber(raw []byte) bool {
-	var n json.Number
-	if err := json.Unmarshal(raw, &n); err != nil {
+	i, n := 0, len(raw)
+	if i < n && raw[i] == '-' {
+		i++
+	}
+	digits := func() int {
+		start := i
+		for i < n && raw[i] >= '0' && raw[i] <= '9' {
+			i++
+		}
+		return i - start
+	}
+	switch {
+	case i < n && raw[i] == '0':
+		i++
+	case digits() == 0:
 		return false
 	}
-	return len(raw) > 0 && raw[0] != '"'
+	if i < n && raw[i] == '.' {
+		i++
+		if digits() == 0 {
+			return false
+		}
+	}
+	if i < n && (raw[i] == 'e' || raw[i] == 'E') {
+		i++
+		if i < n && (raw[i] == '+' || raw[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			return false
+		}
+	}
+	return i == n
 }
 
 func (s *session) truncate(walStart pglogrepl.LSN, d *document) ([]decode.Message, error) {
@@ -1036,6 +1100,24 @@ func (s *session) activation(walStart, lsn pglogrepl.LSN, a decode.Activation) e
 		s.curGen = a.Generation
 	}
 	return nil
+}
+
+// parseStrict is the general strict parser, and the reference the fast path
+// is proven against.
+func parseStrict(walStart pglogrepl.LSN, data []byte) (document, error) {
+	if !exactKeys(data) {
+		return document{}, malformed(walStart, "document has an unknown or repeated field")
+	}
+	var d document
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&d); err != nil {
+		return document{}, malformed(walStart, "document is not a wal2json format 2 object")
+	}
+	if len(bytes.TrimSpace(data[dec.InputOffset():])) != 0 {
+		return document{}, malformed(walStart, "trailing content after document")
+	}
+	return d, nil
 }
 
 // knownKeys are every field name of a format-2 document, its columns and its
