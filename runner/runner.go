@@ -387,12 +387,16 @@ func (r *Runner) heartbeatLoop(ctx context.Context, quit <-chan struct{}, lost f
 // plugin accepts the runner's options (a temporary slot at most), before any
 // slot of the stream exists. A refusal is fatal, with the capability named.
 func (r *Runner) probe(ctx context.Context) error {
+	p, ok := r.plugin.(decode.Prober)
+	if !ok {
+		return nil // pgoutput: nothing to check, no connection
+	}
 	conn, err := connect(ctx, r.cfg.DatabaseURL, "synchro-runner-probe")
 	if err != nil {
 		return err
 	}
 	defer closeQuietly(ctx, conn)
-	if err := r.plugin.Probe(ctx, conn); err != nil {
+	if err := p.Probe(ctx, conn); err != nil {
 		if v := Classify(err); v.Disposition == Fatal {
 			r.log.Error("runner cannot go on: the server's output plugin refuses the decoder's options", "err", err)
 			return &fatalError{err: fmt.Errorf("synchro: fatal: decoder %s: %w", r.cfg.Decoder, err)}

@@ -68,16 +68,22 @@ type Plugin interface {
 	// Capabilities reports what the plugin, as the runner configures it, can
 	// express. CheckCapabilities refuses a plugin that lacks what Synchro needs.
 	Capabilities() Capabilities
-	// Probe checks, on a normal connection, that the server's build of the
-	// plugin accepts the options the runner will send (before any slot is
-	// created). A refusal is an *Error of class decoder_capability_unsupported.
-	Probe(ctx context.Context, db Querier) error
 	// SlotOptions are the CREATE_REPLICATION_SLOT options: the slot is created
 	// with an exported snapshot, the baseline's boundary.
 	SlotOptions() pglogrepl.CreateReplicationSlotOptions
 	// Open prepares one replication session on db: it reads what the plugin
 	// needs (the table set) and returns the session.
 	Open(ctx context.Context, db Querier, spec SessionSpec) (Session, error)
+}
+
+// Prober is implemented by a Plugin that checks the server before any slot is
+// created: that the server's build of the plugin accepts the options the
+// runner will send, and that the registered columns are ones it can carry. A
+// refusal is an *Error (decoder_capability_unsupported,
+// value_not_representable). A plugin without it (pgoutput, built into the
+// server) needs no check and no connection for it.
+type Prober interface {
+	Probe(ctx context.Context, db Querier) error
 }
 
 // Querier is a database connection of the runner (a *pgx.Conn or a pgx.Tx).

@@ -37,9 +37,6 @@ func refused() error {
 		"decoder pglogical_output cannot deliver transactional logical messages (fences, registry activations)")
 }
 
-// Probe refuses: the plugin is never usable by Synchro.
-func (Plugin) Probe(context.Context, decode.Querier) error { return refused() }
-
 // SlotOptions are never used: Probe and the capability check refuse first.
 func (Plugin) SlotOptions() pglogrepl.CreateReplicationSlotOptions {
 	return pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "EXPORT_SNAPSHOT", Mode: pglogrepl.LogicalReplication}

@@ -26,9 +26,6 @@ func (Plugin) Name() string { return Name }
 // Capabilities: protocol 1 with messages (PostgreSQL 14 and later).
 func (Plugin) Capabilities() decode.Capabilities { return decode.NewPgOutput().Capabilities() }
 
-// Probe has nothing to check: pgoutput is built into the server.
-func (Plugin) Probe(context.Context, decode.Querier) error { return nil }
-
 // SlotOptions: a logical slot with an exported snapshot.
 func (Plugin) SlotOptions() pglogrepl.CreateReplicationSlotOptions {
 	return pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "EXPORT_SNAPSHOT", Mode: pglogrepl.LogicalReplication}

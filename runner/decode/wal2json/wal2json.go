@@ -65,7 +65,10 @@ type Plugin struct {
 	FormatVersion int
 }
 
-var _ decode.Plugin = Plugin{}
+var (
+	_ decode.Plugin = Plugin{}
+	_ decode.Prober = Plugin{}
+)
 
 // Name returns "wal2json".
 func (Plugin) Name() string { return Name }
