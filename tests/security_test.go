@@ -458,7 +458,7 @@ func TestAdvisoryLockKeysAreNotGuessable(t *testing.T) {
 		require.True(t, ok)
 	}
 
-	_, err := db.Pool.Exec(h.ctx, `SELECT synchro.runner_claim('test', 1, 'synchro', 'synchro', interval '1 second')`)
+	_, err := db.Pool.Exec(h.ctx, `SELECT synchro.runner_claim('test', 1, 'synchro', 'synchro', interval '1 second', 'pgoutput')`)
 	require.NoError(t, err, "a guessed advisory-lock key blocked the runner claim")
 	_, err = db.Pool.Exec(h.ctx, `SELECT synchro.runner_release()`)
 	require.NoError(t, err)
@@ -527,7 +527,7 @@ func TestPrivilegeBoundary(t *testing.T) {
 		"synchro.materialize_batch(bigint,pg_lsn[],pg_lsn[],bigint[],timestamp with time zone[],boolean)",
 		"synchro.runner_ack(pg_lsn)",
 		"synchro.runner_baseline(text,text,pg_lsn)",
-		"synchro.runner_claim(text,integer,text,text,interval)",
+		"synchro.runner_claim(text,integer,text,text,interval,text)",
 		"synchro.runner_columns(bigint)",
 		"synchro.runner_heartbeat(pg_lsn,text)",
 		"synchro.runner_idle(pg_lsn)",
@@ -535,6 +535,7 @@ func TestPrivilegeBoundary(t *testing.T) {
 		"synchro.runner_release()",
 		"synchro.runner_stage_open()",
 		"synchro.runner_state()",
+		"synchro.runner_table_set()",
 		// The sidecar answers /readyz from synchro.ready() on its own login.
 		"synchro.readiness()",
 		"synchro.ready()",
