@@ -9,15 +9,9 @@ import (
 	"github.com/synchro/synchro/runner/decode/wal2json"
 )
 
-// Decoders are the values Config.Decoder (synchro run --decoder) accepts.
-// pglogical is known so that choosing it is refused by capability, with the
-// capability named, rather than as an unknown name.
-var decoderNames = [...]string{pgoutput.Name, wal2json.Name, "pglogical"}
-
-// DecoderNames lists the accepted Config.Decoder values.
-func DecoderNames() []string { return decoderNames[:] }
-
-// PluginFor returns the output plugin of decoder name ("" is pgoutput).
+// PluginFor returns the output plugin of decoder name, a Config.Decoder value
+// ("" is pgoutput). pglogical is known so that choosing it is refused at start
+// by capability, with the capability named, rather than as an unknown name.
 func PluginFor(name string) (decode.Plugin, error) {
 	switch name {
 	case "", pgoutput.Name:
