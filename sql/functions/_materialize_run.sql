@@ -127,12 +127,9 @@ BEGIN
   -- Fence reconciliation inside each transaction: per row identity, the k-th row
   -- event pairs with the fence of the k-th lowest registered-DML ordinal.
   WITH f AS (
-    SELECT s.txn AS t, (s.content ->> 'relation_id')::bigint AS rid, s.content ->> 'kind' AS kind,
-           s.content ->> 'schema' AS sch, s.content ->> 'table' AS tbl, s.content ->> 'op' AS op,
-           s.content ->> 'old_key' AS old_key, s.content ->> 'new_key' AS new_key,
-           s.content ->> 'version' AS version, (s.content ->> 'fence_id')::uuid AS fid,
-           (s.content ->> 'ordinal')::bigint AS ord, s.content ->> 'table_id' AS tid,
-           coalesce(s.content ->> 'new_key', s.content ->> 'old_key') AS k
+    SELECT s.txn AS t, s.f_relation_id AS rid, s.f_kind AS kind, s.f_schema AS sch, s.f_table AS tbl,
+           s.f_op AS op, s.f_old_key AS old_key, s.f_new_key AS new_key, s.f_version AS version,
+           s.f_fence_id AS fid, s.f_ordinal AS ord, s.f_table_id AS tid, coalesce(s.f_new_key, s.f_old_key) AS k
       FROM pg_temp.synchro_stage s
       JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
      WHERE s.kind = 'M' AND s.prefix = 'synchro.fence'),
@@ -197,20 +194,24 @@ BEGIN
    WHERE l.last AND l.op <> 'delete'
   ON CONFLICT (relation_id, pk) DO UPDATE SET version = excluded.version, image = excluded.image;
 
-  -- Rule values of the rule columns, as the last link leaves them; a value that did
-  -- not change is neither deleted nor written again.
-  DELETE FROM synchro.rule_value v
-   WHERE v.ctid = ANY (ARRAY(
-     SELECT x.ctid FROM pg_temp.synchro_b_links l
-      CROSS JOIN LATERAL (SELECT v2.ctid, v2.column_name, v2.value FROM synchro.rule_value v2
-                           WHERE v2.relation_id = l.relation_id AND v2.pk = l.pk OFFSET 0) x
-      WHERE l.last AND (l.op = 'delete' OR l.image ->> x.column_name::text IS DISTINCT FROM x.value)));
-  INSERT INTO synchro.rule_value (relation_id, column_name, value, pk)
-  SELECT DISTINCT l.relation_id, r.column_name, l.image ->> r.column_name::text, l.pk
-    FROM pg_temp.synchro_b_links l
-    JOIN synchro.scope_rule r ON r.generation = reg AND r.relation_id = l.relation_id
-   WHERE l.last AND l.op <> 'delete' AND l.image ->> r.column_name::text IS NOT NULL
-  ON CONFLICT DO NOTHING;
+  -- Rule values (the columns synchro._rule_value_columns names) as the last link
+  -- leaves them; a value that did not change is neither deleted nor written again. A
+  -- run whose tables have direct rules only has nothing to index.
+  IF EXISTS (SELECT 1 FROM synchro._rule_value_columns(reg) c
+              WHERE c.relation_id IN (SELECT DISTINCT l.relation_id FROM pg_temp.synchro_b_links l)) THEN
+    DELETE FROM synchro.rule_value v
+     WHERE v.ctid = ANY (ARRAY(
+       SELECT x.ctid FROM pg_temp.synchro_b_links l
+        CROSS JOIN LATERAL (SELECT v2.ctid, v2.column_name, v2.value FROM synchro.rule_value v2
+                             WHERE v2.relation_id = l.relation_id AND v2.pk = l.pk OFFSET 0) x
+        WHERE l.last AND (l.op = 'delete' OR l.image ->> x.column_name::text IS DISTINCT FROM x.value)));
+    INSERT INTO synchro.rule_value (relation_id, column_name, value, pk)
+    SELECT DISTINCT l.relation_id, c.column_name, l.image ->> c.column_name::text, l.pk
+      FROM pg_temp.synchro_b_links l
+      JOIN synchro._rule_value_columns(reg) c ON c.relation_id = l.relation_id
+     WHERE l.last AND l.op <> 'delete' AND l.image ->> c.column_name::text IS NOT NULL
+    ON CONFLICT DO NOTHING;
+  END IF;
 
   -- Each link's scopes under the generation's rules, from its own image (direct
   -- rules) and the unchanged dependency projections (via rules).

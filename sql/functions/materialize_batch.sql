@@ -44,9 +44,9 @@ BEGIN
     RAISE EXCEPTION 'materialize_batch: the batch arrays must be non-empty and of one length'
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
-  -- Only the pack's own messages count: unauthenticated ones are dropped from the
-  -- whole batch (and counted for the runner) before anything counts or pairs them.
-  PERFORM synchro._authenticate_messages();
+  -- Only the pack's own messages are staged: the runner parses each strictly and
+  -- checks its MAC under the server key before staging it (runner/msgauth), and drops
+  -- every other one, as if it had never been emitted.
   IF set_based THEN
     -- Transactions the set-based path does not take: they go alone, in order.
     SELECT coalesce(array_agg(DISTINCT s.txn), '{}') INTO alone

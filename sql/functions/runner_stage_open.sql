@@ -42,7 +42,22 @@ BEGIN
     toast         text[],
     truncated     oid[],
     prefix        text,
-    content       jsonb
+    -- M: the message's fields, parsed strictly and authenticated by the runner
+    -- (runner/msgauth): a synchro.fence's (f_*) or a synchro.registry's (a_*).
+    -- Typed columns, so materialization never re-parses JSON (issue 7).
+    f_kind        text,
+    f_relation_id bigint,
+    f_schema      text,
+    f_table       text,
+    f_op          text,
+    f_old_key     text,
+    f_new_key     text,
+    f_version     text,
+    f_fence_id    uuid,
+    f_ordinal     bigint,
+    f_table_id    text,
+    a_generation  bigint,
+    a_previous    bigint
   ) ON COMMIT PRESERVE ROWS;
   EXECUTE format('GRANT INSERT, SELECT ON TABLE pg_temp.synchro_stage TO %I', session_user);
 
