@@ -82,18 +82,30 @@ CREATE FUNCTION synchro._await_visible_all(xids bigint[]) RETURNS void
     LANGUAGE plpgsql
     AS $$
 DECLARE
-  snap      pg_snapshot;
-  snap_xmax numeric;
-  tries     int := 0;
+  snap pg_snapshot;
+  xmin bigint;
+  xmax bigint;
+  tries int := 0;
 BEGIN
   LOOP
-    -- One snapshot for the whole check: taken per xid (pg_current_snapshot() in the
-    -- WHERE clause is evaluated per row) it cost ~10 µs per source transaction.
+    -- One snapshot for the whole check, in bigint arithmetic: a transaction whose
+    -- 64-bit id lies below the snapshot's xmin is visible (it committed: it was
+    -- decoded), and only the few at or above it need pg_visible_in_snapshot. Taken per
+    -- xid, with numeric arithmetic, the check cost ~10 µs per source transaction.
     snap := pg_current_snapshot();
-    snap_xmax := pg_snapshot_xmax(snap)::text::numeric;
+    xmin := pg_snapshot_xmin(snap)::text::bigint;
+    xmax := pg_snapshot_xmax(snap)::text::bigint;
     EXIT WHEN NOT EXISTS (
-      SELECT 1 FROM unnest(xids) AS x(xid)
-       WHERE x.xid >= 3 AND NOT pg_visible_in_snapshot(synchro._full_xid(x.xid, snap_xmax), snap));
+      SELECT 1
+        FROM (SELECT x.xid,
+                     -- The 64-bit id nearest to xmax with these low 32 bits (live ids
+                     -- lie within 2^31 of each other; see synchro._full_xid).
+                     xmax + ((((x.xid - (xmax & 4294967295)) % 4294967296) + 6442450944) % 4294967296)
+                          - 2147483648 AS full
+                FROM unnest(xids) AS x(xid)
+               WHERE x.xid >= 3) f
+       WHERE f.full >= xmin
+         AND NOT pg_visible_in_snapshot(f.full::text::xid8, snap));
     tries := tries + 1;
     IF tries > 10000 THEN
       -- Retryable: the runner backs off and tries the same transactions again.
@@ -1055,6 +1067,7 @@ BEGIN
   DELETE FROM pg_temp.synchro_b_rows;
   DELETE FROM pg_temp.synchro_b_links;
   DELETE FROM pg_temp.synchro_b_scopes;
+  DELETE FROM pg_temp.synchro_b_old;
 
   -- The run's transactions, less those already durable (a replay after a crash:
   -- same result, nothing new).
@@ -1108,21 +1121,53 @@ BEGIN
     RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'relation identity';
   END IF;
 
-  -- Row events, each ranked within its row identity in its own transaction.
+  IF (SELECT sum(b.n_events) FROM pg_temp.synchro_b_txn b) > 1000 THEN
+    -- Temp tables have no statistics: without them the pairing join below can be
+    -- planned as a nested loop, quadratic in the run's row events.
+    ANALYZE pg_temp.synchro_stage;
+  END IF;
+
+  -- Row events, each ranked within its row identity in its own transaction and paired
+  -- with its fence in the same statement (fence reconciliation inside each
+  -- transaction: per row identity, the k-th row event pairs with the fence of the k-th
+  -- lowest registered-DML ordinal). The runner staged each fence's fields as typed
+  -- columns after checking its MAC: nothing is parsed here.
+  WITH ev AS (
+    SELECT x.*, row_number() OVER (PARTITION BY x.t, x.relation_id, x.pk ORDER BY x.seq) AS grp_rank
+      FROM (SELECT s.txn AS t, s.seq, s.event_ordinal,
+                   CASE s.kind WHEN 'I' THEN 'insert' WHEN 'U' THEN 'update' ELSE 'delete' END AS op,
+                   r.relation_id, r.table_id, r.key_column, r.key_type, r.schema_name, r.table_name,
+                   CASE WHEN s.kind = 'D' THEN s.old_row ->> r.key_column::text
+                        ELSE s.new_row ->> r.key_column::text END AS pk,
+                   s.new_row, s.old_row ->> r.key_column::text AS old_pk
+              FROM pg_temp.synchro_stage s
+              JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
+              JOIN synchro.relation r ON r.relid = s.relid
+             WHERE s.kind IN ('I', 'U', 'D')) x),
+  fr AS (
+    SELECT s.txn AS t, s.f_relation_id AS rid, s.f_kind AS kind, s.f_schema AS sch, s.f_table AS tbl,
+           s.f_op AS op, s.f_old_key AS old_key, s.f_new_key AS new_key, s.f_version AS version,
+           s.f_fence_id AS fid, s.f_table_id AS tid, coalesce(s.f_new_key, s.f_old_key) AS k,
+           row_number() OVER (PARTITION BY s.txn, s.f_relation_id, coalesce(s.f_new_key, s.f_old_key)
+                              ORDER BY s.f_ordinal) AS rnk
+      FROM pg_temp.synchro_stage s
+      JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
+     WHERE s.kind = 'M' AND s.prefix = 'synchro.fence')
   INSERT INTO pg_temp.synchro_b_rows (t, seq, event_ordinal, op, relation_id, table_id, key_column, key_type, pk,
-                                      new_row, old_pk, grp_rank)
-  SELECT x.t, x.seq, x.event_ordinal, x.op, x.relation_id, x.table_id, x.key_column, x.key_type, x.pk, x.new_row,
-         x.old_pk, row_number() OVER (PARTITION BY x.t, x.relation_id, x.pk ORDER BY x.seq)
-    FROM (SELECT s.txn AS t, s.seq, s.event_ordinal,
-                 CASE s.kind WHEN 'I' THEN 'insert' WHEN 'U' THEN 'update' ELSE 'delete' END AS op,
-                 r.relation_id, r.table_id, r.key_column, r.key_type,
-                 CASE WHEN s.kind = 'D' THEN s.old_row ->> r.key_column::text
-                      ELSE s.new_row ->> r.key_column::text END AS pk,
-                 s.new_row, s.old_row ->> r.key_column::text AS old_pk
-            FROM pg_temp.synchro_stage s
-            JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
-            JOIN synchro.relation r ON r.relid = s.relid
-           WHERE s.kind IN ('I', 'U', 'D')) x;
+                                      new_row, old_pk, grp_rank, fence_id, version)
+  SELECT ev.t, ev.seq, ev.event_ordinal, ev.op, ev.relation_id, ev.table_id, ev.key_column, ev.key_type, ev.pk,
+         ev.new_row, ev.old_pk, ev.grp_rank, fr.fid, fr.version
+    FROM ev
+    LEFT JOIN fr
+      ON fr.t = ev.t AND fr.rid = ev.relation_id AND fr.k = ev.pk AND fr.rnk = ev.grp_rank
+     AND fr.kind = 'synced' AND fr.op = ev.op
+     AND fr.sch = ev.schema_name::text AND fr.tbl = ev.table_name::text
+     AND fr.tid IS NOT DISTINCT FROM ev.table_id
+     AND CASE ev.op
+           WHEN 'insert' THEN fr.old_key IS NULL AND fr.new_key = ev.pk
+           WHEN 'update' THEN fr.old_key = ev.pk AND fr.new_key = ev.pk
+           ELSE fr.old_key = ev.pk AND fr.new_key IS NULL END
+     AND fr.version IS NOT NULL AND fr.fid IS NOT NULL;
   GET DIAGNOSTICS n_rows = ROW_COUNT;
   big := n_rows > 1000;
   IF big THEN
@@ -1134,64 +1179,49 @@ BEGIN
                  WHERE w.pk IS NULL OR (w.op = 'update' AND w.old_pk IS NOT NULL AND w.old_pk IS DISTINCT FROM w.pk)) THEN
     RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'row events';
   END IF;
-
-  -- Fence reconciliation inside each transaction: per row identity, the k-th row
-  -- event pairs with the fence of the k-th lowest registered-DML ordinal.
-  WITH f AS (
-    SELECT s.txn AS t, s.f_relation_id AS rid, s.f_kind AS kind, s.f_schema AS sch, s.f_table AS tbl,
-           s.f_op AS op, s.f_old_key AS old_key, s.f_new_key AS new_key, s.f_version AS version,
-           s.f_fence_id AS fid, s.f_ordinal AS ord, s.f_table_id AS tid, coalesce(s.f_new_key, s.f_old_key) AS k
-      FROM pg_temp.synchro_stage s
-      JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
-     WHERE s.kind = 'M' AND s.prefix = 'synchro.fence'),
-  fr AS (SELECT f.*, row_number() OVER (PARTITION BY f.t, f.rid, f.k ORDER BY f.ord) AS rnk FROM f)
-  UPDATE pg_temp.synchro_b_rows w
-     SET fence_id = fr.fid, version = fr.version
-    FROM fr, synchro.relation r
-   WHERE fr.t = w.t AND fr.rid = w.relation_id AND fr.k = w.pk AND fr.rnk = w.grp_rank
-     AND r.relation_id = w.relation_id
-     AND fr.kind = 'synced' AND fr.op = w.op
-     AND fr.sch = r.schema_name::text AND fr.tbl = r.table_name::text
-     AND fr.tid IS NOT DISTINCT FROM w.table_id
-     AND CASE w.op
-           WHEN 'insert' THEN fr.old_key IS NULL AND fr.new_key = w.pk
-           WHEN 'update' THEN fr.old_key = w.pk AND fr.new_key = w.pk
-           ELSE fr.old_key = w.pk AND fr.new_key IS NULL END
-     AND fr.version IS NOT NULL AND fr.fid IS NOT NULL;
+  -- Every row event paired, every fence used once. A fence id already in the ledger
+  -- (a replayed or forged fence) is refused by synchro.event's unique index when the
+  -- run's events are written below: that error, like every other one here, makes the
+  -- runner re-run the batch through the reference path, which names the class.
   SELECT count(*) INTO n_fence FROM pg_temp.synchro_stage s
     JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
    WHERE s.kind = 'M' AND s.prefix = 'synchro.fence';
   IF EXISTS (SELECT 1 FROM pg_temp.synchro_b_rows w WHERE w.fence_id IS NULL)
      OR n_fence <> n_rows
-     OR n_fence <> (SELECT count(DISTINCT w.fence_id) FROM pg_temp.synchro_b_rows w)
-     OR EXISTS (SELECT 1 FROM synchro.event e
-                 WHERE e.fence_id = ANY (ARRAY(SELECT w.fence_id FROM pg_temp.synchro_b_rows w))) THEN
+     OR n_fence <> (SELECT count(DISTINCT w.fence_id) FROM pg_temp.synchro_b_rows w) THEN
     RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'fence reconciliation';
   END IF;
 
-  -- Links: each row's last event in each transaction, numbered along the run.
-  INSERT INTO pg_temp.synchro_b_links (t, relation_id, pk, pk_int, table_id, key_type, op, new_row, version,
-                                       event_ordinal, link, last)
-  SELECT l.t, l.relation_id, l.pk, CASE WHEN l.key_type <> 'string' THEN l.pk::bigint END, l.table_id, l.key_type,
-         l.op, l.new_row, l.version, l.event_ordinal,
-         row_number() OVER (PARTITION BY l.relation_id, l.pk ORDER BY l.t),
-         l.t = max(l.t) OVER (PARTITION BY l.relation_id, l.pk)
-    FROM (SELECT DISTINCT ON (w.relation_id, w.pk, w.t) w.*
-            FROM pg_temp.synchro_b_rows w
-           ORDER BY w.relation_id, w.pk, w.t, w.seq DESC) l;
+  -- Links: each row's last event in each transaction, numbered along the run, with
+  -- its row image rendered once, in the same statement: the registered columns in the
+  -- registered shape (synchro._image_sql), as the per-transaction path renders them.
+  -- One statement per relation of the run (each has its own image SQL).
+  FOR rel IN SELECT DISTINCT w.relation_id FROM pg_temp.synchro_b_rows w LOOP
+    EXECUTE format(
+      'INSERT INTO pg_temp.synchro_b_links (t, relation_id, pk, pk_int, table_id, key_type, op, version,
+                                            event_ordinal, image, link, last)
+       SELECT x.t, x.relation_id, x.pk, CASE WHEN x.key_type <> $2 THEN x.pk::bigint END, x.table_id, x.key_type,
+              x.op, x.version, x.event_ordinal, CASE WHEN x.op <> $3 THEN %s END,
+              row_number() OVER (PARTITION BY x.pk ORDER BY x.t), x.t = max(x.t) OVER (PARTITION BY x.pk)
+         FROM (SELECT DISTINCT ON (w.pk, w.t) w.* FROM pg_temp.synchro_b_rows w
+                WHERE w.relation_id = $1 ORDER BY w.pk, w.t, w.seq DESC) x',
+      synchro._image_sql(rel.relation_id, reg, 'x.new_row', false))
+    USING rel.relation_id, 'string', 'delete';
+  END LOOP;
   IF big THEN
     ANALYZE pg_temp.synchro_b_links;
   END IF;
 
-  -- Row images, rendered once per link: the registered columns in the registered
-  -- shape (synchro._image_sql), as the per-transaction path renders them.
-  FOR rel IN
-    SELECT DISTINCT l.relation_id FROM pg_temp.synchro_b_links l WHERE l.op <> 'delete'
-  LOOP
-    EXECUTE format('UPDATE pg_temp.synchro_b_links l SET image = %s WHERE l.relation_id = $1 AND l.op <> $2',
-                   synchro._image_sql(rel.relation_id, reg, 'l.new_row', false))
-    USING rel.relation_id, 'delete';
-  END LOOP;
+  -- The memberships the run's rows held before it, read once (each row's first link):
+  -- the delete effects of first links, and the membership changes at the end, come
+  -- from here instead of probing synchro.membership three times per row. Only this
+  -- transaction writes membership (progress is locked), so the ctids stay valid.
+  INSERT INTO pg_temp.synchro_b_old (relation_id, pk, scope, mctid)
+  SELECT l.relation_id, l.pk, m.scope, m.ctid
+    FROM pg_temp.synchro_b_links l
+    CROSS JOIN LATERAL (SELECT m.scope, m.ctid FROM synchro.membership m
+                         WHERE m.relation_id = l.relation_id AND m.pk = l.pk OFFSET 0) m
+   WHERE l.link = 1;
 
   -- Projections: the last link of each row decides.
   DELETE FROM synchro.projection pr
@@ -1256,10 +1286,9 @@ BEGIN
       JOIN pg_temp.synchro_b_scopes s ON s.relation_id = pl.relation_id AND s.pk = pl.pk AND s.t = pl.t
      WHERE l.link > 1
     UNION ALL
-    SELECT l.t, l.relation_id, l.pk, m.scope
+    SELECT l.t, l.relation_id, l.pk, o.scope
       FROM pg_temp.synchro_b_links l
-      CROSS JOIN LATERAL (SELECT m.scope FROM synchro.membership m
-                           WHERE m.relation_id = l.relation_id AND m.pk = l.pk OFFSET 0) m
+      JOIN pg_temp.synchro_b_old o ON o.relation_id = l.relation_id AND o.pk = l.pk
      WHERE l.link = 1),
   e AS (
     SELECT n.scope, n.t, n.relation_id, n.pk, 'upsert' AS op FROM pg_temp.synchro_b_scopes n
@@ -1282,19 +1311,17 @@ BEGIN
   -- Membership as the last link leaves it: memberships that ended, then new ones.
   DELETE FROM synchro.membership m
    WHERE m.ctid = ANY (ARRAY(
-     SELECT x.ctid FROM pg_temp.synchro_b_links l
-      CROSS JOIN LATERAL (SELECT m2.ctid, m2.scope FROM synchro.membership m2
-                           WHERE m2.relation_id = l.relation_id AND m2.pk = l.pk OFFSET 0) x
-      WHERE l.last
-        AND NOT EXISTS (SELECT 1 FROM pg_temp.synchro_b_scopes n
-                         WHERE n.relation_id = l.relation_id AND n.pk = l.pk AND n.t = l.t AND n.scope = x.scope)));
+     SELECT o.mctid FROM pg_temp.synchro_b_old o
+       JOIN pg_temp.synchro_b_links l ON l.relation_id = o.relation_id AND l.pk = o.pk AND l.last
+      WHERE NOT EXISTS (SELECT 1 FROM pg_temp.synchro_b_scopes n
+                         WHERE n.relation_id = l.relation_id AND n.pk = l.pk AND n.t = l.t AND n.scope = o.scope)));
   INSERT INTO synchro.membership (scope, relation_id, pk, table_id, pk_order)
   SELECT n.scope, n.relation_id, n.pk, l.table_id, coalesce(l.pk_int, 0)
     FROM pg_temp.synchro_b_links l
     JOIN pg_temp.synchro_b_scopes n ON n.relation_id = l.relation_id AND n.pk = l.pk AND n.t = l.t
    WHERE l.last
-     AND NOT EXISTS (SELECT 1 FROM synchro.membership m
-                      WHERE m.scope = n.scope AND m.relation_id = n.relation_id AND m.pk = n.pk);
+     AND NOT EXISTS (SELECT 1 FROM pg_temp.synchro_b_old o
+                      WHERE o.relation_id = n.relation_id AND o.pk = n.pk AND o.scope = n.scope);
 
   -- Write-fence reconciliation: exactly these fences are now WAL-materialized.
   UPDATE synchro.write_fence wf SET coverage = 'wal', covered_at = now()
@@ -2581,7 +2608,8 @@ BEGIN
   IF big OR n >= 64 THEN
     TRUNCATE pg_temp.synchro_stage, pg_temp.synchro_w_rows, pg_temp.synchro_w_final, pg_temp.synchro_w_impacted,
              pg_temp.synchro_w_scopes, pg_temp.synchro_w_depvals, pg_temp.synchro_w_oldscopes,
-             pg_temp.synchro_b_txn, pg_temp.synchro_b_rows, pg_temp.synchro_b_links, pg_temp.synchro_b_scopes;
+             pg_temp.synchro_b_txn, pg_temp.synchro_b_rows, pg_temp.synchro_b_links, pg_temp.synchro_b_scopes,
+             pg_temp.synchro_b_old;
     n := 0;
   ELSE
     DELETE FROM pg_temp.synchro_stage;
@@ -2590,6 +2618,7 @@ BEGIN
     DELETE FROM pg_temp.synchro_b_rows;
     DELETE FROM pg_temp.synchro_b_links;
     DELETE FROM pg_temp.synchro_b_scopes;
+    DELETE FROM pg_temp.synchro_b_old;
   END IF;
   -- Session-level on purpose: the count goes on across batches. A rolled-back batch
   -- does not count (its rows went with it).
@@ -4181,7 +4210,7 @@ BEGIN
   -- One link per (transaction, row): the row's last event in that transaction.
   CREATE TEMP TABLE synchro_b_links (
     t int, relation_id bigint, pk text, pk_int bigint, table_id text, key_type text, op text,
-    new_row jsonb, version text, event_ordinal int, image jsonb, link int, last boolean,
+    version text, event_ordinal int, image jsonb, link int, last boolean,
     PRIMARY KEY (relation_id, pk, t)
   ) ON COMMIT PRESERVE ROWS;
   -- The row-image SQL of each (relation, registry generation, source), made once per
@@ -4192,6 +4221,10 @@ BEGIN
   ) ON COMMIT PRESERVE ROWS;
   CREATE TEMP TABLE synchro_b_scopes (
     t int, relation_id bigint, pk text, scope text
+  ) ON COMMIT PRESERVE ROWS;
+  -- The memberships the run's rows held before it (mctid: the membership row).
+  CREATE TEMP TABLE synchro_b_old (
+    relation_id bigint, pk text, scope text, mctid tid
   ) ON COMMIT PRESERVE ROWS;
 END
 $$;

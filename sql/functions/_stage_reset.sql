@@ -16,7 +16,8 @@ BEGIN
   IF big OR n >= 64 THEN
     TRUNCATE pg_temp.synchro_stage, pg_temp.synchro_w_rows, pg_temp.synchro_w_final, pg_temp.synchro_w_impacted,
              pg_temp.synchro_w_scopes, pg_temp.synchro_w_depvals, pg_temp.synchro_w_oldscopes,
-             pg_temp.synchro_b_txn, pg_temp.synchro_b_rows, pg_temp.synchro_b_links, pg_temp.synchro_b_scopes;
+             pg_temp.synchro_b_txn, pg_temp.synchro_b_rows, pg_temp.synchro_b_links, pg_temp.synchro_b_scopes,
+             pg_temp.synchro_b_old;
     n := 0;
   ELSE
     DELETE FROM pg_temp.synchro_stage;
@@ -25,6 +26,7 @@ BEGIN
     DELETE FROM pg_temp.synchro_b_rows;
     DELETE FROM pg_temp.synchro_b_links;
     DELETE FROM pg_temp.synchro_b_scopes;
+    DELETE FROM pg_temp.synchro_b_old;
   END IF;
   -- Session-level on purpose: the count goes on across batches. A rolled-back batch
   -- does not count (its rows went with it).

@@ -98,7 +98,7 @@ BEGIN
   -- One link per (transaction, row): the row's last event in that transaction.
   CREATE TEMP TABLE synchro_b_links (
     t int, relation_id bigint, pk text, pk_int bigint, table_id text, key_type text, op text,
-    new_row jsonb, version text, event_ordinal int, image jsonb, link int, last boolean,
+    version text, event_ordinal int, image jsonb, link int, last boolean,
     PRIMARY KEY (relation_id, pk, t)
   ) ON COMMIT PRESERVE ROWS;
   -- The row-image SQL of each (relation, registry generation, source), made once per
@@ -109,6 +109,10 @@ BEGIN
   ) ON COMMIT PRESERVE ROWS;
   CREATE TEMP TABLE synchro_b_scopes (
     t int, relation_id bigint, pk text, scope text
+  ) ON COMMIT PRESERVE ROWS;
+  -- The memberships the run's rows held before it (mctid: the membership row).
+  CREATE TEMP TABLE synchro_b_old (
+    relation_id bigint, pk text, scope text, mctid tid
   ) ON COMMIT PRESERVE ROWS;
 END
 $$;
