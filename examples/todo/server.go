@@ -188,16 +188,22 @@ func (s *Server) rebuild(w http.ResponseWriter, r *http.Request, c caller) {
 	writeJSON(w, res)
 }
 
-// statusOf maps Synchro's SQLSTATEs (docs/errors.md) to HTTP.
-var statusOf = map[string]struct {
-	status int
-	name   string
-}{
-	"SY400": {http.StatusBadRequest, "invalid_argument"},
-	"SY403": {http.StatusForbidden, "scope_denied"},
-	"SY409": {http.StatusConflict, "rebuild_required"},
-	"SY410": {http.StatusUnprocessableEntity, "idempotency_conflict"},
-	"SY503": {http.StatusServiceUnavailable, "capture_pending"},
+// statusOf maps Synchro's SQLSTATEs (docs/errors.md) to HTTP; ok is false for any
+// other code.
+func statusOf(code string) (status int, name string, ok bool) {
+	switch code {
+	case "SY400":
+		return http.StatusBadRequest, "invalid_argument", true
+	case "SY403":
+		return http.StatusForbidden, "scope_denied", true
+	case "SY409":
+		return http.StatusConflict, "rebuild_required", true
+	case "SY410":
+		return http.StatusUnprocessableEntity, "idempotency_conflict", true
+	case "SY503":
+		return http.StatusServiceUnavailable, "capture_pending", true
+	}
+	return 0, "", false
 }
 
 // fail answers a failed call: a contract error as its HTTP status, anything else as
@@ -206,11 +212,11 @@ var statusOf = map[string]struct {
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		if m, ok := statusOf[pgErr.Code]; ok {
-			if pgErr.Code == "SY503" {
+		if status, name, ok := statusOf(pgErr.Code); ok {
+			if status == http.StatusServiceUnavailable {
 				w.Header().Set("Retry-After", "1")
 			}
-			writeError(w, m.status, m.name, pgErr.Code)
+			writeError(w, status, name, pgErr.Code)
 			return
 		}
 	}
