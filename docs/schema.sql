@@ -929,7 +929,7 @@ BEGIN
   -- Net pull effects per scope: upsert when the row is in the scope and was touched
   -- (or just entered it); delete when it left the scope or was deleted. effect_ordinal
   -- counts within (event, scope) in canonical (table_id, typed key, operation) order.
-  -- The impacted rows' current memberships, probed by row (membership_by_row).
+  -- The impacted rows' current memberships, probed by row (the primary key's prefix).
   INSERT INTO pg_temp.synchro_w_oldscopes (relation_id, pk, scope)
   SELECT i.relation_id, i.pk, m.scope
     FROM pg_temp.synchro_w_impacted i
@@ -1055,6 +1055,8 @@ DECLARE
   n_fence int;
   big     boolean;
   rel     record;
+  nestloop text;
+  mergejoin text;
 BEGIN
   SELECT * INTO p FROM synchro.progress FOR UPDATE;
   IF NOT FOUND OR p.stream_generation <> gen OR p.registry_generation IS NULL THEN
@@ -1132,6 +1134,14 @@ BEGIN
   -- transaction: per row identity, the k-th row event pairs with the fence of the k-th
   -- lowest registered-DML ordinal). The runner staged each fence's fields as typed
   -- columns after checking its MAC: nothing is parsed here.
+  --
+  -- The planner cannot estimate this join of two derived sets: guessing a few rows, it
+  -- chose a nested loop, or a merge join on (txn, relation) alone with the key as a
+  -- filter, quadratic in a transaction's rows (1.9 s for one 1,000-row transaction).
+  -- A hash join on all four keys is linear: the other two are off for this statement.
+  nestloop := current_setting('enable_nestloop');
+  mergejoin := current_setting('enable_mergejoin');
+  PERFORM set_config('enable_nestloop', 'off', true), set_config('enable_mergejoin', 'off', true);
   WITH ev AS (
     SELECT x.*, row_number() OVER (PARTITION BY x.t, x.relation_id, x.pk ORDER BY x.seq) AS grp_rank
       FROM (SELECT s.txn AS t, s.seq, s.event_ordinal,
@@ -1169,6 +1179,7 @@ BEGIN
            ELSE fr.old_key = ev.pk AND fr.new_key IS NULL END
      AND fr.version IS NOT NULL AND fr.fid IS NOT NULL;
   GET DIAGNOSTICS n_rows = ROW_COUNT;
+  PERFORM set_config('enable_nestloop', nestloop, true), set_config('enable_mergejoin', mergejoin, true);
   big := n_rows > 1000;
   IF big THEN
     -- Temp tables have no statistics: give the planner real ones for the joins below.
@@ -2596,21 +2607,22 @@ $_$;
 ALTER FUNCTION synchro._stage_registration(relation regclass, kind text, table_id text, columns name[]) OWNER TO postgres;
 
 --
--- Name: _stage_reset(boolean); Type: FUNCTION; Schema: synchro; Owner: postgres
+-- Name: _stage_reset(bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
-CREATE FUNCTION synchro._stage_reset(big boolean) RETURNS void
+CREATE FUNCTION synchro._stage_reset(staged bigint) RETURNS void
     LANGUAGE plpgsql
     AS $$
 DECLARE
-  n int := coalesce(nullif(current_setting('synchro.stage_resets', true), ''), '0')::int + 1;
+  since bigint := coalesce(nullif(current_setting('synchro.stage_rows', true), ''), '0')::bigint
+                  + coalesce(staged, 0);
 BEGIN
-  IF big OR n >= 64 THEN
+  IF staged IS NULL OR staged > 50000 OR since > 200000 THEN
     TRUNCATE pg_temp.synchro_stage, pg_temp.synchro_w_rows, pg_temp.synchro_w_final, pg_temp.synchro_w_impacted,
              pg_temp.synchro_w_scopes, pg_temp.synchro_w_depvals, pg_temp.synchro_w_oldscopes,
              pg_temp.synchro_b_txn, pg_temp.synchro_b_rows, pg_temp.synchro_b_links, pg_temp.synchro_b_scopes,
              pg_temp.synchro_b_old;
-    n := 0;
+    since := 0;
   ELSE
     DELETE FROM pg_temp.synchro_stage;
     PERFORM synchro._stage_clear(false);
@@ -2622,12 +2634,12 @@ BEGIN
   END IF;
   -- Session-level on purpose: the count goes on across batches. A rolled-back batch
   -- does not count (its rows went with it).
-  PERFORM set_config('synchro.stage_resets', n::text, false);
+  PERFORM set_config('synchro.stage_rows', since::text, false);
 END
 $$;
 
 
-ALTER FUNCTION synchro._stage_reset(big boolean) OWNER TO postgres;
+ALTER FUNCTION synchro._stage_reset(staged bigint) OWNER TO postgres;
 
 --
 -- Name: _stage_scope_rule(text, text, name, regclass, name, name); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -3084,7 +3096,7 @@ BEGIN
   -- commits: runner_stage_open). The count is read first: a statement that still
   -- scans the stage table could not truncate it (55006).
   SELECT count(*) INTO staged FROM pg_temp.synchro_stage;
-  PERFORM synchro._stage_reset(staged > 2000);
+  PERFORM synchro._stage_reset(staged);
   RETURN outcomes;
 END
 $$;
@@ -3934,7 +3946,7 @@ BEGIN
   VALUES (1, slot_name, plugin, current_database(), consistent_point, 'active');
   INSERT INTO synchro.progress (stream_generation, generation_start_lsn, processed_end_lsn, registry_generation)
   VALUES (1, consistent_point, consistent_point, reg);
-  PERFORM synchro._stage_reset(true);
+  PERFORM synchro._stage_reset(NULL);
   RETURN 1;
 END
 $_$;
@@ -4796,7 +4808,7 @@ ALTER TABLE ONLY synchro.event
 --
 
 ALTER TABLE ONLY synchro.membership
-    ADD CONSTRAINT membership_pkey PRIMARY KEY (scope_hash, relation_id, pk);
+    ADD CONSTRAINT membership_pkey PRIMARY KEY (relation_id, pk, scope_hash);
 
 
 --
@@ -4981,13 +4993,6 @@ ALTER TABLE ONLY synchro.txn
 
 ALTER TABLE ONLY synchro.write_fence
     ADD CONSTRAINT write_fence_pkey PRIMARY KEY (fence_id);
-
-
---
--- Name: membership_by_row; Type: INDEX; Schema: synchro; Owner: postgres
---
-
-CREATE INDEX membership_by_row ON synchro.membership USING btree (relation_id, pk);
 
 
 --
@@ -5482,10 +5487,10 @@ REVOKE ALL ON FUNCTION synchro._stage_registration(relation regclass, kind text,
 
 
 --
--- Name: FUNCTION _stage_reset(big boolean); Type: ACL; Schema: synchro; Owner: postgres
+-- Name: FUNCTION _stage_reset(staged bigint); Type: ACL; Schema: synchro; Owner: postgres
 --
 
-REVOKE ALL ON FUNCTION synchro._stage_reset(big boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION synchro._stage_reset(staged bigint) FROM PUBLIC;
 
 
 --

@@ -32,6 +32,8 @@ DECLARE
   n_fence int;
   big     boolean;
   rel     record;
+  nestloop text;
+  mergejoin text;
 BEGIN
   SELECT * INTO p FROM synchro.progress FOR UPDATE;
   IF NOT FOUND OR p.stream_generation <> gen OR p.registry_generation IS NULL THEN
@@ -109,6 +111,14 @@ BEGIN
   -- transaction: per row identity, the k-th row event pairs with the fence of the k-th
   -- lowest registered-DML ordinal). The runner staged each fence's fields as typed
   -- columns after checking its MAC: nothing is parsed here.
+  --
+  -- The planner cannot estimate this join of two derived sets: guessing a few rows, it
+  -- chose a nested loop, or a merge join on (txn, relation) alone with the key as a
+  -- filter, quadratic in a transaction's rows (1.9 s for one 1,000-row transaction).
+  -- A hash join on all four keys is linear: the other two are off for this statement.
+  nestloop := current_setting('enable_nestloop');
+  mergejoin := current_setting('enable_mergejoin');
+  PERFORM set_config('enable_nestloop', 'off', true), set_config('enable_mergejoin', 'off', true);
   WITH ev AS (
     SELECT x.*, row_number() OVER (PARTITION BY x.t, x.relation_id, x.pk ORDER BY x.seq) AS grp_rank
       FROM (SELECT s.txn AS t, s.seq, s.event_ordinal,
@@ -146,6 +156,7 @@ BEGIN
            ELSE fr.old_key = ev.pk AND fr.new_key IS NULL END
      AND fr.version IS NOT NULL AND fr.fid IS NOT NULL;
   GET DIAGNOSTICS n_rows = ROW_COUNT;
+  PERFORM set_config('enable_nestloop', nestloop, true), set_config('enable_mergejoin', mergejoin, true);
   big := n_rows > 1000;
   IF big THEN
     -- Temp tables have no statistics: give the planner real ones for the joins below.

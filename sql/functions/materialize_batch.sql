@@ -76,7 +76,7 @@ BEGIN
   -- commits: runner_stage_open). The count is read first: a statement that still
   -- scans the stage table could not truncate it (55006).
   SELECT count(*) INTO staged FROM pg_temp.synchro_stage;
-  PERFORM synchro._stage_reset(staged > 2000);
+  PERFORM synchro._stage_reset(staged);
   RETURN outcomes;
 END
 $$;
