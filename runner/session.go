@@ -151,7 +151,8 @@ func (r *Runner) reconcile(ctx context.Context, conn *pgx.Conn) (Progress, error
 			return st, errNoRegistry
 		}
 		return st, &fatalError{err: fmt.Errorf(
-			"synchro: fatal: publication %q does not exist: activate the registry (synchro.activate_registry()) to make it",
+			"synchro: fatal: publication %q does not exist: the stream must be reset "+
+				"(a publication created again stays invisible to the slot until it decodes past its creation)",
 			r.cfg.Publication)}
 	}
 	action, target, err := Reconcile(slot.ConfirmedFlush, st)
