@@ -400,6 +400,21 @@ $$;
 ALTER FUNCTION synchro._check_render(relation regclass, columns name[]) OWNER TO postgres;
 
 --
+-- Name: _cursor(uuid, text, text, text); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._cursor(stream_token uuid, rule_generation text, point text, scope text) RETURNS text
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+  RETURN synchro._token(pg_catalog.format('c1:%s:%s:%s', stream_token, rule_generation, point), scope);
+END
+$$;
+
+
+ALTER FUNCTION synchro._cursor(stream_token uuid, rule_generation text, point text, scope text) OWNER TO postgres;
+
+--
 -- Name: _evaluate_membership(bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -3240,11 +3255,11 @@ BEGIN
   IF n > n_sent THEN
     -- Stop inside the stream (row bound or byte budget): the cursor is the position of
     -- the last change returned.
-    next_cur := synchro._token(format('c1:%s:%s:%s', g.token, parts[3], last_point), scope);
+    next_cur := synchro._cursor(g.token, parts[3], last_point, scope);
     RETURN jsonb_build_object('changes', changes, 'cursor', next_cur, 'has_more', true);
   END IF;
   -- The end of the eligible effects: the high-watermark, so a quiet scope moves on.
-  next_cur := synchro._token(format('c1:%s:%s:t.%s', g.token, parts[3], hw), scope);
+  next_cur := synchro._cursor(g.token, parts[3], 't.' || hw, scope);
   RETURN jsonb_build_object('changes', changes, 'cursor', next_cur, 'has_more', false);
 END
 $_$;
@@ -3798,7 +3813,7 @@ BEGIN
     FROM pos o
     CROSS JOIN LATERAL (SELECT o.tok AS session, o.rows AS rows, true AS has_more) d
     CROSS JOIN LATERAL (SELECT o.tok AS session, o.rows AS rows, false AS has_more, encode(o.chain, 'hex') AS checksum,
-                               synchro._token(format('c1:%s:%s:%s', g.token, rg, p_point), rebuild.scope) AS cursor) e;
+                               synchro._cursor(g.token, rg, p_point, rebuild.scope) AS cursor) e;
   RETURN result;
 END
 $_$;
@@ -5206,6 +5221,13 @@ REVOKE ALL ON FUNCTION synchro._check_relation(relation regclass, OUT schema_nam
 --
 
 REVOKE ALL ON FUNCTION synchro._check_render(relation regclass, columns name[]) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _cursor(stream_token uuid, rule_generation text, point text, scope text); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._cursor(stream_token uuid, rule_generation text, point text, scope text) FROM PUBLIC;
 
 
 --
