@@ -444,3 +444,54 @@ func TestSQLScriptUpgrades(t *testing.T) {
 		requireSameInstall(t, want, catalogFingerprint(t, db))
 	})
 }
+
+// Re-running an install (migrate up, `synchro sql`) while the application holds a write
+// transaction on a registered table must not wait for it: the fences are current, so
+// no trigger DDL (SHARE ROW EXCLUSIVE on the table) runs. A trigger that is not as
+// the install makes it (disabled here) is still repaired, and that does take the lock.
+func TestInstallLeavesCurrentTriggersAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	mustExec(t, db, `
+		CREATE TABLE items (id int8 PRIMARY KEY, owner text);
+		SELECT synchro.register_table('items', 'items');
+		SELECT synchro.add_scope_rule('items', 'owner:', 'owner');
+		SELECT synchro.activate_registry();`)
+	script, err := synchro.SQL()
+	require.NoError(t, err)
+
+	held, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = held.Rollback(ctx) }()
+	_, err = held.Exec(ctx, `INSERT INTO items VALUES (1, 'a')`)
+	require.NoError(t, err)
+
+	// lock_timeout turns a wait for the held transaction into an error (55P03).
+	conn, err := db.SQL.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = conn.ExecContext(ctx, `SET lock_timeout = '2s'`)
+	require.NoError(t, err)
+	require.NoError(t, applyScript(ctx, t, db.URL+"&options=-c%20lock_timeout%3D2s", script))
+	_, err = conn.ExecContext(ctx, `SELECT synchro._refresh_fences()`)
+	require.NoError(t, err)
+
+	// A disabled fence is repaired: that needs the table lock, so it waits for the held
+	// transaction (and times out while it is open).
+	require.NoError(t, held.Rollback(ctx))
+	mustExec(t, db, `ALTER TABLE items DISABLE TRIGGER synchro_fence_update`)
+	held, err = db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = held.Exec(ctx, `INSERT INTO items VALUES (2, 'a')`)
+	require.NoError(t, err)
+	_, err = conn.ExecContext(ctx, `SELECT synchro._refresh_fences()`)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "55P03", pgErr.Code)
+	require.NoError(t, held.Rollback(ctx))
+	_, err = conn.ExecContext(ctx, `SELECT synchro._refresh_fences()`)
+	require.NoError(t, err)
+	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM pg_trigger WHERE tgrelid = 'items'::regclass
+		AND tgname = 'synchro_fence_update' AND tgenabled = 'O'`))
+}
