@@ -13,12 +13,19 @@ BEGIN
     RAISE EXCEPTION 'synchro: goose must record this pack in synchro.goose_version: run `synchro migrations prelude` (it moves the old table), then goose with -table synchro.goose_version (docs/install.md)'
       USING ERRCODE = '55000';
   END IF;
+  -- Inside the block: goose, not a migration, creates the table (sqlc reads the
+  -- migrations as the schema and would not know it).
+  COMMENT ON TABLE synchro.goose_version IS
+    'goose''s version table of the Synchro pack (docs/install.md): written by synchro migrate up, synchro sql and goose -table synchro.goose_version';
 END
 $goose_table$;
 -- +goose StatementEnd
 
-COMMENT ON TABLE synchro.goose_version IS
-  'goose''s version table of the Synchro pack (docs/install.md); written by synchro migrate up, synchro sql and goose -table synchro.goose_version';
-
 -- +goose Down
-COMMENT ON TABLE synchro.goose_version IS NULL;
+-- +goose StatementBegin
+DO $goose_table$
+BEGIN
+  COMMENT ON TABLE synchro.goose_version IS NULL;
+END
+$goose_table$;
+-- +goose StatementEnd
