@@ -21,8 +21,8 @@ const GooseTable = "synchro.goose_version"
 // creates GooseTable before it applies the first migration, so the schema must exist,
 // and an install from before the move keeps its history (its table is moved and renamed,
 // never re-migrated from zero). Idempotent; `synchro migrate up` and `synchro sql` run it
-// themselves. Run it under the install lock (goose's default Postgres lock id) when
-// deploys can overlap: `synchro migrations prelude` prints it wrapped in one.
+// themselves. Run it under the install lock (InstallLockID) when deploys can overlap:
+// PrepareGoose does, and `synchro migrations prelude` prints it wrapped in one.
 //
 // Three cases:
 //   - no legacy table: only the schema is made (an empty schema when nothing is
@@ -91,10 +91,13 @@ $synchro_prelude$;
 // file of this release (and regenerates the fences of registered relations). Run it with
 // goose's Provider beside the application's own migrations, with its own version table:
 //
-//	_, err := db.ExecContext(ctx, synchro.GoosePrelude)
+//	err := synchro.PrepareGoose(ctx, db)
+//	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(synchro.InstallLockID))
 //	p, err := goose.NewProvider(goose.DialectPostgres, db, synchro.GooseMigrations(),
-//		goose.WithTableName(synchro.GooseTable))
+//		goose.WithTableName(synchro.GooseTable), goose.WithSessionLocker(locker))
 //	_, err = p.Up(ctx)
+//
+// (docs/install.md has the whole example).
 //
 // `synchro migrations export DIR` writes the same files for goose's command. The version
 // of a migration never changes between releases, so `synchro migrate up`, `synchro sql`
@@ -187,10 +190,21 @@ func finalMigration(src string, functions fs.FS) (string, error) {
 	return b.String(), nil
 }
 
-// PrepareGoose runs GoosePrelude on db, for Go programs that run GooseMigrations with
-// goose's Provider.
+// PrepareGoose runs GoosePrelude on db in one transaction under the install lock
+// (InstallLockID), for Go programs that run GooseMigrations with goose's Provider.
 func PrepareGoose(ctx context.Context, db *sql.DB) error {
-	if _, err := db.ExecContext(ctx, GoosePrelude); err != nil {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("goose prelude: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1)", InstallLockID); err != nil {
+		return fmt.Errorf("goose prelude: lock: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, GoosePrelude); err != nil {
+		return fmt.Errorf("goose prelude: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("goose prelude: %w", err)
 	}
 	return nil

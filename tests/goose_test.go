@@ -187,6 +187,12 @@ func packVersions(t *testing.T) []int64 {
 	return out
 }
 
+func sortedVersions(v []int64) []int64 {
+	out := append([]int64(nil), v...)
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
 // relationsIn lists the relations of a schema.
 func relationsIn(t *testing.T, db *testdb.DB, schema string) []string {
 	t.Helper()
@@ -290,6 +296,27 @@ func TestGooseVersionTable(t *testing.T) {
 		// Now plain goose carries on from the moved history.
 		applied := gooseUp(t, db.SQL, synchro.GooseMigrations(), synchro.GooseTable)
 		require.Equal(t, packVersions(t)[9:], append([]int64{}, applied...))
+		requireSameInstall(t, freshFingerprint(t), catalogFingerprint(t, db))
+	})
+
+	// A team upgrading with goose but still the legacy table name: migration 00010 (the
+	// last of this build's v0.1.0 successors that cares) stops with the remedy, the rest
+	// of the history stays in one table; the prelude and goose with the new name finish.
+	t.Run("GooseWithLegacyNameRefused", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		db := testdb.NewEmpty(t)
+		installV010(t, db)
+		p, err := goose.NewProvider(goose.DialectPostgres, db.SQL, synchro.GooseMigrations(), goose.WithTableName("synchro_goose_version"))
+		require.NoError(t, err)
+		_, err = p.Up(ctx)
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr)
+		require.Equal(t, "55000", pgErr.Code)
+		require.Contains(t, pgErr.Message, "synchro migrations prelude")
+		require.NoError(t, synchro.PrepareGoose(ctx, db.SQL))
+		gooseUp(t, db.SQL, synchro.GooseMigrations(), synchro.GooseTable)
+		require.Equal(t, packVersions(t), sortedVersions(appliedVersions(t, db)))
 		requireSameInstall(t, freshFingerprint(t), catalogFingerprint(t, db))
 	})
 
