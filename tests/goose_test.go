@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -443,6 +444,34 @@ func TestSQLScriptUpgrades(t *testing.T) {
 		require.Equal(t, before, gooseVersions(t, db))
 	})
 
+	// As a team applies it: psql -f, twice, on a v0.1.0 install.
+	t.Run("ThroughPsql", func(t *testing.T) {
+		t.Parallel()
+		psql := ""
+		for _, p := range []string{filepath.Join(os.Getenv("SYNCHRO_PG_BIN"), "psql"), "/usr/lib/postgresql/15/bin/psql"} {
+			if st, err := os.Stat(p); err == nil && !st.IsDir() {
+				psql = p
+				break
+			}
+		}
+		if psql == "" {
+			var err error
+			if psql, err = exec.LookPath("psql"); err != nil {
+				t.Skip("no psql binary")
+			}
+		}
+		db := testdb.NewEmpty(t)
+		installV010(t, db)
+		file := filepath.Join(t.TempDir(), "synchro.sql")
+		require.NoError(t, os.WriteFile(file, []byte(script), 0o644))
+		for range 2 {
+			out, err := exec.Command(psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", db.URL, "-f", file).CombinedOutput()
+			require.NoError(t, err, "%s", out)
+		}
+		require.Equal(t, packVersions(t), appliedVersions(t, db))
+		requireSameInstall(t, freshFingerprint(t), catalogFingerprint(t, db))
+	})
+
 	t.Run("UpgradesV010Twice", func(t *testing.T) {
 		t.Parallel()
 		ctx := context.Background()
@@ -498,9 +527,9 @@ func TestInstallLeavesCurrentTriggersAlone(t *testing.T) {
 	conn, err := db.SQL.Conn(ctx)
 	require.NoError(t, err)
 	defer conn.Close()
-	_, err = conn.ExecContext(ctx, `SET lock_timeout = '2s'`)
+	_, err = conn.ExecContext(ctx, `SET lock_timeout = '500ms'`)
 	require.NoError(t, err)
-	require.NoError(t, applyScript(ctx, t, db.URL+"&options=-c%20lock_timeout%3D2s", script))
+	require.NoError(t, applyScript(ctx, t, db.URL+"&options=-c%20lock_timeout%3D500ms", script))
 	_, err = conn.ExecContext(ctx, `SELECT synchro._refresh_fences()`)
 	require.NoError(t, err)
 
