@@ -267,7 +267,11 @@ func upgradeWithData(t *testing.T, upgrade func(context.Context, *testdb.DB) err
 	// The runner that ran through the upgrade materializes a write made after it.
 	write(t, db, `INSERT INTO items (id, owner, note) VALUES (999998, 'b', 'after-upgrade')`)
 	w.record("after-upgrade", "owner:b")
-	require.False(t, rr.stopped)
+	select {
+	case err := <-rr.done:
+		t.Fatalf("the runner stopped during the upgrade: %v", err)
+	default:
+	}
 
 	// Roll the runner (a deploy starts the new binary), with the writes going on.
 	mark := w.count()
