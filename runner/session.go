@@ -44,6 +44,10 @@ func (r *Runner) session(work, stop context.Context) error {
 	if err := openStage(work, apply); err != nil {
 		return err
 	}
+	key, err := loadMessageKey(work, apply)
+	if err != nil {
+		return err
+	}
 
 	repl, err := connectReplication(work, r.cfg.DatabaseURL)
 	if err != nil {
@@ -72,7 +76,7 @@ func (r *Runner) session(work, stop context.Context) error {
 	items := make(chan item, itemBuffer)
 	budget := newByteBudget(r.cfg.BufferBytes, r.cfg.Metrics)
 	rd := newReader(&r.cfg, repl, frontier, items, budget, stop, &r.received)
-	ap := newApplier(&r.cfg, r.log, apply, st.StreamGeneration, frontier, rd.wake, r.serialUntil)
+	ap := newApplier(&r.cfg, r.log, apply, st.StreamGeneration, frontier, rd.wake, r.serialUntil, key)
 	ap.budget = budget
 	if err := ap.loadRegistered(work, apply, nil); err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/synchro/synchro"
 )
@@ -29,6 +30,13 @@ func runMigrations(_ context.Context, e *env, args []string) error {
 		return errors.New("migrations: want export or prelude")
 	}
 	sub := args[0]
+	if strings.HasPrefix(sub, "-") { // `synchro migrations -h`
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		fs.Usage()
+		return errors.New("migrations: want export or prelude")
+	}
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
