@@ -4,9 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,14 +25,15 @@ import (
 )
 
 // Upgrade with data (issue 9 item 6, issue 12 item 8): the first release installed
-// through plain goose, a running stream filled by direct writes and pushes, clients
-// holding a pull cursor and a rebuild session token, then an upgrade to this build while
-// the writes go on: through plain goose with the exported source, and separately through
-// `synchro migrate up` (synchro.Install, what the command runs). The runner keeps
-// running through the upgrade, materializes writes after it, then is restarted as a
-// deploy rolls the new binary. Every write before, during and after the upgrade must
-// reach each client's pull exactly once, the held cursor and token stay valid (no
-// SY409: docs/install.md), and the replicas equal the live tables.
+// through plain goose, its own runner (built from the frozen v0.1.0 source) running the
+// stream while direct writes and pushes fill it, clients holding a pull cursor and a
+// rebuild session token; then the runbook's upgrade (docs/runbook.md "Upgrading"): the
+// old runner is stopped (SIGTERM), the pack is upgraded to this build while the writes go
+// on, through plain goose with the exported source and, separately, through `synchro
+// migrate up` (synchro.Install, what the command runs), and this build's runner starts and
+// resumes at the old one's acknowledgement. Every write before, during and after the
+// upgrade must reach each client's pull exactly once, the held cursor and token stay
+// valid (no SY409: docs/install.md), and the replicas equal the live tables.
 
 const upgradeSchema = `
 CREATE TABLE items (id int8 PRIMARY KEY, owner text NOT NULL, note text);
@@ -44,9 +51,11 @@ SELECT 'items', i.id::text, rv.version, to_jsonb(i)::text
 
 func TestUpgradeWithData(t *testing.T) {
 	t.Parallel()
+	// One build of the old release for both subtests (they run in parallel, after it).
+	bin := buildRelease(t, "v0.1.0")
 	t.Run("PlainGoose", func(t *testing.T) {
 		t.Parallel()
-		upgradeWithData(t, func(ctx context.Context, db *testdb.DB) error {
+		upgradeWithData(t, bin, func(ctx context.Context, db *testdb.DB) error {
 			// What a team's pipeline runs (docs/install.md): the prelude once, then goose's
 			// Provider over the exported source with the pack's version table and goose's
 			// session locker on the install lock.
@@ -68,7 +77,7 @@ func TestUpgradeWithData(t *testing.T) {
 	})
 	t.Run("MigrateUp", func(t *testing.T) {
 		t.Parallel()
-		upgradeWithData(t, func(ctx context.Context, db *testdb.DB) error {
+		upgradeWithData(t, bin, func(ctx context.Context, db *testdb.DB) error {
 			return synchro.Install(ctx, db.SQL)
 		})
 	})
@@ -212,18 +221,68 @@ func markerOf(t *testing.T, c change) string {
 	return row.Note
 }
 
-func upgradeWithData(t *testing.T, upgrade func(context.Context, *testdb.DB) error) {
+// buildRelease builds a release's `synchro` command from its frozen source
+// (tests/testdata/releases/<release>/src: the module as it was at the release).
+func buildRelease(t *testing.T, release string) string {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	bin := filepath.Join(t.TempDir(), "synchro-"+release)
+	cmd := exec.Command(goBin, "build", "-o", bin, "./cmd/synchro")
+	cmd.Dir = filepath.Join(releaseDir(release), "src")
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "build %s: %s", release, out)
+	return bin
+}
+
+// releaseRunner is `synchro run` of an older release, as a process.
+type releaseRunner struct {
+	cmd     *exec.Cmd
+	done    chan error
+	stopped bool
+}
+
+func startReleaseRunner(t *testing.T, bin string, db *testdb.DB, logs io.Writer) *releaseRunner {
+	t.Helper()
+	cmd := exec.Command(bin, "run", "--database-url", db.URL, "--slot", runnerSlot(db), "--listen", "127.0.0.1:0")
+	cmd.Stdout, cmd.Stderr = logs, logs
+	require.NoError(t, cmd.Start())
+	r := &releaseRunner{cmd: cmd, done: make(chan error, 1)}
+	go func() { r.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if !r.stopped {
+			_ = cmd.Process.Kill()
+			<-r.done
+		}
+	})
+	return r
+}
+
+// stop sends SIGTERM and requires a clean exit (status 0).
+func (r *releaseRunner) stop(t *testing.T) {
+	t.Helper()
+	require.NoError(t, r.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-r.done:
+		r.stopped = true
+		require.NoError(t, err, "the old runner exits 0 on SIGTERM")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the old runner did not stop")
+	}
+}
+
+func upgradeWithData(t *testing.T, bin string, upgrade func(context.Context, *testdb.DB) error) {
 	ctx := context.Background()
 	db := testdb.NewEmpty(t)
 	installV010(t, db)
 	mustExec(t, db, upgradeSchema)
 
-	cfg := testRunnerConfig(t, db)
-	cfg.PollInterval = 5 * time.Millisecond
 	lw := &testLogWriter{t: t}
 	t.Cleanup(func() { lw.mu.Lock(); lw.done = true; lw.mu.Unlock() })
-	cfg.Logger = slog.New(slog.NewTextHandler(lw, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	rr := startRunner(t, cfg)
+	old := startReleaseRunner(t, bin, db, lw)
 	waitStream(t, db)
 
 	// Client A rebuilt owner:a and holds its cursor; client B holds the session token of
@@ -243,6 +302,11 @@ func upgradeWithData(t *testing.T, upgrade func(context.Context, *testdb.DB) err
 		curA = p.Cursor
 		return len(changesA) > 0
 	})
+
+	// The runbook: stop the old runner (it acknowledges what it materialized); the
+	// writes go on, the WAL keeps them for the new runner.
+	old.stop(t)
+	waitRunnerGone(t, db)
 
 	// A source transaction open across the whole upgrade.
 	held, err := db.Pool.Begin(ctx)
@@ -264,21 +328,15 @@ func upgradeWithData(t *testing.T, upgrade func(context.Context, *testdb.DB) err
 	require.NotContains(t, relationsIn(t, db, "public"), "synchro_goose_version")
 	require.Equal(t, packVersions(t), appliedVersions(t, db))
 
-	// The runner that ran through the upgrade materializes a write made after it.
+	// This build's runner starts where the old one acknowledged, materializes what was
+	// written meanwhile and carries on.
+	cfg := testRunnerConfig(t, db)
+	cfg.PollInterval = 5 * time.Millisecond
+	cfg.Logger = slog.New(slog.NewTextHandler(lw, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	startRunner(t, cfg)
 	write(t, db, `INSERT INTO items (id, owner, note) VALUES (999998, 'b', 'after-upgrade')`)
 	w.record("after-upgrade", "owner:b")
-	select {
-	case err := <-rr.done:
-		t.Fatalf("the runner stopped during the upgrade: %v", err)
-	default:
-	}
-
-	// Roll the runner (a deploy starts the new binary), with the writes going on.
-	mark := w.count()
-	require.NoError(t, rr.stop(t))
-	waitRunnerGone(t, db)
-	rr = startRunner(t, cfg)
-	w.waitCount(t, mark+30)
+	w.waitCount(t, w.count()+30)
 	writes := w.finish(t)
 	// A last write; once it is materialized, every earlier commit is (commit order).
 	write(t, db, `INSERT INTO items (id, owner, note) VALUES (999997, 'b', 'last')`)
