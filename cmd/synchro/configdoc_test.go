@@ -27,7 +27,8 @@ const configDoc = "../../docs/configuration.md"
 // subcommands names the subcommands of commands whose flags follow a subcommand word
 // (`synchro migrate up -h`). A command whose `-h` prints no usage must be listed here.
 var subcommands = map[string][]string{
-	"migrate": {"up", "status"},
+	"migrate":    {"up", "status"},
+	"migrations": {"export", "prelude"},
 }
 
 // docFlag is one flag as `synchro <cmd> -h` prints it.
