@@ -27,10 +27,12 @@ var migrationFiles embed.FS
 //go:embed sql/functions/*.sql
 var functionFiles embed.FS
 
-// installLockID is the advisory lock key every installer takes, so concurrent deploys
-// take turns. It is goose's default Postgres lock id, so a plain `goose up` run by hand
-// against the same database also waits for us.
-const installLockID = 5887940537704921958
+// InstallLockID is the advisory lock key every installer takes, so concurrent deploys
+// take turns: `synchro migrate up` (a session lock), `synchro sql` and `synchro
+// migrations prelude` (transaction locks). goose's own default lock id differs: a team
+// running goose's Provider passes this one to goose's session locker
+// (lock.WithLockID(synchro.InstallLockID)) to take turns with them.
+const InstallLockID = 5887940537704921958
 
 // Migrations returns the versioned migration files.
 func Migrations() fs.FS {
@@ -67,7 +69,7 @@ func Hash() string {
 }
 
 // Install applies pending migrations and re-applies every function file, all under one
-// session-level advisory lock (goose's Postgres session locker): concurrent installers
+// session-level advisory lock (InstallLockID): concurrent installers
 // serialize instead of failing with "tuple concurrently updated".
 func Install(ctx context.Context, db *sql.DB) error {
 	conn, err := db.Conn(ctx)
@@ -75,16 +77,21 @@ func Install(ctx context.Context, db *sql.DB) error {
 		return fmt.Errorf("install: connect: %w", err)
 	}
 	defer conn.Close()
-	// A blocking session-level advisory lock (the key goose's Postgres session locker
-	// uses): concurrent installers queue on it instead of polling once a second.
-	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", installLockID); err != nil {
+	// A blocking session-level advisory lock: concurrent installers queue on it instead
+	// of polling (goose's session locker, given InstallLockID, takes the same key).
+	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", InstallLockID); err != nil {
 		return fmt.Errorf("install: lock: %w", err)
 	}
 	defer func() {
-		_, _ = conn.ExecContext(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", installLockID)
+		_, _ = conn.ExecContext(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", InstallLockID)
 	}()
 
-	provider, err := newProvider(db)
+	// Schema synchro first (goose's version table lives in it), and an install from
+	// before the table moved keeps its history.
+	if _, err := conn.ExecContext(ctx, GoosePrelude); err != nil {
+		return fmt.Errorf("install: goose prelude: %w", err)
+	}
+	provider, err := newProvider(db, GooseTable)
 	if err != nil {
 		return err
 	}
@@ -101,9 +108,39 @@ type MigrationStatus struct {
 	Applied bool
 }
 
-// Status reports which migrations are applied.
+// Status reports which migrations are applied. It changes nothing: it reads the version
+// table where it is (GooseTable, or the legacy table of an install not yet moved), and
+// reports every migration pending when there is none (goose would create one).
 func Status(ctx context.Context, db *sql.DB) ([]MigrationStatus, error) {
-	provider, err := newProvider(db)
+	var table string
+	err := db.QueryRowContext(ctx, `
+		SELECT coalesce(
+		  (SELECT 'synchro.goose_version' WHERE pg_catalog.to_regclass('synchro.goose_version') IS NOT NULL),
+		  (SELECT n.nspname || '.synchro_goose_version'
+		     FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+		    WHERE c.relname = 'synchro_goose_version' AND c.relkind = 'r' AND n.nspname <> 'synchro'
+		      AND n.nspname NOT LIKE 'pg\_temp\_%' ORDER BY n.nspname <> 'public', n.nspname LIMIT 1),
+		  '')`).Scan(&table)
+	if err != nil {
+		return nil, fmt.Errorf("migrate status: %w", err)
+	}
+	if table == "" {
+		names, err := fs.Glob(Migrations(), "*.sql")
+		if err != nil {
+			return nil, err
+		}
+		sort.Strings(names)
+		out := make([]MigrationStatus, 0, len(names))
+		for _, n := range names {
+			v, err := goose.NumericComponent(n)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, MigrationStatus{Version: v, Name: n})
+		}
+		return out, nil
+	}
+	provider, err := newProvider(db, table)
 	if err != nil {
 		return nil, err
 	}
@@ -122,9 +159,9 @@ func Status(ctx context.Context, db *sql.DB) ([]MigrationStatus, error) {
 	return out, nil
 }
 
-func newProvider(db *sql.DB) (*goose.Provider, error) {
+func newProvider(db *sql.DB, table string) (*goose.Provider, error) {
 	p, err := goose.NewProvider(goose.DialectPostgres, db, Migrations(),
-		goose.WithTableName("synchro_goose_version"))
+		goose.WithTableName(table))
 	if err != nil {
 		return nil, fmt.Errorf("install: goose: %w", err)
 	}
@@ -167,11 +204,37 @@ func applyFunctions(ctx context.Context, conn *sql.Conn) error {
 // refreshFences regenerates every registered relation's fence after the function files.
 const refreshFences = "SELECT synchro._refresh_fences()"
 
-// SQL returns the complete install script (the Up part of every migration, then every
-// function file) for teams that apply it with another migrator.
+// SQL returns the install-or-upgrade script for teams that apply SQL with another
+// migrator: applied to an empty database it installs the pack, applied to an installed
+// one (of any earlier release, however installed) it upgrades it to this release, and
+// applied again it changes nothing. One transaction under the install lock: the goose
+// prelude, then each migration not yet recorded in synchro.goose_version (applied and
+// recorded there exactly as goose would, so `synchro migrate up` and goose carry on from
+// it), then every function file and the fence refresh.
 func SQL() (string, error) {
 	var b strings.Builder
-	b.WriteString("-- Synchro install script (generated by `synchro sql`).\nBEGIN;\n")
+	fmt.Fprintf(&b, "-- Synchro install-or-upgrade script for pack %s (generated by `synchro sql`).\n"+
+		"-- Installs into an empty database, upgrades an installed pack to this release, and is a\n"+
+		"-- no-op when applied again (docs/install.md). Apply it whole, e.g. psql -v ON_ERROR_STOP=1 -f.\n"+
+		"BEGIN;\n-- The install lock (synchro.InstallLockID): concurrent deploys take turns.\n"+
+		"SELECT pg_advisory_xact_lock(%d);\n\n%s", Hash()[:12], InstallLockID, GoosePrelude)
+	// goose's own DDL for its Postgres version table, and its version-0 row, so goose
+	// finds the table it would have made.
+	b.WriteString(`
+DO $synchro_goose_table$
+BEGIN
+  IF pg_catalog.to_regclass('synchro.goose_version') IS NULL THEN
+    CREATE TABLE synchro.goose_version (
+      id integer PRIMARY KEY GENERATED BY DEFAULT AS IDENTITY,
+      version_id bigint NOT NULL,
+      is_applied boolean NOT NULL,
+      tstamp timestamp NOT NULL DEFAULT now()
+    );
+    INSERT INTO synchro.goose_version (version_id, is_applied) VALUES (0, true);
+  END IF;
+END
+$synchro_goose_table$;
+`)
 	names, _ := fs.Glob(Migrations(), "*.sql")
 	sort.Strings(names)
 	for _, n := range names {
@@ -179,7 +242,25 @@ func SQL() (string, error) {
 		if err != nil {
 			return "", err
 		}
-		fmt.Fprintf(&b, "\n-- migration %s\n%s\n", n, gooseUp(string(src)))
+		version, err := goose.NumericComponent(n)
+		if err != nil {
+			return "", err
+		}
+		if strings.Contains(string(src), "+goose NO TRANSACTION") {
+			return "", fmt.Errorf("sql: migration %s runs outside a transaction", n)
+		}
+		up := gooseUp(string(src))
+		const tag = "$synchro_migration_body$"
+		if strings.Contains(up, tag) || strings.Contains(up, "$synchro_migration$") {
+			return "", fmt.Errorf("sql: migration %s contains %s", n, tag)
+		}
+		// EXECUTE runs the migration's statements as one multi-statement string, only
+		// when goose has not recorded the version.
+		fmt.Fprintf(&b, "\n-- migration %s\nDO $synchro_migration$\nBEGIN\n"+
+			"  IF NOT EXISTS (SELECT FROM synchro.goose_version WHERE version_id = %d) THEN\n"+
+			"    EXECUTE %s%s%s;\n"+
+			"    INSERT INTO synchro.goose_version (version_id, is_applied) VALUES (%d, true);\n"+
+			"  END IF;\nEND\n$synchro_migration$;\n", n, version, tag, up, tag, version)
 	}
 	names, _ = fs.Glob(Functions(), "*.sql")
 	sort.Strings(names)

@@ -135,3 +135,39 @@ func (q *Queries) DevDatabaseExists(ctx context.Context) (bool, error) {
 	err := row.Scan(&exists)
 	return exists, err
 }
+
+const devStreamStarted = `-- name: DevStreamStarted :one
+SELECT EXISTS (SELECT FROM synchro.runner_state()) AS started
+`
+
+// synchro dev: whether the runner has started the change stream (slot and baseline):
+// before it, rebuild and pull answer SY503, so dev prints what to type only afterwards.
+func (q *Queries) DevStreamStarted(ctx context.Context) (bool, error) {
+	row := q.db.QueryRow(ctx, devStreamStarted)
+	var started bool
+	err := row.Scan(&started)
+	return started, err
+}
+
+const seedDemo = `-- name: SeedDemo :exec
+DO $seed$
+BEGIN
+  INSERT INTO public.projects (id, name) VALUES (1, 'Demo') ON CONFLICT (id) DO NOTHING;
+  INSERT INTO public.project_members (project_id, user_id) VALUES (1, 'alice'), (1, 'bob')
+  ON CONFLICT (project_id, user_id) DO NOTHING;
+  INSERT INTO public.tasks (id, project_id, title) VALUES
+    ('8b6f1a52-3c1e-4f0a-9d2b-7e4c5a6b1c01', 1, 'Read the quick start'),
+    ('8b6f1a52-3c1e-4f0a-9d2b-7e4c5a6b1c02', 1, 'Push, rebuild and pull in psql')
+  ON CONFLICT (id) DO NOTHING;
+END
+$seed$
+`
+
+// synchro dev: demo rows: project 1 with members alice and bob (so its tasks are in
+// scopes user:alice and user:bob) and two tasks with fixed keys. Idempotent: a restarted
+// dev keeps its rows. A DO block because sqlc's schema (the migrations) does not hold
+// the demo tables.
+func (q *Queries) SeedDemo(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, seedDemo)
+	return err
+}

@@ -55,3 +55,25 @@ SELECT synchro.add_scope_rule('tasks', 'user:', 'project_id', 'public.project_me
 -- synchro dev: activate the staged demo registration.
 -- name: DemoActivateRegistry :exec
 SELECT synchro.activate_registry();
+
+-- synchro dev: demo rows: project 1 with members alice and bob (so its tasks are in
+-- scopes user:alice and user:bob) and two tasks with fixed keys. Idempotent: a restarted
+-- dev keeps its rows. A DO block because sqlc's schema (the migrations) does not hold
+-- the demo tables.
+-- name: SeedDemo :exec
+DO $seed$
+BEGIN
+  INSERT INTO public.projects (id, name) VALUES (1, 'Demo') ON CONFLICT (id) DO NOTHING;
+  INSERT INTO public.project_members (project_id, user_id) VALUES (1, 'alice'), (1, 'bob')
+  ON CONFLICT (project_id, user_id) DO NOTHING;
+  INSERT INTO public.tasks (id, project_id, title) VALUES
+    ('8b6f1a52-3c1e-4f0a-9d2b-7e4c5a6b1c01', 1, 'Read the quick start'),
+    ('8b6f1a52-3c1e-4f0a-9d2b-7e4c5a6b1c02', 1, 'Push, rebuild and pull in psql')
+  ON CONFLICT (id) DO NOTHING;
+END
+$seed$;
+
+-- synchro dev: whether the runner has started the change stream (slot and baseline):
+-- before it, rebuild and pull answer SY503, so dev prints what to type only afterwards.
+-- name: DevStreamStarted :one
+SELECT EXISTS (SELECT FROM synchro.runner_state()) AS started;

@@ -138,7 +138,7 @@ type gooseVersion struct {
 func gooseVersions(t *testing.T, db *testdb.DB) []gooseVersion {
 	t.Helper()
 	rows, err := db.Pool.Query(context.Background(),
-		`SELECT id, version_id, is_applied, tstamp::text FROM synchro_goose_version ORDER BY id`)
+		`SELECT id, version_id, is_applied, tstamp::text FROM synchro.goose_version ORDER BY id`)
 	require.NoError(t, err)
 	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[gooseVersion])
 	require.NoError(t, err)

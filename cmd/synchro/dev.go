@@ -44,7 +44,12 @@ func runDev(ctx context.Context, e *env, args []string) error {
 		if err := migrateUp(ctx, e, *existing); err != nil {
 			return err
 		}
-		return setupDemo(ctx, e, *existing)
+		if err := setupDemo(ctx, e, *existing); err != nil {
+			return err
+		}
+		fmt.Fprintln(e.stdout, "\nDemo ready. With `synchro run` attached to this database, in psql:")
+		printTryIt(e)
+		return nil
 	}
 
 	cluster, err := pgcluster.Start(ctx, pgcluster.Options{
@@ -73,17 +78,48 @@ func runDev(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 
-	fmt.Fprintf(e.stdout, "\nSynchro dev database ready (data in %s):\n\n  psql '%s'\n\n", cluster.Dir(), dbURL)
-	fmt.Fprintf(e.stdout, "  export %s='%s'\n\n", envDatabaseURL, dbURL)
-	fmt.Fprintf(e.stdout, "The runner is attached: probes and metrics on http://%s/ (livez, readyz, metrics).\nPress Ctrl-C to stop.\n", *listen)
 	// The runner materializes the demo's writes until interrupted; a runner failure
 	// ends dev (the cluster is stopped by the deferred Stop).
-	err = serveRunner(ctx, e, runner.Config{DatabaseURL: dbURL}, *listen)
+	served := make(chan error, 1)
+	go func() { served <- serveRunner(ctx, e, runner.Config{DatabaseURL: dbURL}, *listen) }()
+	// What to type is printed once the stream has started: typed before, rebuild
+	// answers SY503 (the stream has not started yet).
+	started, err := waitDevStream(ctx, dbURL, served)
+	if started {
+		fmt.Fprintf(e.stdout, "\nSynchro dev database ready (data in %s):\n\n  psql '%s'\n\n", cluster.Dir(), dbURL)
+		fmt.Fprintf(e.stdout, "  export %s='%s'\n\n", envDatabaseURL, dbURL)
+		printTryIt(e)
+		fmt.Fprintf(e.stdout, "The runner is attached: probes and metrics on http://%s/ (livez, readyz, metrics).\nPress Ctrl-C to stop.\n", *listen)
+		err = <-served
+	}
 	if ctx.Err() != nil {
 		e.logger.Info("stopping")
 		return nil
 	}
 	return err
+}
+
+// waitDevStream waits until the runner has started the stream (true), or returns the
+// runner's result if it ends first (false).
+func waitDevStream(ctx context.Context, dbURL string, served <-chan error) (bool, error) {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return false, fmt.Errorf("connect %s: %w", redactURL(dbURL), err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ok, err := gen.New(conn).DevStreamStarted(ctx)
+		if err == nil && ok {
+			return true, nil
+		}
+		select {
+		case err := <-served:
+			return false, err
+		case <-tick.C:
+		}
+	}
 }
 
 // createDevDatabase creates devDatabase unless it exists.
@@ -129,7 +165,7 @@ func setupDemo(ctx context.Context, e *env, dbURL string) error {
 		e.logger.Warn("demo tables not registered: this pack has no synchro.register_table yet")
 		return nil
 	case st.Registered:
-		return nil
+		return gen.New(conn).SeedDemo(ctx)
 	}
 	// One transaction: a failed step leaves nothing staged, so the next run retries.
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
@@ -140,7 +176,31 @@ func setupDemo(ctx context.Context, e *env, dbURL string) error {
 		return fmt.Errorf("demo registration: %w", err)
 	}
 	e.logger.Info("demo tables registered", "table_id", "tasks", "scope", "user:<user_id>")
-	return nil
+	// Seeded after activation, so the rows reach the stream (as the baseline when the
+	// runner starts for the first time).
+	return gen.New(conn).SeedDemo(ctx)
+}
+
+// tryIt is what `synchro dev` prints to type into psql: a new client (alice's device)
+// starts with a rebuild, whose cursor psql keeps in :cursor; it pushes a task (the
+// demo's key is a uuid, so "pk" is a JSON string); the pull returns the task once the
+// runner has materialized it from the WAL. The ids are fixed so that the README shows
+// the same lines: run again, the push answers its recorded outcome and writes nothing.
+// tests: cmd/synchro/dev_test.go runs these lines through psql against a dev cluster.
+var tryIt = []string{
+	`SELECT synchro.rebuild('device-1', 'user:alice') ->> 'cursor' AS cursor \gset`,
+	`SELECT synchro.push('device-1', '[{"id": "0f5b6c1e-2d3a-4b8c-9e7f-a1b2c3d4e5f6", "table": "tasks", "op": "insert", "pk": "8b6f1a52-3c1e-4f0a-9d2b-7e4c5a6b1c03", "row": {"project_id": 1, "title": "Try Synchro"}}]');`,
+	`SELECT synchro.pull('device-1', 'user:alice', :'cursor');`,
+}
+
+func printTryIt(e *env) {
+	fmt.Fprintln(e.stdout, "Try it in psql: rebuild (the new device's cursor), push a task, pull it back from the WAL:")
+	fmt.Fprintln(e.stdout)
+	for _, l := range tryIt {
+		fmt.Fprintf(e.stdout, "  %s\n", l)
+	}
+	fmt.Fprintln(e.stdout, "\n(SY503 capture_pending from pull means the runner has not materialized the push yet: run it again.)")
+	fmt.Fprintln(e.stdout)
 }
 
 // runAll runs steps in order and stops at the first error.

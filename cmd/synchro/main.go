@@ -3,6 +3,7 @@
 //
 //	synchro migrate up|status [--database-url URL]
 //	synchro sql
+//	synchro migrations export DIR | prelude
 //	synchro dev [--dir DIR] [--port N]
 //	synchro run [--database-url URL] [--slot synchro] [--publication synchro] [--listen 127.0.0.1:8080]
 //	synchro ready [--database-url URL]
@@ -39,11 +40,12 @@ type env struct {
 
 func commands() map[string]command {
 	return map[string]command{
-		"migrate": {"install the SQL pack (up) or show what is installed (status)", runMigrate},
-		"sql":     {"print the complete install script for another migrator", runSQL},
-		"dev":     {"run a private PostgreSQL with Synchro and a demo schema", runDev},
-		"run":     {"run the WAL worker (the sidecar) with /livez, /readyz and /metrics", runRun},
-		"ready":   {"print synchro.readiness(); exit status 0 only when ready", runReady},
+		"migrate":    {"install the SQL pack (up) or show what is installed (status)", runMigrate},
+		"sql":        {"print the install-or-upgrade script for another migrator", runSQL},
+		"migrations": {"export the pack as goose migrations (export DIR) or print goose's prelude (prelude)", runMigrations},
+		"dev":        {"run a private PostgreSQL with Synchro and a demo schema", runDev},
+		"run":        {"run the WAL worker (the sidecar) with /livez, /readyz and /metrics", runRun},
+		"ready":      {"print synchro.readiness(); exit status 0 only when ready", runReady},
 	}
 }
 

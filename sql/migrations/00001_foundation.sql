@@ -28,7 +28,23 @@ END
 $roles$;
 -- +goose StatementEnd
 
-CREATE SCHEMA synchro;
+-- IF NOT EXISTS: goose keeps its version table, synchro.goose_version, in this schema
+-- and creates it before this migration runs (synchro.GoosePrelude makes the schema).
+CREATE SCHEMA IF NOT EXISTS synchro;
+
+-- An installed pack whose goose history is elsewhere (a version table not moved into
+-- schema synchro, or a different table name) must not be re-migrated from zero: stop
+-- with the remedy instead of failing later on an existing table.
+-- +goose StatementBegin
+DO $installed$
+BEGIN
+  IF pg_catalog.to_regclass('synchro.setting') IS NOT NULL THEN
+    RAISE EXCEPTION 'synchro: already installed, but this goose version table does not record it; run synchro.GoosePrelude (synchro migrations prelude) or use the install''s own table (docs/install.md)'
+      USING ERRCODE = '55000';
+  END IF;
+END
+$installed$;
+-- +goose StatementEnd
 REVOKE ALL ON SCHEMA synchro FROM PUBLIC;
 GRANT USAGE ON SCHEMA synchro TO synchro_app, synchro_operator, synchro_runner;
 

@@ -1,0 +1,443 @@
+// Package pgcluster runs a private PostgreSQL cluster from the system binaries, for the
+// test harness and `synchro dev`.
+//
+// The postmaster is a direct child of this process (not daemonized by pg_ctl), started
+// with a parent-death signal: when a test binary is killed by its timeout, the cluster
+// shuts down with it instead of leaking. Stop, StopImmediate and Restart send the same
+// signals pg_ctl would (SIGINT for fast shutdown, SIGQUIT for immediate).
+package pgcluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// DefaultBinDir holds the PostgreSQL 15 server binaries on Debian and Ubuntu.
+const DefaultBinDir = "/usr/lib/postgresql/15/bin"
+
+// maxSocketPath is the longest Unix socket path Linux accepts (sun_path minus the NUL).
+const maxSocketPath = 107
+
+// Options configure Start. The zero value is a throw-away cluster in a temp dir on a
+// free port.
+type Options struct {
+	// Dir holds the cluster: data/ (PGDATA), postgres.log and the Unix socket. Empty:
+	// a new temp dir, removed by Stop. An existing initialized Dir is reused.
+	Dir string
+	// Port on 127.0.0.1. Zero: a free port.
+	Port int
+	// Durable keeps fsync and full_page_writes on. Off by default: a test cluster does
+	// not survive an OS crash, only a postmaster crash. synchronous_commit stays on
+	// either way, since logical decoding tests depend on commit-time durability order.
+	Durable bool
+	// BinDir holds initdb and postgres. Empty: $SYNCHRO_PG_BIN, else DefaultBinDir.
+	BinDir string
+	// Logger receives lifecycle events. Nil: discarded.
+	Logger *slog.Logger
+	// ExtraConf is appended to the generated settings and overrides them. Values are
+	// written quoted, which PostgreSQL accepts for every setting type.
+	ExtraConf map[string]string
+}
+
+// Cluster is a running (or stopped) private cluster.
+type Cluster struct {
+	dir     string
+	dataDir string
+	binDir  string
+	port    int
+	ownDir  bool // Dir was a temp dir made by Start; Stop removes it
+	logger  *slog.Logger
+	cred    *syscall.Credential // non-nil when running as root: run as postgres
+
+	mu   sync.Mutex
+	proc *exec.Cmd
+	done chan struct{} // closed when proc exits
+}
+
+// Start initializes the cluster if needed, writes its settings and starts it, returning
+// once it accepts connections.
+func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	c := &Cluster{logger: opts.Logger, binDir: opts.BinDir, port: opts.Port}
+	if c.logger == nil {
+		c.logger = slog.New(slog.DiscardHandler)
+	}
+	if c.binDir == "" {
+		c.binDir = os.Getenv("SYNCHRO_PG_BIN")
+	}
+	if c.binDir == "" {
+		c.binDir = DefaultBinDir
+	}
+	if _, err := os.Stat(filepath.Join(c.binDir, "postgres")); err != nil {
+		return nil, fmt.Errorf("pgcluster: postgres binaries not found in %s (set SYNCHRO_PG_BIN): %w", c.binDir, err)
+	}
+	if os.Geteuid() == 0 {
+		cred, err := postgresCredential()
+		if err != nil {
+			return nil, err
+		}
+		c.cred = cred
+	}
+	if err := c.prepareDir(opts.Dir); err != nil {
+		return nil, err
+	}
+	cleanup := func() {
+		if c.ownDir {
+			_ = os.RemoveAll(c.dir)
+		}
+	}
+	if c.port == 0 {
+		p, err := freePort()
+		if err != nil {
+			cleanup()
+			return nil, err
+		}
+		c.port = p
+	}
+	if err := c.initdb(ctx); err != nil {
+		cleanup()
+		return nil, err
+	}
+	if err := c.writeConf(opts); err != nil {
+		cleanup()
+		return nil, err
+	}
+	if err := c.start(ctx); err != nil {
+		cleanup()
+		return nil, err
+	}
+	return c, nil
+}
+
+// URL is a connection URL for dbname as the bootstrap superuser postgres.
+func (c *Cluster) URL(dbname string) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", c.port, dbname)
+}
+
+// Port is the TCP port on 127.0.0.1.
+func (c *Cluster) Port() int { return c.port }
+
+// Dir is the cluster directory (PGDATA is its data subdirectory).
+func (c *Cluster) Dir() string { return c.dir }
+
+// Stop shuts the cluster down (fast: active sessions are disconnected, then a
+// checkpoint) and removes the directory if Start made it. Safe to call twice.
+func (c *Cluster) Stop() error {
+	err := c.shutdown(syscall.SIGINT, "fast")
+	if c.ownDir {
+		if rmErr := os.RemoveAll(c.dir); rmErr != nil {
+			err = errors.Join(err, fmt.Errorf("pgcluster: remove %s: %w", c.dir, rmErr))
+		}
+	}
+	return err
+}
+
+// StopImmediate kills the cluster without a checkpoint, as a crash would; the next
+// start runs crash recovery. The directory stays for Restart.
+func (c *Cluster) StopImmediate() error {
+	return c.shutdown(syscall.SIGQUIT, "immediate")
+}
+
+// Restart stops the cluster (fast) if it is running, then starts it again on the same
+// directory and port.
+func (c *Cluster) Restart(ctx context.Context) error {
+	if err := c.shutdown(syscall.SIGINT, "fast"); err != nil {
+		return err
+	}
+	return c.start(ctx)
+}
+
+func (c *Cluster) prepareDir(dir string) error {
+	if dir == "" {
+		d, err := os.MkdirTemp("", "pgcluster-")
+		if err != nil {
+			return fmt.Errorf("pgcluster: temp dir: %w", err)
+		}
+		dir, c.ownDir = d, true
+	} else {
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return fmt.Errorf("pgcluster: dir: %w", err)
+		}
+		dir = abs
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("pgcluster: dir: %w", err)
+		}
+	}
+	c.dir = dir
+	c.dataDir = filepath.Join(dir, "data")
+	if c.cred == nil {
+		return nil
+	}
+	if err := c.checkReachable(filepath.Dir(dir)); err != nil {
+		return err
+	}
+	// The postgres user must own everything (initdb and postgres refuse root).
+	return filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, int(c.cred.Uid), int(c.cred.Gid))
+	})
+}
+
+// checkReachable fails clearly when the postgres user cannot traverse to dir (a 0700
+// root-owned parent such as a t.TempDir), instead of initdb's bare "permission denied".
+func (c *Cluster) checkReachable(dir string) error {
+	for d := dir; ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return fmt.Errorf("pgcluster: %w", err)
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if ok && st.Uid != c.cred.Uid && fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("pgcluster: the postgres OS user cannot traverse %s (mode %v, owner uid %d); use a directory it can reach", d, fi.Mode().Perm(), st.Uid)
+		}
+		if d == filepath.Dir(d) {
+			return nil
+		}
+	}
+}
+
+func (c *Cluster) initdb(ctx context.Context) error {
+	if _, err := os.Stat(filepath.Join(c.dataDir, "PG_VERSION")); err == nil {
+		c.logger.Info("pgcluster: reusing data directory", "dir", c.dataDir)
+		return nil
+	}
+	start := time.Now()
+	cmd := c.command(ctx, "initdb",
+		"-D", c.dataDir, "-U", "postgres", "-A", "trust", "--no-sync",
+		"-E", "UTF8", "--locale=C", "--no-instructions")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("pgcluster: initdb: %w\n%s", err, out)
+	}
+	c.logger.Info("pgcluster: initdb done", "dir", c.dataDir, "took", time.Since(start))
+	return nil
+}
+
+// writeConf writes synchro.conf (rewritten at every Start, so the port can change) and
+// includes it from postgresql.conf once; pg_hba.conf is replaced.
+func (c *Cluster) writeConf(opts Options) error {
+	socketDir := c.dir
+	if len(socketDir)+len("/.s.PGSQL.65535") > maxSocketPath {
+		c.logger.Warn("pgcluster: dir too long for a Unix socket, TCP only", "dir", c.dir)
+		socketDir = ""
+	}
+	settings := map[string]string{
+		"listen_addresses":        "127.0.0.1",
+		"port":                    strconv.Itoa(c.port),
+		"unix_socket_directories": socketDir,
+		"wal_level":               "logical",
+		"max_replication_slots":   "100",
+		"max_wal_senders":         "100",
+		"max_connections":         "300",
+		"wal_sender_timeout":      "60s",
+		"shared_buffers":          "128MB",
+		"synchronous_commit":      "on",
+		"logging_collector":       "off",
+	}
+	if !opts.Durable {
+		settings["fsync"] = "off"
+		settings["full_page_writes"] = "off"
+	}
+	for k, v := range opts.ExtraConf {
+		settings[k] = v
+	}
+	keys := make([]string, 0, len(settings))
+	for k := range settings {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	b.WriteString("# Written by pgcluster at every start; edits are lost.\n")
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s = '%s'\n", k, strings.ReplaceAll(settings[k], "'", "''"))
+	}
+	if err := c.writeFile("synchro.conf", b.String()); err != nil {
+		return err
+	}
+
+	const include = "include 'synchro.conf'"
+	mainConf := filepath.Join(c.dataDir, "postgresql.conf")
+	cur, err := os.ReadFile(mainConf)
+	if err != nil {
+		return fmt.Errorf("pgcluster: %w", err)
+	}
+	if !bytes.Contains(cur, []byte(include)) {
+		if err := c.writeFile("postgresql.conf", string(cur)+"\n"+include+"\n"); err != nil {
+			return err
+		}
+	}
+
+	return c.writeFile("pg_hba.conf", strings.Join([]string{
+		"# Written by pgcluster at every start; edits are lost.",
+		"local all         all              trust",
+		"local replication all              trust",
+		"host  all         all 127.0.0.1/32 trust",
+		"host  replication all 127.0.0.1/32 trust",
+		"",
+	}, "\n"))
+}
+
+func (c *Cluster) writeFile(name, content string) error {
+	p := filepath.Join(c.dataDir, name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		return fmt.Errorf("pgcluster: write %s: %w", name, err)
+	}
+	if c.cred != nil {
+		if err := os.Chown(p, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
+			return fmt.Errorf("pgcluster: chown %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.proc != nil {
+		return errors.New("pgcluster: already running")
+	}
+	logPath := filepath.Join(c.dir, "postgres.log")
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("pgcluster: log file: %w", err)
+	}
+	defer logFile.Close() // the child holds its own descriptor
+
+	started := time.Now()
+	// Not exec.CommandContext: ctx bounds the start, not the cluster's lifetime.
+	cmd := exec.Command(filepath.Join(c.binDir, "postgres"), "-D", c.dataDir)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Credential: c.cred,
+		Setpgid:    true,            // a terminal's Ctrl-C reaches us, not the postmaster
+		Pdeathsig:  syscall.SIGQUIT, // parent gone: immediate shutdown, no orphan
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("pgcluster: start postgres: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+
+	if err := c.waitReady(ctx, done); err != nil {
+		_ = cmd.Process.Signal(syscall.SIGQUIT)
+		<-done
+		return fmt.Errorf("%w\n%s", err, tail(logPath, 20))
+	}
+	c.proc, c.done = cmd, done
+	c.logger.Info("pgcluster: ready", "port", c.port, "dir", c.dir, "took", time.Since(started))
+	return nil
+}
+
+// waitReady connects until the server answers a query, the postmaster exits, or 30s.
+func (c *Cluster) waitReady(ctx context.Context, exited <-chan struct{}) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		conn, err := pgx.Connect(ctx, c.URL("postgres"))
+		if err == nil {
+			err = conn.Ping(ctx)
+			_ = conn.Close(context.WithoutCancel(ctx))
+			if err == nil {
+				return nil
+			}
+		}
+		select {
+		case <-exited:
+			return errors.New("pgcluster: postgres exited during startup")
+		case <-ctx.Done():
+			return fmt.Errorf("pgcluster: not ready: %w (last error: %v)", ctx.Err(), err)
+		case <-tick.C:
+		}
+	}
+}
+
+func (c *Cluster) shutdown(sig syscall.Signal, mode string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.proc == nil {
+		return nil
+	}
+	start := time.Now()
+	if err := c.proc.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("pgcluster: stop (%s): %w", mode, err)
+	}
+	select {
+	case <-c.done:
+	case <-time.After(60 * time.Second):
+		_ = c.proc.Process.Kill()
+		<-c.done
+		c.proc, c.done = nil, nil
+		return fmt.Errorf("pgcluster: stop (%s): postmaster did not exit in 60s, killed", mode)
+	}
+	c.proc, c.done = nil, nil
+	c.logger.Info("pgcluster: stopped", "mode", mode, "took", time.Since(start))
+	return nil
+}
+
+func (c *Cluster) command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, filepath.Join(c.binDir, name), args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
+	cmd.Dir = c.dir // the postgres user may not be able to read our working directory
+	return cmd
+}
+
+func postgresCredential() (*syscall.Credential, error) {
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("pgcluster: running as root needs the postgres OS user: %w", err)
+	}
+	uid, err := strconv.ParseUint(u.Uid, 10, 32)
+	if err != nil {
+		return nil, fmt.Errorf("pgcluster: postgres uid: %w", err)
+	}
+	gid, err := strconv.ParseUint(u.Gid, 10, 32)
+	if err != nil {
+		return nil, fmt.Errorf("pgcluster: postgres gid: %w", err)
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("pgcluster: free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// tail returns the last n lines of a file, for startup error messages.
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,570 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/synchro/synchro/gen"
+	"github.com/synchro/synchro/runner/collate"
+	"github.com/synchro/synchro/runner/decode"
+)
+
+var stageTable = pgx.Identifier{"pg_temp", "synchro_stage"}
+
+// Materialization outcomes of synchro.materialize_batch, one per source transaction.
+const (
+	OutcomeMaterialized = "materialized"
+	OutcomeDuplicate    = "duplicate"
+)
+
+// applier is the collate.Sink of one session: it stages consecutive source
+// transactions into pg_temp.synchro_stage in COPY batches inside one database
+// transaction on the apply connection (a materialization batch), and calls
+// synchro.materialize_batch once when the batch closes (see closeBatch). It is
+// also the only writer of durable progress in a session (materialize,
+// runner_idle, runner_ack, runner_poison all run here, serially), so they never
+// contend.
+type applier struct {
+	cfg      *Config
+	log      *slog.Logger
+	conn     *pgx.Conn
+	gen      int64
+	frontier *Frontier
+	wake     func() // tells the reader that the durable boundary moved
+
+	budget *byteBudget // the reader's; the applier releases what it takes
+
+	stager     *Stager
+	batch      []StageRow // staged rows not yet sent by COPY
+	batchBytes int64      // row data in batch (Config.BatchBytes)
+	tx         pgx.Tx     // the open materialization batch, nil between batches
+	hdr        collate.TxnHeader
+	inTxn      bool // a source transaction is being staged
+
+	txns       []pendingTxn // complete source transactions of the open batch
+	events     int          // their row events
+	batchStart time.Time
+	// lastCall is how long the last materialize_batch call took: a batch that
+	// keeps receiving transactions closes once it has been open that long (group
+	// commit), so under a steady load the batch size follows the load and the
+	// latency stays about two calls, far below BatchDelay.
+	lastCall time.Duration
+	// serialUntil: after a failed batch, every source transaction with a commit
+	// LSN up to here is materialized alone through the reference path, so that
+	// the failing one is quarantined with its own identity.
+	serialUntil pglogrepl.LSN
+
+	lastIdle time.Time
+	live     *liveness // nil: not watched
+
+	// reloaded: the registered columns (Stager.SetRegistered) were reloaded in
+	// the open source transaction. Once is enough: the reload waits until the
+	// transaction is visible, so it sees every registration the transaction
+	// made, and any number of (forged) activation messages cost one query.
+	reloaded bool
+}
+
+// pendingTxn is one complete source transaction staged in the open batch.
+type pendingTxn struct {
+	trailer collate.TxnTrailer
+	xid     uint32
+}
+
+func newApplier(cfg *Config, log *slog.Logger, conn *pgx.Conn, gen int64, f *Frontier, wake func(),
+	serialUntil pglogrepl.LSN) *applier {
+	return &applier{
+		cfg: cfg, log: log, conn: conn, gen: gen, frontier: f, wake: wake,
+		stager:      NewStager(),
+		batch:       make([]StageRow, 0, cfg.BatchRows),
+		serialUntil: serialUntil,
+	}
+}
+
+// loadRegistered loads the registered columns of every relation into the
+// stager, on q (the open materialization transaction, or the connection), once
+// the source transaction xid is visible (nil: at session start).
+func (a *applier) loadRegistered(ctx context.Context, q gen.DBTX, xid *int64) error {
+	rows, err := gen.New(q).RunnerColumns(ctx, xid)
+	if err != nil {
+		return fmt.Errorf("synchro: runner_columns: %w", err)
+	}
+	reg := make(map[uint32]map[string]struct{}, len(rows))
+	for _, r := range rows {
+		cols := make(map[string]struct{}, len(r.Columns))
+		for _, c := range r.Columns {
+			cols[c] = struct{}{}
+		}
+		reg[uint32(r.Relid)] = cols
+	}
+	a.stager.SetRegistered(reg)
+	return nil
+}
+
+// maybeReload reloads the registered columns, at most once per source
+// transaction, when event e may need columns the stager does not know: a
+// registry activation message (it may register columns that the same
+// transaction's later row events carry; row events before it belong to the
+// previous generation, whose columns are loaded), or a row of a relation the
+// stager does not know. A relation still unknown after that is not registered:
+// its key alone is staged and materialization refuses the event.
+func (a *applier) maybeReload(ctx context.Context, e collate.Event) error {
+	if a.reloaded {
+		return nil
+	}
+	activation := e.Kind == collate.KindMessage && e.Activation != nil
+	unknown := e.Kind == collate.KindRow && e.Row != nil && e.Row.Relation != nil && !a.stager.Registered(e.Row.Relation.OID)
+	if !activation && !unknown {
+		return nil
+	}
+	a.reloaded = true
+	xid := int64(a.hdr.Xid)
+	return a.loadRegistered(ctx, a.tx, &xid)
+}
+
+// openStage creates pg_temp.synchro_stage for this session.
+func openStage(ctx context.Context, conn *pgx.Conn) error {
+	if err := gen.New(conn).RunnerStageOpen(ctx); err != nil {
+		return fmt.Errorf("synchro: runner_stage_open: %w", err)
+	}
+	return nil
+}
+
+// Ignored counts a "synchro." message the collator dropped (collate.IgnoreSink).
+func (a *applier) Ignored(reason collate.IgnoreReason) {
+	a.cfg.Metrics.ignoredMessages(string(reason), 1)
+}
+
+// Begin starts staging one source transaction, opening a batch when none is open.
+func (a *applier) Begin(ctx context.Context, h collate.TxnHeader) error {
+	if a.tx == nil {
+		tx, err := a.conn.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		a.tx = tx
+		a.batchStart = time.Now()
+	}
+	a.hdr, a.inTxn = h, true
+	a.stager.Reset(int32(len(a.txns)))
+	a.reloaded = false
+	return nil
+}
+
+// Event stages one event, flushing a full batch.
+func (a *applier) Event(ctx context.Context, e collate.Event) error {
+	if err := a.maybeReload(ctx, e); err != nil {
+		return err
+	}
+	var err error
+	from := len(a.batch)
+	switch e.Kind {
+	case collate.KindRow:
+		a.batch, err = a.stager.Row(a.batch, e.Ordinal, e.Row)
+	case collate.KindTruncate:
+		a.batch, err = a.stager.Truncate(a.batch, e.Ordinal, e.Truncate)
+	case collate.KindMessage:
+		a.batch = a.stager.Message(a.batch, e.Message)
+	}
+	if err != nil {
+		return err
+	}
+	for i := from; i < len(a.batch); i++ {
+		a.batchBytes += a.batch[i].size()
+	}
+	if len(a.batch) >= a.cfg.BatchRows || a.batchBytes >= a.cfg.BatchBytes {
+		return a.flush(ctx)
+	}
+	return nil
+}
+
+func (a *applier) flush(ctx context.Context) error {
+	if len(a.batch) == 0 {
+		return nil
+	}
+	i := 0
+	src := pgx.CopyFromFunc(func() ([]any, error) {
+		if i == len(a.batch) {
+			return nil, nil
+		}
+		v := a.batch[i].Values()
+		i++
+		return v, nil
+	})
+	if _, err := a.tx.CopyFrom(ctx, stageTable, StageColumns, src); err != nil {
+		return err
+	}
+	a.beat()
+	a.cfg.Metrics.batchFlushed(a.batchBytes)
+	clear(a.batch) // drop references to row data
+	a.batch = a.batch[:0]
+	a.batchBytes = 0
+	return nil
+}
+
+// Commit adds the staged source transaction to the open batch. The batch is
+// materialized when it closes (closeBatch), not here.
+func (a *applier) Commit(_ context.Context, t collate.TxnTrailer) error {
+	a.txns = append(a.txns, pendingTxn{trailer: t, xid: a.hdr.Xid})
+	a.events += int(t.RowEvents)
+	a.inTxn = false
+	return nil
+}
+
+// serial reports whether the open batch is a transaction being re-run alone
+// after a failed batch.
+func (a *applier) serial() bool {
+	return len(a.txns) > 0 && a.txns[len(a.txns)-1].trailer.CommitLSN <= a.serialUntil
+}
+
+// closeBatch reports whether the open batch must be materialized now, between
+// source transactions: when nothing more is buffered (idle: at low load a batch
+// is one transaction, so latency stays minimal), when it re-runs a failed batch
+// one transaction at a time, at the transaction and row-event bounds, or once it
+// has been open as long as the last materialization call took (capped by
+// BatchDelay): while one batch is materialized the next one gathers, as in a
+// group commit.
+func (a *applier) closeBatch(idle bool) bool {
+	if a.inTxn || a.tx == nil || len(a.txns) == 0 {
+		return false
+	}
+	return idle || a.serial() || a.cfg.PerTransaction ||
+		len(a.txns) >= a.cfg.BatchTxns || a.events >= a.cfg.BatchEvents ||
+		time.Since(a.batchStart) >= min(a.cfg.BatchDelay, a.lastCall)
+}
+
+// materialize materializes the open batch and commits it; the end LSN of its
+// last source transaction then becomes the durable processed boundary.
+func (a *applier) materialize(ctx context.Context) error {
+	if err := a.flush(ctx); err != nil {
+		return err
+	}
+	staged := time.Since(a.batchStart)
+	n := len(a.txns)
+	p := gen.MaterializeBatchParams{
+		StreamGeneration: a.gen,
+		CommitLsns:       make([]string, n),
+		EndLsns:          make([]string, n),
+		Xids:             make([]int64, n),
+		CommitTimes:      make([]time.Time, n),
+		SetBased:         !a.serial() && !a.cfg.PerTransaction,
+	}
+	for i, t := range a.txns {
+		p.CommitLsns[i] = t.trailer.CommitLSN.String()
+		p.EndLsns[i] = t.trailer.EndLSN.String()
+		p.Xids[i] = int64(t.xid)
+		p.CommitTimes[i] = t.trailer.CommitTime
+	}
+	callStart := time.Now()
+	res, err := gen.New(a.tx).MaterializeBatch(ctx, p)
+	if err != nil {
+		return err
+	}
+	a.beat()
+	if len(res.Outcomes) != n {
+		return fmt.Errorf("synchro: materialize_batch returned %d outcomes for %d transactions", len(res.Outcomes), n)
+	}
+	outcomes := res.Outcomes
+	if err := a.tx.Commit(ctx); err != nil {
+		return err
+	}
+	a.tx = nil
+	a.lastCall = time.Since(callStart)
+	last := a.txns[n-1].trailer
+	// Messages materialization dropped: well-formed, but not under the server key.
+	a.cfg.Metrics.ignoredMessages("unauthenticated", int(res.IgnoredMessages))
+	if h := a.cfg.Hooks.AfterMaterializeCommit; h != nil {
+		if err := h(last.CommitLSN, last.EndLSN); err != nil {
+			return &deathError{err: err}
+		}
+	}
+	now := time.Now()
+	for i, t := range a.txns {
+		a.cfg.Metrics.materialized(outcomes[i], t.trailer.EndLSN, t.trailer.RowEvents, t.trailer.CommitTime, now)
+	}
+	a.cfg.Metrics.batch(n)
+	a.log.Debug("batch materialized", "transactions", n, "row_events", a.events,
+		"first_commit_lsn", a.txns[0].trailer.CommitLSN, "last_end_lsn", last.EndLSN,
+		"set_based", p.SetBased, "stage_time", staged, "total_time", time.Since(a.batchStart))
+	clear(a.txns)
+	a.txns, a.events = a.txns[:0], 0
+	if a.frontier.Materialized(last.EndLSN) {
+		a.wake()
+	}
+	return nil
+}
+
+// abort rolls back an open database transaction after a failure.
+func (a *applier) abort(ctx context.Context) {
+	if a.tx != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+		_ = a.tx.Rollback(cctx)
+		cancel()
+	}
+	a.tx, a.inTxn = nil, false
+	clear(a.batch)
+	a.batch = a.batch[:0]
+	a.batchBytes = 0
+	clear(a.txns)
+	a.txns, a.events = a.txns[:0], 0
+}
+
+// maybeIdle records an offered idle boundary when allowed and not throttled.
+func (a *applier) maybeIdle(ctx context.Context) error {
+	if a.tx != nil || time.Since(a.lastIdle) < a.cfg.IdleInterval {
+		return nil
+	}
+	b, ok := a.frontier.TakeIdle(false)
+	if !ok {
+		return nil
+	}
+	a.lastIdle = time.Now()
+	processed, err := gen.New(a.conn).RunnerIdle(ctx, b.String())
+	if err != nil {
+		return fmt.Errorf("synchro: runner_idle: %w", err)
+	}
+	p, err := pglogrepl.ParseLSN(processed)
+	if err != nil {
+		return err
+	}
+	a.cfg.Metrics.idle()
+	if a.frontier.Materialized(p) {
+		a.wake()
+	}
+	return nil
+}
+
+// maybeRecordAck records the acknowledgement once the slot shows the boundary
+// the reader sent. Only between batches: runner_ack must not join a
+// materialization transaction.
+func (a *applier) maybeRecordAck(ctx context.Context) error {
+	if a.tx != nil || !a.frontier.Unrecorded() {
+		return nil
+	}
+	s, err := slotPosition(ctx, a.conn, a.cfg.Slot)
+	if err != nil {
+		return err
+	}
+	if !s.Exists {
+		return errSlotMissing
+	}
+	lsn, ok := a.frontier.ToRecord(s.ConfirmedFlush)
+	if !ok {
+		return nil
+	}
+	return a.recordAck(ctx, lsn)
+}
+
+func (a *applier) recordAck(ctx context.Context, lsn pglogrepl.LSN) error {
+	if h := a.cfg.Hooks.BeforeAckRecord; h != nil {
+		if err := h(lsn); err != nil {
+			return &deathError{err: err}
+		}
+	}
+	if err := gen.New(a.conn).RunnerAck(ctx, lsn.String()); err != nil {
+		return fmt.Errorf("synchro: runner_ack: %w", err)
+	}
+	a.frontier.Recorded(lsn)
+	a.cfg.Metrics.acked(lsn)
+	a.log.Debug("acknowledgement recorded", "lsn", lsn)
+	return nil
+}
+
+// fail handles a failure while staging or materializing: it rolls back the
+// open batch. A batch that held more than the one failing transaction, or that
+// went through the set-based path, is re-run one transaction at a time
+// (*batchFallbackError): the transactions before the failing one are then
+// materialized, and the failing one is quarantined with its own identity and
+// the class the reference path gives it. Otherwise a poison is quarantined
+// here. It returns the error the session ends with.
+func (a *applier) fail(ctx context.Context, err error, walStart pglogrepl.LSN) error {
+	// The failing source transaction: the one being staged, else the batch's.
+	commitLSN := walStart
+	switch {
+	case a.inTxn:
+		commitLSN = a.hdr.CommitLSN
+	case len(a.txns) > 0:
+		commitLSN = a.txns[len(a.txns)-1].trailer.CommitLSN
+	}
+	setBased := !a.serial() && !a.cfg.PerTransaction
+	rerun := len(a.txns) > 0 && (a.inTxn || len(a.txns) > 1 || setBased)
+	through := commitLSN
+	a.abort(ctx)
+	var death *deathError
+	if errors.As(err, &death) {
+		return err
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	v := Classify(err)
+	if v.Disposition != Transient && rerun && through > a.serialUntil {
+		// Nothing of the batch is quarantined yet: its transactions come again,
+		// from the slot, and are materialized alone up to the failing one.
+		a.cfg.Metrics.batchFallback()
+		a.log.Warn("materialization batch failed: re-running it one transaction at a time",
+			"through_commit_lsn", through, "sqlstate", v.SQLState)
+		return &batchFallbackError{Through: through, Err: err}
+	}
+	switch v.Disposition {
+	case Poison:
+		a.frontier.Poisoned()
+		if perr := a.recordPoison(ctx, commitLSN, v); perr != nil {
+			return perr
+		}
+		a.cfg.Metrics.poisoned(v.Class)
+		var relationID any // a number when known, not the pointer
+		if v.RelationID != nil {
+			relationID = *v.RelationID
+		}
+		a.log.Error("source transaction quarantined: stream blocked until retry or reset",
+			"commit_lsn", commitLSN, "class", v.Class, "relation_id", relationID, "sqlstate", v.SQLState)
+		return &PoisonError{CommitLSN: commitLSN, Class: v.Class, RelationID: v.RelationID, Err: err}
+	case Fatal:
+		return &fatalError{err: err}
+	}
+	return err
+}
+
+func (a *applier) recordPoison(ctx context.Context, commitLSN pglogrepl.LSN, v Verdict) error {
+	err := gen.New(a.conn).RunnerPoison(ctx, gen.RunnerPoisonParams{
+		StreamGeneration: a.gen,
+		CommitLsn:        commitLSN.String(),
+		FailureClass:     v.Class,
+		RelationID:       v.RelationID,
+	})
+	if err != nil {
+		return fmt.Errorf("synchro: runner_poison: %w", err)
+	}
+	return nil
+}
+
+// run consumes the reader's items in order until the channel closes (a clean
+// stop between transactions) or a failure.
+// errStopped: the applier stopped after the transaction in hand because a stop
+// was requested; the session ends cleanly.
+var errStopped = errors.New("synchro: stopped after the transaction in hand")
+
+func (a *applier) run(ctx, stop context.Context, items <-chan item) error {
+	dec := decode.NewPgOutput()
+	coll := collate.New(a)
+	tick := time.NewTicker(a.cfg.PollInterval)
+	defer tick.Stop()
+	for {
+		a.beat()
+		select {
+		case <-ctx.Done():
+			a.abort(ctx)
+			return ctx.Err()
+		case it, ok := <-items:
+			if ok && a.budget != nil {
+				a.budget.release(it.size())
+			}
+			if !ok {
+				if a.inTxn {
+					// The reader only stops between transactions; anything else
+					// is a broken session.
+					a.abort(ctx)
+					return errors.New("synchro: replication ended inside a source transaction")
+				}
+				if a.closeBatch(true) {
+					if err := a.materialize(ctx); err != nil {
+						return a.fail(ctx, err, 0)
+					}
+				}
+				return nil
+			}
+			switch it.kind {
+			case itemData:
+				msgs, err := dec.Decode(it.walStart, it.data)
+				if err == nil {
+					err = coll.Feed(ctx, it.walStart, msgs)
+				}
+				if err != nil {
+					return a.fail(ctx, err, it.walStart)
+				}
+			case itemIdle:
+				a.frontier.OfferIdle(it.walStart)
+			}
+			if a.closeBatch(len(items) == 0 || stop.Err() != nil) {
+				if err := a.materialize(ctx); err != nil {
+					return a.fail(ctx, err, it.walStart)
+				}
+			}
+			if stop.Err() != nil && !a.inTxn && a.tx == nil {
+				// Finish the transaction in hand, not everything buffered.
+				return errStopped
+			}
+			if it.kind == itemIdle {
+				if err := a.maybeIdle(ctx); err != nil {
+					return err
+				}
+			}
+		case <-tick.C:
+			if a.closeBatch(len(items) == 0) {
+				if err := a.materialize(ctx); err != nil {
+					return a.fail(ctx, err, 0)
+				}
+			}
+			if err := a.maybeIdle(ctx); err != nil {
+				return err
+			}
+			if err := a.maybeRecordAck(ctx); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// beat records the applier's progress for /livez.
+func (a *applier) beat() {
+	if a.live != nil {
+		a.live.beat(LoopApplier)
+	}
+}
+
+// PoisonError: a source transaction was quarantined; the stream is blocked.
+type PoisonError struct {
+	CommitLSN  pglogrepl.LSN
+	Class      string
+	RelationID *int64
+	Err        error
+}
+
+func (e *PoisonError) Error() string {
+	return fmt.Sprintf("synchro: poison transaction at %s: %s", e.CommitLSN, e.Class)
+}
+
+func (e *PoisonError) Unwrap() error { return e.Err }
+
+// deathError is a hook's simulated process death.
+type deathError struct{ err error }
+
+func (e *deathError) Error() string { return "synchro: runner died (test hook): " + e.err.Error() }
+func (e *deathError) Unwrap() error { return e.err }
+
+// batchFallbackError: a materialization batch failed; the session ends and the
+// next one re-runs its transactions one at a time through commit LSN Through.
+type batchFallbackError struct {
+	Through pglogrepl.LSN
+	Err     error
+}
+
+func (e *batchFallbackError) Error() string {
+	return fmt.Sprintf("synchro: materialization batch through %s failed: re-running it one transaction at a time", e.Through)
+}
+
+func (e *batchFallbackError) Unwrap() error { return e.Err }
+
+// fatalError stops the runner: configuration or capability, never retried.
+type fatalError struct{ err error }
+
+func (e *fatalError) Error() string { return e.err.Error() }
+func (e *fatalError) Unwrap() error { return e.err }
+
+var errSlotMissing = &fatalError{err: errors.New("synchro: the replication slot of the stream is missing")}

@@ -1,0 +1,108 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/synchro/synchro/gen"
+)
+
+// snapshotName is the shape of an exported snapshot name (SET TRANSACTION
+// SNAPSHOT takes no parameters, so it is checked before it is quoted in).
+var snapshotName = regexp.MustCompile(`^[0-9A-Fa-f]+(-[0-9A-Fa-f]+)+$`)
+
+// bootstrap is the first start: create the slot with an exported snapshot and,
+// while its creating connection stays open and idle, materialize the baseline of
+// the rows already there under that snapshot. The slot's consistent point
+// becomes generation_start of stream generation 1.
+func (r *Runner) bootstrap(ctx context.Context) (err error) {
+	r.setState(stateBaseline)
+	conn, err := connect(ctx, r.cfg.DatabaseURL, "synchro-runner-baseline")
+	if err != nil {
+		return err
+	}
+	defer closeQuietly(ctx, conn)
+
+	s, err := slotPosition(ctx, conn, r.cfg.Slot)
+	if err != nil {
+		return err
+	}
+	if s.Exists {
+		// No stream generation names it: the leftover of a first start that died
+		// before its baseline committed. Its snapshot is gone; make a new one.
+		if s.Plugin != streamPlugin {
+			// Not ours to drop: someone else's slot under the configured name.
+			return &fatalError{err: fmt.Errorf(
+				"synchro: fatal: replication slot %q exists with output plugin %q, the stream needs %q", r.cfg.Slot, s.Plugin, streamPlugin)}
+		}
+		if s.Active {
+			return errSlotActive
+		}
+		r.log.Warn("dropping a slot left by an unfinished first start")
+		if err := gen.New(conn).DropReplicationSlot(ctx, r.cfg.Slot); err != nil {
+			return fmt.Errorf("synchro: drop unfinished slot: %w", err)
+		}
+	}
+
+	repl, err := connectReplication(ctx, r.cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer closeReplication(ctx, repl)
+	// Creating the slot waits for every transaction running in the cluster, for
+	// as long as they run: not watched by /livez.
+	r.live.idle(LoopSession)
+	const plugin = streamPlugin
+	res, err := pglogrepl.CreateReplicationSlot(ctx, repl, r.cfg.Slot, plugin,
+		pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "EXPORT_SNAPSHOT", Mode: pglogrepl.LogicalReplication})
+	if err != nil {
+		return fmt.Errorf("synchro: create replication slot: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			// The slot has no stream: drop it rather than leave WAL pinned.
+			closeReplication(ctx, repl)
+			if derr := gen.New(conn).DropReplicationSlot(context.WithoutCancel(ctx), r.cfg.Slot); derr != nil {
+				r.log.Warn("could not drop the slot of a failed baseline", "err", derr)
+			}
+		}
+	}()
+	r.live.beat(LoopSession)
+	cp, err := pglogrepl.ParseLSN(res.ConsistentPoint)
+	if err != nil {
+		return fmt.Errorf("synchro: consistent point: %w", err)
+	}
+	if !snapshotName.MatchString(res.SnapshotName) {
+		return errors.New("synchro: unexpected exported snapshot name")
+	}
+
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err = tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+res.SnapshotName+"'"); err != nil {
+		return fmt.Errorf("synchro: import snapshot: %w", err)
+	}
+	// The baseline can take long on large tables: while it runs, it is watched
+	// like a materialization (progress while its backend works).
+	r.live.applyPID.Store(conn.PgConn().PID())
+	r.live.beat(LoopApplier)
+	r.live.idle(LoopSession)
+	defer func() { r.live.applyPID.Store(0); r.live.idle(LoopApplier); r.live.beat(LoopSession) }()
+	sg, err := gen.New(tx).RunnerBaseline(ctx, gen.RunnerBaselineParams{
+		SlotName: r.cfg.Slot, Plugin: plugin, ConsistentPoint: cp.String()})
+	if err != nil {
+		return fmt.Errorf("synchro: runner_baseline: %w", err)
+	}
+	if err = tx.Commit(ctx); err != nil {
+		return fmt.Errorf("synchro: commit baseline: %w", err)
+	}
+	r.log.Info("baseline materialized: stream created", "stream_generation", sg, "generation_start_lsn", cp)
+	return nil
+}

@@ -1,0 +1,140 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/synchro/synchro/runner/decode"
+)
+
+// Disposition says what the runner does about a failure.
+type Disposition uint8
+
+// Dispositions.
+const (
+	// Transient: retry the same work after a bounded backoff; never quarantined.
+	Transient Disposition = iota + 1
+	// Poison: record a blocking quarantine for the source transaction and stop
+	// consuming until an operator asks for a retry.
+	Poison
+	// Fatal: a configuration or capability problem; the runner refuses to go on.
+	Fatal
+)
+
+func (d Disposition) String() string {
+	switch d {
+	case Transient:
+		return "transient"
+	case Poison:
+		return "poison"
+	case Fatal:
+		return "fatal"
+	}
+	return "invalid"
+}
+
+// Verdict is the classification of one failure.
+type Verdict struct {
+	Disposition Disposition
+	// Class is the bounded failure class (^[a-z0-9_]{1,48}$) for Poison.
+	Class string
+	// RelationID is the Synchro relation id the failure names, when known.
+	RelationID *int64
+	// SQLState is the PostgreSQL error code, when the failure is one.
+	SQLState string
+}
+
+// poisonSQLStates maps the materializer's poison SQLSTATEs to their classes.
+var poisonSQLStates = map[string]string{
+	"SYP01": "fence_mismatch",
+	"SYP02": "truncate",
+	"SYP03": "relation_drift",
+	"SYP04": "unknown_relation",
+	"SYP05": "message_format",
+	"SYP06": "stream_order",
+	"SYP07": "toast_missing",
+}
+
+var relationIDDetail = regexp.MustCompile(`(?:^|[^a-z_])relation_id=([0-9]{1,19})\b`)
+
+// IsTransientSQLState reports whether a PostgreSQL error code is worth retrying
+// as it is: connection exceptions (08), serialization failure and deadlock
+// (40001, 40P01), insufficient resources (53) and operator intervention by
+// shutdown (57P01, 57P02, 57P03).
+func IsTransientSQLState(code string) bool {
+	switch {
+	case strings.HasPrefix(code, "08"), strings.HasPrefix(code, "53"):
+		return true
+	}
+	switch code {
+	case "40001", "40P01", "57P01", "57P02", "57P03":
+		return true
+	case "57014", "55P03":
+		// A statement or lock timeout (or a cancel) says nothing about the source
+		// transaction: retrying it later is the same work, so it is never poison.
+		return true
+	}
+	return false
+}
+
+// Classify decides what a failure of decoding, collating, staging or
+// materializing a source transaction means. SQLSTATE classes decide, never
+// message text.
+func Classify(err error) Verdict {
+	if err == nil {
+		return Verdict{}
+	}
+	if c, ok := decode.ClassOf(err); ok {
+		switch c {
+		case decode.ClassCapabilityUnsupported, decode.ClassConfigInvalid:
+			return Verdict{Disposition: Fatal, Class: string(c)}
+		case decode.ClassStopped:
+			// A stopped collator is the runner's own bug, not the transaction's.
+			return Verdict{Disposition: Transient, Class: string(c)}
+		}
+		return Verdict{Disposition: Poison, Class: string(c)}
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		v := Verdict{SQLState: pgErr.Code}
+		switch {
+		case IsTransientSQLState(pgErr.Code):
+			v.Disposition = Transient
+			return v
+		case poisonSQLStates[pgErr.Code] != "":
+			v.Class = poisonSQLStates[pgErr.Code]
+		default:
+			v.Class = "materialize_" + strings.ToLower(pgErr.Code)
+		}
+		v.Disposition = Poison
+		v.RelationID = relationIDFrom(pgErr.Detail)
+		return v
+	}
+	// Everything else comes from the connection or the context: a broken or
+	// timed-out connection, a canceled context. Retrying is safe: nothing
+	// uncommitted is kept and the slot is behind every uncommitted transaction.
+	return Verdict{Disposition: Transient}
+}
+
+func relationIDFrom(detail string) *int64 {
+	m := relationIDDetail.FindStringSubmatch(detail)
+	if m == nil {
+		return nil
+	}
+	n, err := strconv.ParseInt(m[1], 10, 64)
+	if err != nil {
+		return nil
+	}
+	return &n
+}
+
+// isContextErr reports whether err is (or wraps) a context cancellation or
+// deadline.
+func isContextErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}

@@ -1,0 +1,169 @@
+package runner
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"regexp"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+)
+
+// Config configures a Runner. Zero durations take their defaults.
+type Config struct {
+	// DatabaseURL is the Synchro database. Its role needs synchro_runner and
+	// REPLICATION. Never logged with its password.
+	DatabaseURL string
+	// Slot is the logical replication slot (default "synchro"),
+	// ^[a-z0-9_]{1,63}$ as PostgreSQL requires.
+	Slot string
+	// Publication is the publication the registry keeps (default "synchro").
+	Publication string
+	// Owner names this runner in synchro.runner (default: the host name).
+	Owner string
+
+	// HeartbeatInterval between runner_heartbeat calls (default 5s).
+	HeartbeatInterval time.Duration
+	// StandbyInterval between unprompted standby status updates, each asking
+	// the server for a reply (default 10s). Keep it well under the server's
+	// wal_sender_timeout.
+	StandbyInterval time.Duration
+	// ReceiveTimeout: a replication connection that delivers nothing for this
+	// long is dead (default 3 × StandbyInterval).
+	ReceiveTimeout time.Duration
+	// IdleInterval is the least time between two idle acknowledgements
+	// (default 1s): recording one writes WAL, which brings another keepalive.
+	IdleInterval time.Duration
+	// PollInterval for the slot position after a status update and for
+	// runner_state while a poison blocks the stream (default 100ms).
+	PollInterval time.Duration
+	// BackoffMin and BackoffMax bound the exponential backoff after a transient
+	// failure (defaults 100ms and 10s).
+	BackoffMin, BackoffMax time.Duration
+	// BatchRows is the most staged rows per COPY (default 1000).
+	BatchRows int
+	// BatchTxns is the most source transactions materialized in one database
+	// transaction (default 1000). A batch also closes as soon as nothing more is
+	// buffered, so at low load it holds one transaction.
+	BatchTxns int
+	// BatchEvents closes a batch once it holds this many row events (default
+	// 20000). A single larger source transaction is still one batch.
+	BatchEvents int
+	// BatchDelay closes a batch that has been open this long while source
+	// transactions keep arriving (default 100ms). A batch closes earlier, once it
+	// has been open as long as the last materialization call took.
+	BatchDelay time.Duration
+	// PerTransaction materializes every source transaction alone through the
+	// reference per-transaction path (synchro._materialize_txn), never set-based:
+	// for comparison tests and diagnosis. Much slower.
+	PerTransaction bool
+	// BatchBytes bounds a COPY batch of staged rows by their row data (default
+	// 8 MiB): a batch is sent once it reaches this many bytes, so it holds at most
+	// this plus the row that crossed it (a row larger than the bound goes alone).
+	BatchBytes int64
+	// BufferBytes bounds the replication payloads received and not yet taken by
+	// materialization (default 64 MiB), next to the count bound of 4,096
+	// payloads. A payload larger than the bound is admitted alone, when nothing
+	// else is buffered. The runner's memory is about BufferBytes + BatchBytes +
+	// a few times the largest payload.
+	BufferBytes int64
+	// LivenessTimeout: a running loop (session, reader, applier, heartbeat)
+	// that has made no progress for this long is stuck and /livez answers 503
+	// (default 2 × the longest of ReceiveTimeout, BackoffMax and
+	// HeartbeatInterval). Must exceed StandbyInterval,
+	// HeartbeatInterval and BackoffMax, the longest a healthy loop waits.
+	LivenessTimeout time.Duration
+	// MetricsInterval between two refreshes of the database-side gauges (lag,
+	// retained WAL, heartbeat age, poison) from synchro.readiness() and
+	// pg_replication_slots (default 5s). Only with Metrics set.
+	MetricsInterval time.Duration
+	// ShutdownTimeout bounds the drain after a stop: finishing the transaction
+	// in hand and acknowledging it (default 60s).
+	ShutdownTimeout time.Duration
+
+	// Logger gets structured logs without row values or passwords (default:
+	// slog.Default()).
+	Logger *slog.Logger
+	// Metrics is updated when set.
+	Metrics *Metrics
+	// Hooks inject failures in tests.
+	Hooks Hooks
+}
+
+// Hooks are test seams. An error returned by a hook makes Run return it at once,
+// as if the process died there: nothing further is acknowledged or released.
+type Hooks struct {
+	// AfterMaterializeCommit runs after a materialization transaction committed
+	// and before its boundary is reported to the slot.
+	AfterMaterializeCommit func(commitLSN, endLSN pglogrepl.LSN) error
+	// BeforeAckRecord runs after the slot showed confirmed_flush_lsn at lsn and
+	// before runner_ack(lsn).
+	BeforeAckRecord func(lsn pglogrepl.LSN) error
+}
+
+var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
+
+// withDefaults validates c and fills in defaults.
+func (c Config) withDefaults() (Config, error) {
+	if c.DatabaseURL == "" {
+		return c, errors.New("synchro: runner: no database URL")
+	}
+	if c.Slot == "" {
+		c.Slot = "synchro"
+	}
+	if !slotName.MatchString(c.Slot) {
+		return c, fmt.Errorf("synchro: runner: slot name %q: want ^[a-z0-9_]{1,63}$", c.Slot)
+	}
+	if c.Publication == "" {
+		c.Publication = "synchro"
+	}
+	if c.Owner == "" {
+		c.Owner, _ = os.Hostname()
+		if c.Owner == "" {
+			c.Owner = "synchro"
+		}
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.HeartbeatInterval, 5*time.Second)
+	def(&c.StandbyInterval, 10*time.Second)
+	def(&c.ReceiveTimeout, 3*c.StandbyInterval)
+	def(&c.IdleInterval, time.Second)
+	def(&c.PollInterval, 100*time.Millisecond)
+	def(&c.BackoffMin, 100*time.Millisecond)
+	def(&c.BackoffMax, 10*time.Second)
+	def(&c.ShutdownTimeout, 60*time.Second)
+	def(&c.LivenessTimeout, 2*max(c.ReceiveTimeout, c.BackoffMax, c.HeartbeatInterval))
+	def(&c.MetricsInterval, 5*time.Second)
+	if c.LivenessTimeout <= max(c.StandbyInterval, c.HeartbeatInterval, c.BackoffMax) {
+		return c, errors.New("synchro: runner: LivenessTimeout must exceed StandbyInterval, HeartbeatInterval and BackoffMax")
+	}
+	if c.ReceiveTimeout <= c.StandbyInterval {
+		return c, errors.New("synchro: runner: ReceiveTimeout must exceed StandbyInterval")
+	}
+	if c.BatchRows <= 0 {
+		c.BatchRows = 1000
+	}
+	if c.BatchTxns <= 0 {
+		c.BatchTxns = 1000
+	}
+	if c.BatchEvents <= 0 {
+		c.BatchEvents = 20000
+	}
+	def(&c.BatchDelay, 100*time.Millisecond)
+	if c.BatchBytes <= 0 {
+		c.BatchBytes = 8 << 20
+	}
+	if c.BufferBytes <= 0 {
+		c.BufferBytes = 64 << 20
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}

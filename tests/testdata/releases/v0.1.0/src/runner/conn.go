@@ -1,0 +1,95 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// sessionParams are pinned on every session the runner opens, the replication
+// connection included: the walsender renders pgoutput's column text with them,
+// and the contract's row images need exactly these settings.
+var sessionParams = [...][2]string{
+	{"TimeZone", "UTC"},
+	{"DateStyle", "ISO"},
+	{"IntervalStyle", "postgres"},
+	{"extra_float_digits", "3"},
+}
+
+// errParseURL never echoes the URL: it may hold a password.
+var errParseURL = errors.New("synchro: runner: cannot parse the database URL")
+
+func pinParams(p map[string]string, app string) {
+	for _, kv := range sessionParams {
+		p[kv[0]] = kv[1]
+	}
+	p["application_name"] = app
+}
+
+// defaultConnectTimeout bounds a connection attempt whose URL sets no
+// connect_timeout: after a network drop, an attempt must fail and be retried, not
+// hang on a half-open connection.
+const defaultConnectTimeout = 10 * time.Second
+
+// connect opens a normal session with the pinned settings.
+func connect(ctx context.Context, dbURL, app string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(dbURL)
+	if err != nil {
+		return nil, errParseURL
+	}
+	pinParams(cfg.RuntimeParams, app)
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = defaultConnectTimeout
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("synchro: runner: connect (%s): %w", app, err)
+	}
+	return conn, nil
+}
+
+// connectReplication opens a logical replication session (replication=database)
+// with the pinned settings.
+func connectReplication(ctx context.Context, dbURL string) (*pgconn.PgConn, error) {
+	cfg, err := pgconn.ParseConfig(dbURL)
+	if err != nil {
+		return nil, errParseURL
+	}
+	pinParams(cfg.RuntimeParams, "synchro-runner-replication")
+	cfg.RuntimeParams["replication"] = "database"
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = defaultConnectTimeout
+	}
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("synchro: runner: connect (replication): %w", err)
+	}
+	return conn, nil
+}
+
+// closeTimeout bounds a polite close on a connection that may be dead.
+const closeTimeout = 2 * time.Second
+
+// closeQuietly closes a connection, also after ctx was canceled.
+func closeQuietly(ctx context.Context, conn *pgx.Conn) {
+	if conn == nil {
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+	defer cancel()
+	_ = conn.Close(cctx)
+}
+
+// closeReplication closes a replication connection, also after ctx was canceled.
+func closeReplication(ctx context.Context, conn *pgconn.PgConn) {
+	if conn == nil {
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+	defer cancel()
+	_ = conn.Close(cctx)
+}

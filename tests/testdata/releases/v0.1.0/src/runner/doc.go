@@ -1,0 +1,30 @@
+// Package runner is Synchro's WAL worker: the Go half of the sync engine that
+// turns committed source transactions into materialized pull effects.
+//
+// One [Runner] serves one database. Its pipeline per replication session:
+//
+//	replication connection (stream.go: reader)
+//	  → decode (package decode) → collate one source transaction (package collate)
+//	  → stage in COPY batches; one synchro.materialize_batch call per batch of
+//	    consecutive source transactions (apply.go: applier)
+//	  → acknowledge (frontier.go: the boundary state machine)
+//
+// The reader and the applier run concurrently: the reader answers the server's
+// keepalives with the durable boundary while the applier materializes, so a
+// transaction of any size never trips wal_sender_timeout. The applier is the only
+// writer of durable progress in a session (materialize, runner_idle, runner_ack,
+// runner_poison), on one connection, serially.
+//
+// Acknowledgement follows ADR 001: the processed boundary is made durable by
+// the materialization commit (or runner_idle); only then is it reported to the
+// slot, and only after pg_replication_slots shows the slot there is it recorded
+// with runner_ack. Received but unmaterialized work is never acknowledged.
+// Startup reconciliation ([Reconcile]) repairs a slot left behind or ahead of
+// the recorded acknowledgement by a crash, and refuses anything else.
+//
+// Failures are classified by SQLSTATE and decoder class ([Classify]): transient
+// ones are retried after a bounded backoff; everything else quarantines the
+// source transaction (synchro.runner_poison) and blocks the stream until an
+// operator calls synchro.retry_poison(). Logs and errors never carry row values
+// or passwords.
+package runner

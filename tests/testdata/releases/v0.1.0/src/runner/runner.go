@@ -1,0 +1,357 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/synchro/synchro/runner/decode"
+)
+
+// Runner is the WAL worker of one Synchro database: it claims the database,
+// creates the slot and baseline on first start, then decodes the slot's WAL,
+// materializes one source transaction at a time in commit order, and
+// acknowledges the slot by ADR 001's rules.
+type Runner struct {
+	cfg Config
+	log *slog.Logger
+	ctl *control
+
+	state    atomic.Value // heartbeatState
+	received atomic.Uint64
+	// nudge asks the heartbeat loop for a heartbeat now: a state change reaches
+	// synchro.runner (and readiness) at once, not one interval later.
+	nudge chan struct{}
+
+	live     liveness
+	sessions atomic.Int64 // replication sessions started
+
+	// serialUntil: source transactions up to this commit LSN are materialized
+	// one at a time (after a failed batch). Used by the loop goroutine only.
+	serialUntil pglogrepl.LSN
+}
+
+// New validates cfg and returns a Runner. It connects nothing.
+func New(cfg Config) (*Runner, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	r := &Runner{cfg: c, log: c.Logger.With("component", "runner", "slot", c.Slot), nudge: make(chan struct{}, 1)}
+	r.live.bound = c.LivenessTimeout
+	r.state.Store(stateStarting)
+	return r, nil
+}
+
+func (r *Runner) setState(s heartbeatState) {
+	if old, _ := r.state.Swap(s).(heartbeatState); old != s {
+		select {
+		case r.nudge <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (r *Runner) getState() heartbeatState { return r.state.Load().(heartbeatState) }
+
+// errControlLost: the control session (and with it the runner claim) is gone,
+// typically because PostgreSQL restarted or the network dropped. The runner
+// stops the session in hand, connects again with backoff, claims again and
+// starts over with startup reconciliation.
+var errControlLost = errors.New("synchro: control session lost, and with it the runner claim")
+
+// Run runs until ctx is canceled (a clean stop: the source transaction in hand
+// is finished and acknowledged, the claim released, nil returned) or a fatal
+// failure. Transient failures are retried with a bounded backoff, a lost
+// control session (a PostgreSQL restart, a network drop) by claiming again; a
+// poison transaction blocks the stream until synchro.retry_poison() is called.
+// ErrAlreadyRunning when another runner holds the database.
+func (r *Runner) Run(ctx context.Context) error {
+	// work outlives ctx by at most ShutdownTimeout, so the transaction in hand
+	// can finish after a stop.
+	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	stopAfter := context.AfterFunc(ctx, func() {
+		r.setState(stateStopping)
+		time.AfterFunc(r.cfg.ShutdownTimeout, cancelWork)
+	})
+	defer stopAfter()
+	defer r.live.idle(LoopSession)
+
+	r.live.beat(LoopSession)
+	if err := r.claim(work); err != nil {
+		return err
+	}
+	defer func() { r.ctl.close(work) }()
+	ver, err := r.ctl.serverVersion(work)
+	if err != nil {
+		return err
+	}
+	if err := decode.CheckCapabilities(decode.NewPgOutput(), ver); err != nil {
+		return err
+	}
+	r.log.Info("runner claimed the database", "owner", r.cfg.Owner, "publication", r.cfg.Publication)
+
+	if r.cfg.Metrics != nil {
+		var obs sync.WaitGroup
+		obsQuit := make(chan struct{})
+		obs.Go(func() { r.observeLoop(work, obsQuit) })
+		defer func() { close(obsQuit); obs.Wait() }()
+	}
+
+	bo := newBackoff(r.cfg.BackoffMin, r.cfg.BackoffMax)
+	for {
+		err := r.serve(work, ctx)
+		if errors.Is(err, errControlLost) && ctx.Err() != nil {
+			return nil // stopped: the claim went with the control session
+		}
+		if !errors.Is(err, errControlLost) {
+			return err
+		}
+		r.setState(stateRetrying)
+		r.log.Warn("control session lost (PostgreSQL restarted or the connection dropped): claiming the database again",
+			"err", err)
+		if err := r.reclaim(work, ctx, bo); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil // stopped while reconnecting: no claim left to release
+		}
+		bo.Reset()
+	}
+}
+
+// IsFatal reports whether err is a fatal state the runner already logged (one
+// line naming it) when it stopped: a lost slot or one with another plugin, a
+// missing slot or publication, a slot that contradicts durable progress.
+func IsFatal(err error) bool {
+	var fatal *fatalError
+	return errors.As(err, &fatal) || errors.Is(err, ErrSlotMismatch)
+}
+
+// claim opens the control session and claims the database on it.
+func (r *Runner) claim(ctx context.Context) error {
+	ctl, err := openControl(ctx, r.cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	if err := ctl.claim(ctx, &r.cfg); err != nil {
+		ctl.close(ctx)
+		return err
+	}
+	r.ctl = ctl
+	return nil
+}
+
+// reclaim connects and claims again after the control session was lost, with
+// bounded exponential backoff. ErrAlreadyRunning (another runner took the
+// database meanwhile) and refusals of runner_claim are returned; connection
+// failures are retried until stop.
+func (r *Runner) reclaim(work, stop context.Context, bo *backoff) error {
+	r.ctl.close(work)
+	for {
+		r.live.beat(LoopSession)
+		ctl, err := openControl(work, r.cfg.DatabaseURL)
+		if err == nil {
+			if err = ctl.claim(work, &r.cfg); err == nil {
+				r.ctl = ctl
+				r.log.Info("runner claimed the database again")
+				return nil
+			}
+			ctl.close(work)
+			if errors.Is(err, ErrAlreadyRunning) || Classify(err).Disposition != Transient {
+				r.ctl = ctl // closed; Run's deferred close is a no-op
+				r.log.Error("runner cannot claim the database again", "err", err)
+				return err
+			}
+		} else {
+			r.ctl = &control{conn: nil}
+		}
+		d := bo.Delay()
+		r.cfg.Metrics.transientError()
+		r.log.Warn("reconnecting: retrying", "err", err, "backoff", d)
+		if !sleep(stop, d) {
+			return nil
+		}
+	}
+}
+
+// serve runs the heartbeat and the session loop on the claimed control session
+// until a clean stop (the claim released), a fatal failure, or the loss of the
+// control session (errControlLost, nothing released: the claim went with it).
+func (r *Runner) serve(work, stop context.Context) error {
+	claimed, cancelClaimed := context.WithCancel(work)
+	defer cancelClaimed()
+	var lost atomic.Bool
+	// The heartbeat stops by a signal, never by canceling a query in flight: that
+	// would close the control session, and runner_release needs it.
+	var hb sync.WaitGroup
+	hbQuit := make(chan struct{})
+	hb.Go(func() {
+		r.heartbeatLoop(claimed, hbQuit, func() { lost.Store(true); cancelClaimed() })
+	})
+	stopHeartbeat := sync.OnceFunc(func() { close(hbQuit); hb.Wait(); r.live.idle(LoopHeartbeat) })
+	defer stopHeartbeat()
+
+	err := r.loop(claimed, stop)
+	if lost.Load() || errors.Is(err, errControlLost) {
+		return errControlLost
+	}
+	var death *deathError
+	if errors.As(err, &death) {
+		return err // simulated death: release nothing
+	}
+	if err != nil {
+		return err
+	}
+	r.setState(stateStopping)
+	stopHeartbeat()
+	if rerr := r.ctl.release(work); rerr != nil {
+		r.log.Warn("runner_release failed", "err", rerr)
+	}
+	r.log.Info("runner stopped")
+	return nil
+}
+
+// loop runs sessions until a clean stop or a fatal error.
+func (r *Runner) loop(work, stop context.Context) error {
+	bo := newBackoff(r.cfg.BackoffMin, r.cfg.BackoffMax)
+	defer r.live.idle(LoopSession)
+	for stop.Err() == nil {
+		r.live.beat(LoopSession)
+		if work.Err() != nil {
+			return work.Err()
+		}
+		err := r.step(work, stop)
+		r.live.beat(LoopSession)
+		var (
+			pe    *PoisonError
+			fatal *fatalError
+			death *deathError
+			bf    *batchFallbackError
+		)
+		switch {
+		case err == nil:
+			bo.Reset()
+		case errors.As(err, &death), errors.Is(err, errControlLost):
+			return err
+		case errors.As(err, &bf):
+			// Not a failure of the stream: the next session re-reads the batch's
+			// transactions from the slot and materializes them one at a time.
+			r.serialUntil = max(r.serialUntil, bf.Through)
+		case errors.As(err, &fatal), errors.Is(err, ErrSlotMismatch):
+			r.log.Error("runner cannot go on: fatal state, not retried", "err", err)
+			return err
+		case errors.As(err, &pe):
+			bo.Reset()
+			r.setState(statePoisoned)
+		case errors.Is(err, errBlocked):
+			r.setState(statePoisoned)
+			if !r.awaitRetry(work, stop) {
+				return work.Err()
+			}
+		default:
+			if work.Err() != nil {
+				return work.Err()
+			}
+			if stop.Err() != nil && isContextErr(err) {
+				return nil
+			}
+			d := bo.Delay()
+			r.cfg.Metrics.transientError()
+			r.log.Warn("transient failure: retrying", "err", err, "backoff", d)
+			r.setState(stateRetrying)
+			sleep(stop, d)
+		}
+	}
+	return nil
+}
+
+// step makes sure a stream exists, then runs one session.
+func (r *Runner) step(work, stop context.Context) error {
+	// The control session answers first: a session starts only under a live claim.
+	_, ok, err := r.ctl.state(work)
+	if err != nil {
+		if r.ctl.lost() {
+			return fmt.Errorf("%w: %w", errControlLost, err)
+		}
+		return err
+	}
+	if !ok {
+		if err := r.bootstrap(work); err != nil {
+			if v := Classify(err); v.Disposition != Transient {
+				return &fatalError{err: err}
+			}
+			return err
+		}
+	}
+	return r.session(work, stop)
+}
+
+// awaitRetry polls durable state while a poison blocks the stream; true when a
+// retry is requested (or the poison is gone), false on stop.
+func (r *Runner) awaitRetry(work, stop context.Context) bool {
+	r.log.Info("stream blocked by a poison transaction: waiting for synchro.retry_poison()")
+	t := time.NewTicker(r.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		r.live.beat(LoopSession)
+		st, ok, err := r.ctl.state(work)
+		if err == nil && (!ok || !st.Poisoned() || st.RetryRequested) {
+			return stop.Err() == nil
+		}
+		if err != nil && r.ctl.lost() {
+			return stop.Err() == nil // the next step reports the lost control session
+		}
+		if err != nil && !isContextErr(err) {
+			r.log.Warn("runner_state failed while blocked", "err", err)
+		}
+		select {
+		case <-stop.Done():
+			return false
+		case <-work.Done():
+			return false
+		case <-t.C:
+		}
+	}
+}
+
+// heartbeatLoop records a heartbeat every interval and keeps the applier's
+// liveness up to date while its backend works. Losing the control session loses
+// the claim: lost is called and the loop ends (Run claims again).
+func (r *Runner) heartbeatLoop(ctx context.Context, quit <-chan struct{}, lost func()) {
+	t := time.NewTicker(r.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		r.live.beat(LoopHeartbeat)
+		hctx, cancel := context.WithTimeout(ctx, heartbeatBudget)
+		err := r.ctl.heartbeat(hctx, pglogrepl.LSN(r.received.Load()), string(r.getState()))
+		if err == nil {
+			r.refreshApplier(hctx)
+		}
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			if r.ctl.lost() {
+				r.log.Warn("heartbeat: control session lost", "err", err)
+				lost()
+				return
+			}
+			r.log.Warn("heartbeat failed", "err", err)
+		}
+		r.live.beat(LoopHeartbeat)
+		select {
+		case <-quit:
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-r.nudge:
+		}
+	}
+}

@@ -1,0 +1,238 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/synchro/synchro/gen"
+	"github.com/synchro/synchro/runner/decode"
+)
+
+// errBlocked: a poison blocks the stream and no retry is requested.
+var errBlocked = errors.New("synchro: stream blocked by a poison transaction")
+
+// errSlotActive: the slot is still held by another walsender (typically the
+// previous session's, still exiting).
+var errSlotActive = errors.New("synchro: replication slot is still active")
+
+// finalAckBudget bounds the wait for the slot to confirm the last boundary
+// when a session ends cleanly or on a poison.
+const finalAckBudget = 5 * time.Second
+
+// session runs one replication session: reconcile the slot with durable
+// progress, start replication at the durable acknowledgement, then read and
+// apply concurrently until a clean stop (nil), a poison (*PoisonError) or a
+// failure.
+func (r *Runner) session(work, stop context.Context) error {
+	apply, err := connect(work, r.cfg.DatabaseURL, "synchro-runner-apply")
+	if err != nil {
+		return err
+	}
+	defer closeQuietly(work, apply)
+	r.live.beat(LoopSession)
+
+	st, err := r.reconcile(work, apply)
+	if err != nil {
+		return err
+	}
+	if err := openStage(work, apply); err != nil {
+		return err
+	}
+
+	repl, err := connectReplication(work, r.cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer closeReplication(work, repl)
+	dec := decode.NewPgOutput()
+	opts, err := dec.StartOptions(r.cfg.Publication)
+	if err != nil {
+		return &fatalError{err: err}
+	}
+	start := st.Ack()
+	err = pglogrepl.StartReplication(work, repl, r.cfg.Slot, start,
+		pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication, PluginArgs: opts})
+	if err != nil {
+		return fmt.Errorf("synchro: start replication: %w", err)
+	}
+	r.log.Info("replication started", "stream_generation", st.StreamGeneration,
+		"start_lsn", start, "processed_end_lsn", st.ProcessedEnd, "retry", st.Poisoned())
+	r.setState(stateStreaming)
+	if r.sessions.Add(1) > 1 {
+		r.cfg.Metrics.reconnected()
+	}
+
+	frontier := NewFrontier(st.ProcessedEnd, start)
+	items := make(chan item, itemBuffer)
+	budget := newByteBudget(r.cfg.BufferBytes, r.cfg.Metrics)
+	rd := newReader(&r.cfg, repl, frontier, items, budget, stop, &r.received)
+	ap := newApplier(&r.cfg, r.log, apply, st.StreamGeneration, frontier, rd.wake, r.serialUntil)
+	ap.budget = budget
+	if err := ap.loadRegistered(work, apply, nil); err != nil {
+		return err
+	}
+	// While the session streams, the reader and the applier are watched, not the
+	// session loop.
+	rd.live, ap.live = &r.live, &r.live
+	r.live.applyPID.Store(apply.PgConn().PID())
+	r.live.beat(LoopReader)
+	r.live.beat(LoopApplier)
+	r.live.idle(LoopSession)
+	g, gctx := errgroup.WithContext(work)
+	g.Go(func() error { defer r.live.idle(LoopReader); return rd.run(gctx) })
+	g.Go(func() error { defer r.live.idle(LoopApplier); return ap.run(gctx, stop, items) })
+	err = g.Wait()
+	r.live.applyPID.Store(0)
+	r.live.beat(LoopSession)
+	if errors.Is(err, errStopped) {
+		err = nil
+	}
+
+	var pe *PoisonError
+	if err == nil || errors.As(err, &pe) {
+		// The reader is gone: the connection is ours again. Report and record
+		// the durable boundary (never past a poison).
+		if ferr := r.finalAck(work, rd, ap, frontier); ferr != nil {
+			var death *deathError
+			if errors.As(ferr, &death) {
+				return ferr
+			}
+			r.log.Warn("final acknowledgement incomplete", "err", ferr)
+		}
+	}
+	return err
+}
+
+// reconcile applies ADR 001's startup rules on the apply connection and returns
+// durable progress with the slot equal to its acknowledgement.
+func (r *Runner) reconcile(ctx context.Context, conn *pgx.Conn) (Progress, error) {
+	st, ok, err := readState(ctx, conn)
+	if err != nil {
+		return st, err
+	}
+	if !ok {
+		return st, errors.New("synchro: no stream generation")
+	}
+	if st.SlotName != "" && st.SlotName != r.cfg.Slot {
+		return st, &fatalError{err: fmt.Errorf("synchro: the active stream uses slot %q, configured %q", st.SlotName, r.cfg.Slot)}
+	}
+	if st.Poisoned() && !st.RetryRequested {
+		return st, errBlocked
+	}
+	slot, err := slotPosition(ctx, conn, r.cfg.Slot)
+	if err != nil {
+		return st, err
+	}
+	if err := slotUsable(slot, r.cfg.Slot); err != nil {
+		return st, err
+	}
+	found, err := gen.New(conn).PublicationExists(ctx, r.cfg.Publication)
+	if err != nil {
+		return st, fmt.Errorf("synchro: read publication: %w", err)
+	}
+	if !found {
+		// Before the first activation there is nothing to stream and no
+		// publication yet: wait for it. After it, the publication was dropped.
+		cols, err := gen.New(conn).RunnerColumns(ctx, nil)
+		if err != nil {
+			return st, fmt.Errorf("synchro: runner_columns: %w", err)
+		}
+		if len(cols) == 0 {
+			return st, errNoRegistry
+		}
+		return st, &fatalError{err: fmt.Errorf(
+			"synchro: fatal: publication %q does not exist: activate the registry (synchro.activate_registry()) to make it",
+			r.cfg.Publication)}
+	}
+	action, target, err := Reconcile(slot.ConfirmedFlush, st)
+	if err != nil {
+		return st, &fatalError{err: err}
+	}
+	switch action {
+	case SlotAdvance:
+		if slot.Active {
+			return st, errSlotActive
+		}
+		r.log.Warn("slot behind the durable acknowledgement: advancing it", "slot_lsn", slot.ConfirmedFlush, "ack", target)
+		if err := gen.New(conn).AdvanceReplicationSlot(ctx, gen.AdvanceReplicationSlotParams{
+			SlotName: r.cfg.Slot, Upto: target.String()}); err != nil {
+			return st, fmt.Errorf("synchro: advance slot: %w", err)
+		}
+	case SlotAdopt:
+		r.log.Warn("slot after the durable acknowledgement: adopting it", "slot_lsn", slot.ConfirmedFlush, "ack", st.Ack())
+		if err := gen.New(conn).RunnerAck(ctx, target.String()); err != nil {
+			return st, fmt.Errorf("synchro: runner_ack: %w", err)
+		}
+		r.cfg.Metrics.acked(target)
+	}
+	if action != SlotInSync {
+		if st, _, err = readState(ctx, conn); err != nil {
+			return st, err
+		}
+		if slot, err = slotPosition(ctx, conn, r.cfg.Slot); err != nil {
+			return st, err
+		}
+		if slot.ConfirmedFlush != st.Ack() {
+			return st, fmt.Errorf("%w: slot %s, acknowledgement %s after reconciliation",
+				ErrSlotMismatch, slot.ConfirmedFlush, st.Ack())
+		}
+	}
+	return st, nil
+}
+
+// finalAck reports the durable boundary and records it once the slot shows it.
+func (r *Runner) finalAck(ctx context.Context, rd *reader, ap *applier, f *Frontier) error {
+	if f.Unsent() {
+		if err := rd.sendStatus(ctx, false); err != nil {
+			return err
+		}
+	}
+	deadline := time.Now().Add(finalAckBudget)
+	for f.Unrecorded() {
+		if err := ap.maybeRecordAck(ctx); err != nil {
+			return err
+		}
+		if !f.Unrecorded() {
+			break
+		}
+		if time.Now().After(deadline) {
+			return errors.New("synchro: slot did not confirm the final boundary in time")
+		}
+		if !sleep(ctx, r.cfg.PollInterval/4+time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// errNoRegistry: no relation is registered and active, so the publication does
+// not exist yet; retried with backoff until synchro.activate_registry().
+var errNoRegistry = errors.New("synchro: no active registry generation and no publication yet: waiting for synchro.activate_registry()")
+
+// streamPlugin is the output plugin of every stream this runner makes and reads.
+const streamPlugin = "pgoutput"
+
+// slotUsable decides whether the stream's slot can be read: it exists, with the
+// stream's plugin, and its WAL is not lost. Each failure is fatal (the runner
+// stops with one log line; readiness's slot check says why): retrying cannot
+// bring the slot back, only an operator's reset can.
+func slotUsable(s slotInfo, name string) error {
+	switch {
+	case !s.Exists:
+		return errSlotMissing
+	case s.Plugin != streamPlugin:
+		return &fatalError{err: fmt.Errorf(
+			"synchro: fatal: replication slot %q uses output plugin %q, the stream needs %q", name, s.Plugin, streamPlugin)}
+	case s.WALStatus == "lost":
+		return &fatalError{err: fmt.Errorf(
+			"synchro: fatal: replication slot %q has lost WAL it needs (wal_status=lost, max_slot_wal_keep_size exceeded): "+
+				"the stream must be reset", name)}
+	}
+	return nil
+}

@@ -1,0 +1,335 @@
+package runner
+
+import (
+	"encoding/json"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/synchro/synchro/runner/decode"
+)
+
+// Type OIDs whose pgoutput text is itself JSON: staged as JSON values, not strings.
+const (
+	oidJSON  = 114
+	oidJSONB = 3802
+)
+
+// Staged row kinds: the "kind" column of pg_temp.synchro_stage.
+const (
+	StageRelation byte = 'R'
+	StageInsert   byte = 'I'
+	StageUpdate   byte = 'U'
+	StageDelete   byte = 'D'
+	StageTruncate byte = 'T'
+	StageMessage  byte = 'M'
+)
+
+// StageColumns are the columns of pg_temp.synchro_stage, in COPY order.
+var StageColumns = []string{
+	"txn", "seq", "kind", "event_ordinal", "relid", "nspname", "relname", "replident",
+	"col_names", "col_types", "col_keys", "new_row", "old_row", "toast", "truncated",
+	"prefix", "content",
+}
+
+// StageRow is one row of pg_temp.synchro_stage. Nil slices and nil pointers are
+// NULL. NewRow, OldRow and Content hold JSON text. A StageRow carries row values:
+// it implements no Stringer and must never be logged.
+type StageRow struct {
+	Txn          int32 // the source transaction's index in its batch
+	Seq          int32
+	Kind         byte
+	EventOrdinal *int32
+	RelID        *uint32
+	Nspname      *string
+	Relname      *string
+	Replident    *byte
+	ColNames     []string
+	ColTypes     []uint32
+	ColKeys      []bool
+	NewRow       []byte
+	OldRow       []byte
+	Toast        []string
+	Truncated    []uint32
+	Prefix       *string
+	Content      []byte
+}
+
+// size is what the row counts against Config.BatchBytes: its row data and
+// message content, plus a little for the other columns.
+func (s *StageRow) size() int64 {
+	return int64(len(s.NewRow)+len(s.OldRow)+len(s.Content)) + 64
+}
+
+// Values returns the row as COPY values in StageColumns order.
+func (s *StageRow) Values() []any {
+	v := make([]any, 0, len(StageColumns))
+	v = append(v, s.Txn, s.Seq, s.Kind, nullable(s.EventOrdinal), nullable(s.RelID),
+		nullable(s.Nspname), nullable(s.Relname), nullable(s.Replident))
+	v = append(v, nilIfEmpty(s.ColNames), nilIfEmpty(s.ColTypes), nilIfEmpty(s.ColKeys))
+	v = append(v, jsonOrNil(s.NewRow), jsonOrNil(s.OldRow), nilIfEmpty(s.Toast), nilIfEmpty(s.Truncated))
+	v = append(v, nullable(s.Prefix), jsonOrNil(s.Content))
+	return v
+}
+
+func nullable[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+func nilIfEmpty[T any](s []T) any {
+	if s == nil {
+		return nil
+	}
+	return s
+}
+
+func jsonOrNil(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return b
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// Stager turns one source transaction's collated events into staged rows. It
+// numbers every staged row (seq), marks it with the transaction's index in its
+// batch (txn) and stages a relation ('R') row before the first row event of each
+// relation shape in the transaction. Reset it at every Begin.
+// Not safe for concurrent use.
+//
+// Only registered columns of a row are staged (SetRegistered): a value in a column
+// nobody registered (json that jsonb refuses, a huge document) never reaches
+// materialization, so it cannot stop the stream. The relation row still lists every
+// column's name and type, so materialization sees drift.
+type Stager struct {
+	txn    int32
+	seq    int32
+	staged map[uint32]*decode.Relation // relation shape already staged in this transaction
+	// registered: relation OID → the names of its registered columns (every
+	// generation's, key included). A relation not in it stages its key columns
+	// only: it is not registered, and materialization refuses its events.
+	registered map[uint32]map[string]struct{}
+}
+
+// NewStager returns a Stager for the first transaction.
+func NewStager() *Stager {
+	return &Stager{staged: make(map[uint32]*decode.Relation), registered: make(map[uint32]map[string]struct{})}
+}
+
+// SetRegistered replaces the registered columns of every relation.
+func (s *Stager) SetRegistered(reg map[uint32]map[string]struct{}) { s.registered = reg }
+
+// Registered reports whether relation oid has registered columns.
+func (s *Stager) Registered(oid uint32) bool {
+	_, ok := s.registered[oid]
+	return ok
+}
+
+// Reset starts a new source transaction, the txn-th of its batch (from 0).
+func (s *Stager) Reset(txn int32) {
+	s.txn = txn
+	s.seq = 0
+	clear(s.staged)
+}
+
+// Staged returns the number of rows staged in this transaction.
+func (s *Stager) Staged() int32 { return s.seq }
+
+func (s *Stager) next() int32 {
+	n := s.seq
+	s.seq++
+	return n
+}
+
+// relation appends an 'R' row for rel unless this exact shape was already staged
+// in this transaction. A new Relation message for the same OID (DDL inside the
+// transaction) is a new shape and is staged again, so the SQL sees the drift.
+func (s *Stager) relation(out []StageRow, rel *decode.Relation) []StageRow {
+	if s.staged[rel.OID] == rel {
+		return out
+	}
+	s.staged[rel.OID] = rel
+	r := StageRow{
+		Txn:       s.txn,
+		Seq:       s.next(),
+		Kind:      StageRelation,
+		RelID:     ptr(rel.OID),
+		Nspname:   ptr(rel.Namespace),
+		Relname:   ptr(rel.Name),
+		Replident: ptr(rel.ReplicaIdentity),
+		ColNames:  make([]string, len(rel.Columns)),
+		ColTypes:  make([]uint32, len(rel.Columns)),
+		ColKeys:   make([]bool, len(rel.Columns)),
+	}
+	for i, c := range rel.Columns {
+		r.ColNames[i], r.ColTypes[i], r.ColKeys[i] = c.Name, c.TypeOID, c.Key
+	}
+	return append(out, r)
+}
+
+// Row appends the staged rows of one row event (its relation row first when
+// needed) to out.
+func (s *Stager) Row(out []StageRow, ordinal uint64, row *decode.Row) ([]StageRow, error) {
+	if row == nil || row.Relation == nil {
+		return out, &decode.Error{Class: decode.ClassMalformed, Detail: "row event without relation"}
+	}
+	ord, err := ordinal32(ordinal)
+	if err != nil {
+		return out, err
+	}
+	rel := row.Relation
+	out = s.relation(out, rel)
+	r := StageRow{Txn: s.txn, EventOrdinal: ptr(ord), RelID: ptr(rel.OID)}
+	switch row.Op {
+	case decode.OpInsert:
+		r.Kind = StageInsert
+	case decode.OpUpdate:
+		r.Kind = StageUpdate
+	case decode.OpDelete:
+		r.Kind = StageDelete
+	default:
+		return out, &decode.Error{Class: decode.ClassMalformed, Detail: "row event with invalid operation", RelationOID: rel.OID}
+	}
+	cols := s.registered[rel.OID]
+	if row.New != nil {
+		if r.NewRow, r.Toast, err = encodeTuple(rel, row.New, cols); err != nil {
+			return out, err
+		}
+	}
+	if row.Old != nil {
+		if r.OldRow, _, err = encodeTuple(rel, row.Old, cols); err != nil {
+			return out, err
+		}
+	}
+	r.Seq = s.next()
+	return append(out, r), nil
+}
+
+// Truncate appends the staged rows of one truncate event.
+func (s *Stager) Truncate(out []StageRow, ordinal uint64, t *decode.Truncate) ([]StageRow, error) {
+	ord, err := ordinal32(ordinal)
+	if err != nil {
+		return out, err
+	}
+	oids := make([]uint32, 0, len(t.Relations))
+	for _, rel := range t.Relations {
+		out = s.relation(out, rel)
+		oids = append(oids, rel.OID)
+	}
+	return append(out, StageRow{Txn: s.txn, Seq: s.next(), Kind: StageTruncate, EventOrdinal: ptr(ord), Truncated: oids}), nil
+}
+
+// Message appends a staged row for a transactional Synchro message; other
+// prefixes are not staged.
+func (s *Stager) Message(out []StageRow, m *decode.LogicalMessage) []StageRow {
+	if m == nil || !m.Transactional || !strings.HasPrefix(m.Prefix, decode.PrefixNamespace) {
+		return out
+	}
+	return append(out, StageRow{Txn: s.txn, Seq: s.next(), Kind: StageMessage, Prefix: ptr(m.Prefix), Content: m.Content})
+}
+
+func ordinal32(o uint64) (int32, error) {
+	if o > 1<<31-1 {
+		return 0, &decode.Error{Class: decode.ClassMalformed, Detail: "event ordinal exceeds int range"}
+	}
+	return int32(o), nil
+}
+
+// encodeTuple renders a tuple as a JSON object: column name → the text output as
+// a JSON string (json and jsonb columns as their JSON value), NULL as null.
+// Unchanged-TOAST columns are omitted and returned in toast. A key-only old image
+// (TupleKey) carries only its key columns: pgoutput sends the others as nulls that
+// are not the row's values. Only key columns and the columns in registered are
+// rendered (nil: key columns only).
+func encodeTuple(rel *decode.Relation, t *decode.Tuple, registered map[string]struct{}) (obj []byte, toast []string, err error) {
+	if len(t.Values) != len(rel.Columns) {
+		return nil, nil, &decode.Error{Class: decode.ClassMalformed, Detail: "tuple column count differs from relation", RelationOID: rel.OID}
+	}
+	size := 2
+	for _, v := range t.Values {
+		size += len(v.Data) + 8
+	}
+	obj = make([]byte, 0, size)
+	obj = append(obj, '{')
+	first := true
+	for i, c := range rel.Columns {
+		v := t.Values[i]
+		if t.Kind == decode.TupleKey && !c.Key {
+			continue
+		}
+		if _, ok := registered[c.Name]; !ok && !c.Key {
+			continue // never registered: its value is nobody's business here
+		}
+		if v.Kind == decode.ValueUnchangedToast {
+			toast = append(toast, c.Name)
+			continue
+		}
+		if !first {
+			obj = append(obj, ',')
+		}
+		first = false
+		if !utf8.ValidString(c.Name) {
+			return nil, nil, &decode.Error{Class: decode.ClassMalformed, Detail: "column name is not valid UTF-8", RelationOID: rel.OID}
+		}
+		obj = appendJSONString(obj, c.Name)
+		obj = append(obj, ':')
+		switch v.Kind {
+		case decode.ValueNull:
+			obj = append(obj, "null"...)
+		case decode.ValueText:
+			if !utf8.Valid(v.Data) {
+				return nil, nil, &decode.Error{Class: decode.ClassMalformed, Detail: "column text is not valid UTF-8", RelationOID: rel.OID}
+			}
+			if c.TypeOID == oidJSON || c.TypeOID == oidJSONB {
+				if !json.Valid(v.Data) {
+					return nil, nil, &decode.Error{Class: decode.ClassMalformed, Detail: "json column text is not valid JSON", RelationOID: rel.OID}
+				}
+				obj = append(obj, v.Data...)
+			} else {
+				obj = appendJSONString(obj, string(v.Data))
+			}
+		case decode.ValueBinary:
+			return nil, nil, &decode.Error{Class: decode.ClassMalformed, Detail: "binary column value was not requested", RelationOID: rel.OID}
+		default:
+			return nil, nil, &decode.Error{Class: decode.ClassMalformed, Detail: "invalid column value kind", RelationOID: rel.OID}
+		}
+	}
+	obj = append(obj, '}')
+	return obj, toast, nil
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString appends s (valid UTF-8) as a JSON string literal. Only the
+// characters JSON requires are escaped, so the text round-trips byte for byte.
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		b = append(b, s[start:i]...)
+		switch c {
+		case '"':
+			b = append(b, '\\', '"')
+		case '\\':
+			b = append(b, '\\', '\\')
+		case '\n':
+			b = append(b, '\\', 'n')
+		case '\r':
+			b = append(b, '\\', 'r')
+		case '\t':
+			b = append(b, '\\', 't')
+		default:
+			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+		}
+		start = i + 1
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}

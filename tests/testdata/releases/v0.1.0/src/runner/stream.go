@@ -1,0 +1,294 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// itemKind says what an item carries from the reader to the applier.
+type itemKind uint8
+
+const (
+	itemData itemKind = iota + 1 // one XLogData payload at walStart
+	itemIdle                     // a keepalive's server WAL end (in walStart), received between transactions
+)
+
+// item is one unit of the reader → applier pipeline, delivered in stream order.
+type item struct {
+	kind     itemKind
+	walStart pglogrepl.LSN
+	data     []byte // owned copy
+}
+
+// size is what the item counts against the byte budget.
+func (it item) size() int64 { return int64(len(it.data)) }
+
+// itemBuffer bounds what the reader runs ahead of the applier, in payloads; the
+// byteBudget (Config.BufferBytes) bounds it in bytes.
+const itemBuffer = 4096
+
+var errDeadConnection = errors.New("synchro: replication connection delivered nothing within the receive timeout")
+
+// reader owns the replication connection of one session. It forwards payloads
+// to the applier in order and answers the server itself, so keepalives are
+// answered with the durable boundary while a long materialization runs.
+type reader struct {
+	cfg      *Config
+	conn     *pgconn.PgConn
+	frontier *Frontier
+	items    chan<- item
+	budget   *byteBudget
+	received *atomic.Uint64
+	live     *liveness // nil: not watched
+
+	// stop asks for a clean stop when done: the reader finishes the source
+	// transaction in hand, then closes items.
+	stop context.Context
+
+	wakeMu  sync.Mutex
+	woken   bool
+	wakeFn  context.CancelFunc
+	wakeCh  chan struct{}
+	inTxn   bool // between a Begin and its Commit, by pgoutput tag
+	idleOut pglogrepl.LSN
+	// lastRecv is when the reader last heard from the server, or resumed
+	// reading after the applier held it back: the receive timeout measures only
+	// time spent waiting for the server.
+	lastRecv time.Time
+}
+
+func newReader(cfg *Config, conn *pgconn.PgConn, f *Frontier, items chan<- item, budget *byteBudget,
+	stop context.Context, received *atomic.Uint64) *reader {
+	return &reader{cfg: cfg, conn: conn, frontier: f, items: items, budget: budget, stop: stop, received: received,
+		wakeCh: make(chan struct{}, 1)}
+}
+
+// wake interrupts a blocked receive so that the reader reports a new durable
+// boundary (or notices a stop) at once. Safe from any goroutine.
+func (r *reader) wake() {
+	r.wakeMu.Lock()
+	r.woken = true
+	fn := r.wakeFn
+	r.wakeMu.Unlock()
+	if fn != nil {
+		fn()
+	}
+	select {
+	case r.wakeCh <- struct{}{}:
+	default:
+	}
+}
+
+// arm registers the cancel of the next receive; false if a wake is pending.
+func (r *reader) arm(cancel context.CancelFunc) bool {
+	r.wakeMu.Lock()
+	defer r.wakeMu.Unlock()
+	if r.woken {
+		r.woken = false
+		return false
+	}
+	r.wakeFn = cancel
+	return true
+}
+
+func (r *reader) disarm() {
+	r.wakeMu.Lock()
+	r.wakeFn = nil
+	r.wakeMu.Unlock()
+}
+
+func (r *reader) stopping() bool {
+	return r.stop.Err() != nil
+}
+
+// sendStatus reports the durable boundary as written, flushed and applied: all
+// three explicitly, since pglogrepl copies a zero flush from the write position.
+func (r *reader) sendStatus(ctx context.Context, reply bool) error {
+	b := r.frontier.Durable()
+	err := pglogrepl.SendStandbyStatusUpdate(ctx, r.conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: b,
+		WALFlushPosition: b,
+		WALApplyPosition: b,
+		ReplyRequested:   reply,
+	})
+	if err != nil {
+		return fmt.Errorf("synchro: standby status update: %w", err)
+	}
+	r.frontier.Sent(b)
+	return nil
+}
+
+// run reads until a clean stop (nil, items closed), ctx ends, or the
+// connection fails.
+func (r *reader) run(ctx context.Context) error {
+	defer close(r.items)
+	stopWake := context.AfterFunc(r.stop, r.wake)
+	defer stopWake()
+
+	r.lastRecv = time.Now()
+	nextStatus := time.Now() // the first update goes out at once
+	for {
+		r.beat()
+		if r.stopping() && !r.inTxn {
+			return nil
+		}
+		now := time.Now()
+		if due := !now.Before(nextStatus); due || r.frontier.Unsent() {
+			// A periodic update asks for a reply, so a silent peer is detected.
+			if err := r.sendStatus(ctx, due); err != nil {
+				return err
+			}
+			if due {
+				nextStatus = now.Add(r.cfg.StandbyInterval)
+			}
+		}
+		if now.Sub(r.lastRecv) > r.cfg.ReceiveTimeout {
+			return errDeadConnection
+		}
+		deadline := nextStatus
+		if d := r.lastRecv.Add(r.cfg.ReceiveTimeout); d.Before(deadline) {
+			deadline = d
+		}
+		rctx, cancel := context.WithDeadline(ctx, deadline)
+		if !r.arm(cancel) {
+			cancel()
+			continue
+		}
+		msg, err := r.conn.ReceiveMessage(rctx)
+		r.disarm()
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if pgconn.Timeout(err) || errors.Is(err, context.Canceled) {
+				continue
+			}
+			return fmt.Errorf("synchro: replication receive: %w", err)
+		}
+		r.lastRecv = time.Now()
+		if err := r.handle(ctx, msg); err != nil {
+			return err
+		}
+	}
+}
+
+func (r *reader) handle(ctx context.Context, msg pgproto3.BackendMessage) error {
+	switch msg := msg.(type) {
+	case *pgproto3.CopyData:
+		if len(msg.Data) == 0 {
+			return errors.New("synchro: empty replication message")
+		}
+		switch msg.Data[0] {
+		case pglogrepl.PrimaryKeepaliveMessageByteID:
+			pkm, err := pglogrepl.ParsePrimaryKeepaliveMessage(msg.Data[1:])
+			if err != nil {
+				return fmt.Errorf("synchro: keepalive: %w", err)
+			}
+			r.noteReceived(pkm.ServerWALEnd)
+			if pkm.ReplyRequested {
+				if err := r.sendStatus(ctx, false); err != nil {
+					return err
+				}
+			}
+			if !r.inTxn && pkm.ServerWALEnd > r.idleOut {
+				r.idleOut = pkm.ServerWALEnd
+				return r.dispatch(ctx, item{kind: itemIdle, walStart: pkm.ServerWALEnd})
+			}
+			return nil
+		case pglogrepl.XLogDataByteID:
+			xld, err := pglogrepl.ParseXLogData(msg.Data[1:])
+			if err != nil {
+				return fmt.Errorf("synchro: xlogdata: %w", err)
+			}
+			r.noteReceived(xld.WALStart)
+			data := bytes.Clone(xld.WALData)
+			if len(data) > 0 {
+				switch data[0] {
+				case 'B':
+					r.inTxn = true
+				case 'C':
+					r.inTxn = false
+				}
+			}
+			return r.dispatch(ctx, item{kind: itemData, walStart: xld.WALStart, data: data})
+		}
+		return nil // an unknown CopyData kind carries nothing for a logical client
+	case *pgproto3.ErrorResponse:
+		return pgconn.ErrorResponseToPgError(msg)
+	case *pgproto3.CopyDone:
+		return errors.New("synchro: server ended the replication stream")
+	}
+	return nil
+}
+
+// dispatch hands an item to the applier once the byte budget admits it and the
+// buffer has room. While the applier is behind (buffer full by count or bytes) it
+// keeps the server informed: the durable boundary as it moves, and a periodic
+// update within the standby interval. The applier releases the item's bytes when
+// it takes it.
+func (r *reader) dispatch(ctx context.Context, it item) error {
+	admitted := r.budget.tryAcquire(it.size())
+	if admitted {
+		select {
+		case r.items <- it:
+			return nil
+		default:
+		}
+	}
+	t := time.NewTicker(r.cfg.StandbyInterval)
+	defer t.Stop()
+	for {
+		r.beat()             // held back by the applier: waiting here is not the reader's fault
+		var send chan<- item // nil (never ready) until the budget admits the item
+		if admitted {
+			send = r.items
+		}
+		select {
+		case send <- it:
+			r.lastRecv = time.Now()
+			return nil
+		case <-r.budget.freed:
+			if !admitted {
+				admitted = r.budget.tryAcquire(it.size())
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-r.wakeCh:
+			if r.frontier.Unsent() {
+				if err := r.sendStatus(ctx, false); err != nil {
+					return err
+				}
+			}
+		case <-t.C:
+			if err := r.sendStatus(ctx, false); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (r *reader) beat() {
+	if r.live != nil {
+		r.live.beat(LoopReader)
+	}
+}
+
+func (r *reader) noteReceived(lsn pglogrepl.LSN) {
+	for {
+		cur := r.received.Load()
+		if uint64(lsn) <= cur || r.received.CompareAndSwap(cur, uint64(lsn)) {
+			r.cfg.Metrics.receivedLSN(pglogrepl.LSN(r.received.Load()))
+			return
+		}
+	}
+}

@@ -1,0 +1,313 @@
+-- synchro._materialize_run: a run of consecutive ordinary source transactions of the
+-- staged batch (txn t_first .. t_last), set-based: one statement per phase for the
+-- whole run, whose cost grows with the run, never with the permanent tables.
+--
+-- Why a run can be done at once. Its transactions touch synced rows only: no
+-- capture-dependency row changes, so dependency state (what via rules read) is the
+-- same for every transaction of the run, and a row's scopes depend only on its own
+-- image. No registry activation either, so one registry generation holds for every
+-- event. Each row's history in the run is then a chain of links, one per transaction
+-- that touched it (its last event there): a link's scopes come from its image, the
+-- scopes before it are the previous link's (the stored membership for the first), and
+-- its effects are the difference, at that transaction's commit position. Projection,
+-- rule values and membership end as the last link leaves them.
+--
+-- It never classifies a failure: anything unexpected (a mismatched fence, drift, an
+-- order problem) raises SYB01 batch_fallback, and the runner re-runs the batch one
+-- transaction at a time through synchro._materialize_txn, which quarantines the
+-- failing transaction with its own identity and class.
+CREATE OR REPLACE FUNCTION synchro._materialize_run(
+  t_first int, t_last int, stream_generation bigint, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[],
+  commit_times timestamptz[])
+RETURNS text[]
+LANGUAGE plpgsql
+-- No SET clause: called only from synchro.materialize_batch, which pinned
+-- search_path and the row-image settings.
+AS $$
+DECLARE
+  gen     bigint := _materialize_run.stream_generation;
+  p       synchro.progress;
+  reg     bigint;
+  n_rows  int;
+  n_fence int;
+  big     boolean;
+  rel     record;
+BEGIN
+  SELECT * INTO p FROM synchro.progress FOR UPDATE;
+  IF NOT FOUND OR p.stream_generation <> gen OR p.registry_generation IS NULL THEN
+    RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'stream generation';
+  END IF;
+  reg := p.registry_generation;
+
+  -- An earlier run of this batch filled the work tables.
+  DELETE FROM pg_temp.synchro_b_txn;
+  DELETE FROM pg_temp.synchro_b_rows;
+  DELETE FROM pg_temp.synchro_b_links;
+  DELETE FROM pg_temp.synchro_b_scopes;
+
+  -- The run's transactions, less those already durable (a replay after a crash:
+  -- same result, nothing new).
+  INSERT INTO pg_temp.synchro_b_txn (t, commit_lsn, end_lsn, xid, commit_time, n_events)
+  SELECT x.i::int - 1, x.c, x.e, x.x, x.ct, 0
+    FROM unnest(commit_lsns, end_lsns, xids, commit_times) WITH ORDINALITY AS x(c, e, x, ct, i)
+   WHERE x.i - 1 BETWEEN t_first AND t_last
+     AND NOT EXISTS (SELECT 1 FROM synchro.txn d WHERE d.stream_generation = gen AND d.commit_lsn = x.c);
+  IF NOT FOUND THEN
+    RETURN array_fill('duplicate'::text, ARRAY[t_last - t_first + 1]);
+  END IF;
+
+  -- Serial commit order: each new transaction after the high-watermark and the
+  -- processed boundary left by the ones before it.
+  IF EXISTS (
+    SELECT 1 FROM (
+      SELECT b.commit_lsn, b.end_lsn,
+             coalesce(lag(b.commit_lsn) OVER w, p.materialized_commit_lsn, p.generation_start_lsn) AS prev_commit,
+             greatest(p.processed_end_lsn, max(b.end_lsn) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING))
+               AS prev_end
+        FROM pg_temp.synchro_b_txn b
+      WINDOW w AS (ORDER BY b.t)) x
+     WHERE x.commit_lsn <= x.prev_commit OR x.commit_lsn < x.prev_end OR x.end_lsn <= x.commit_lsn) THEN
+    RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'commit order';
+  END IF;
+
+  -- Each source transaction's own writes to synchro tables (its push write fences)
+  -- must be visible before they are read below (see synchro._await_visible): one
+  -- snapshot checks the whole run, and only a miss waits.
+  PERFORM synchro._await_visible_all(ARRAY(SELECT b.xid FROM pg_temp.synchro_b_txn b));
+
+  UPDATE pg_temp.synchro_b_txn b SET n_events = c.n
+    FROM (SELECT s.txn, count(*)::int AS n FROM pg_temp.synchro_stage s
+           WHERE s.txn BETWEEN t_first AND t_last AND s.kind IN ('I', 'U', 'D', 'T')
+           GROUP BY s.txn) c
+   WHERE c.txn = b.t;
+
+  -- Relation identity: every Relation message of the run is exactly the registered
+  -- relation of the generation in force (see synchro._materialize_txn). Each
+  -- transaction stages its own, mostly identical, Relation rows: check each
+  -- distinct shape once.
+  IF EXISTS (
+    SELECT 1 FROM (SELECT DISTINCT s.relid, s.nspname, s.relname, s.replident, s.col_names, s.col_types, s.col_keys
+                     FROM pg_temp.synchro_stage s JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
+                    WHERE s.kind = 'R') s
+      LEFT JOIN synchro.relation r ON r.relid = s.relid
+      LEFT JOIN synchro.registration g ON g.relation_id = r.relation_id AND g.generation = reg
+     WHERE g.relation_id IS NULL
+        OR synchro._relation_drifted(s.nspname, s.relname, s.replident, s.col_names, s.col_types, s.col_keys,
+                                     r, g.columns, g.column_types)) THEN
+    RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'relation identity';
+  END IF;
+
+  -- Row events, each ranked within its row identity in its own transaction.
+  INSERT INTO pg_temp.synchro_b_rows (t, seq, event_ordinal, op, relation_id, table_id, key_column, key_type, pk,
+                                      new_row, old_pk, grp_rank)
+  SELECT x.t, x.seq, x.event_ordinal, x.op, x.relation_id, x.table_id, x.key_column, x.key_type, x.pk, x.new_row,
+         x.old_pk, row_number() OVER (PARTITION BY x.t, x.relation_id, x.pk ORDER BY x.seq)
+    FROM (SELECT s.txn AS t, s.seq, s.event_ordinal,
+                 CASE s.kind WHEN 'I' THEN 'insert' WHEN 'U' THEN 'update' ELSE 'delete' END AS op,
+                 r.relation_id, r.table_id, r.key_column, r.key_type,
+                 CASE WHEN s.kind = 'D' THEN s.old_row ->> r.key_column::text
+                      ELSE s.new_row ->> r.key_column::text END AS pk,
+                 s.new_row, s.old_row ->> r.key_column::text AS old_pk
+            FROM pg_temp.synchro_stage s
+            JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
+            JOIN synchro.relation r ON r.relid = s.relid
+           WHERE s.kind IN ('I', 'U', 'D')) x;
+  GET DIAGNOSTICS n_rows = ROW_COUNT;
+  big := n_rows > 1000;
+  IF big THEN
+    -- Temp tables have no statistics: give the planner real ones for the joins below.
+    ANALYZE pg_temp.synchro_b_rows;
+  END IF;
+  IF n_rows <> (SELECT sum(b.n_events) FROM pg_temp.synchro_b_txn b)
+     OR EXISTS (SELECT 1 FROM pg_temp.synchro_b_rows w
+                 WHERE w.pk IS NULL OR (w.op = 'update' AND w.old_pk IS NOT NULL AND w.old_pk IS DISTINCT FROM w.pk)) THEN
+    RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'row events';
+  END IF;
+
+  -- Fence reconciliation inside each transaction: per row identity, the k-th row
+  -- event pairs with the fence of the k-th lowest registered-DML ordinal.
+  WITH f AS (
+    SELECT s.txn AS t, (s.content ->> 'relation_id')::bigint AS rid, s.content ->> 'kind' AS kind,
+           s.content ->> 'schema' AS sch, s.content ->> 'table' AS tbl, s.content ->> 'op' AS op,
+           s.content ->> 'old_key' AS old_key, s.content ->> 'new_key' AS new_key,
+           s.content ->> 'version' AS version, (s.content ->> 'fence_id')::uuid AS fid,
+           (s.content ->> 'ordinal')::bigint AS ord, s.content ->> 'table_id' AS tid,
+           coalesce(s.content ->> 'new_key', s.content ->> 'old_key') AS k
+      FROM pg_temp.synchro_stage s
+      JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
+     WHERE s.kind = 'M' AND s.prefix = 'synchro.fence'),
+  fr AS (SELECT f.*, row_number() OVER (PARTITION BY f.t, f.rid, f.k ORDER BY f.ord) AS rnk FROM f)
+  UPDATE pg_temp.synchro_b_rows w
+     SET fence_id = fr.fid, version = fr.version
+    FROM fr, synchro.relation r
+   WHERE fr.t = w.t AND fr.rid = w.relation_id AND fr.k = w.pk AND fr.rnk = w.grp_rank
+     AND r.relation_id = w.relation_id
+     AND fr.kind = 'synced' AND fr.op = w.op
+     AND fr.sch = r.schema_name::text AND fr.tbl = r.table_name::text
+     AND fr.tid IS NOT DISTINCT FROM w.table_id
+     AND CASE w.op
+           WHEN 'insert' THEN fr.old_key IS NULL AND fr.new_key = w.pk
+           WHEN 'update' THEN fr.old_key = w.pk AND fr.new_key = w.pk
+           ELSE fr.old_key = w.pk AND fr.new_key IS NULL END
+     AND fr.version IS NOT NULL AND fr.fid IS NOT NULL;
+  SELECT count(*) INTO n_fence FROM pg_temp.synchro_stage s
+    JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
+   WHERE s.kind = 'M' AND s.prefix = 'synchro.fence';
+  IF EXISTS (SELECT 1 FROM pg_temp.synchro_b_rows w WHERE w.fence_id IS NULL)
+     OR n_fence <> n_rows
+     OR n_fence <> (SELECT count(DISTINCT w.fence_id) FROM pg_temp.synchro_b_rows w)
+     OR EXISTS (SELECT 1 FROM synchro.event e
+                 WHERE e.fence_id = ANY (ARRAY(SELECT w.fence_id FROM pg_temp.synchro_b_rows w))) THEN
+    RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'fence reconciliation';
+  END IF;
+
+  -- Links: each row's last event in each transaction, numbered along the run.
+  INSERT INTO pg_temp.synchro_b_links (t, relation_id, pk, pk_int, table_id, key_type, op, new_row, version,
+                                       event_ordinal, link, last)
+  SELECT l.t, l.relation_id, l.pk, CASE WHEN l.key_type <> 'string' THEN l.pk::bigint END, l.table_id, l.key_type,
+         l.op, l.new_row, l.version, l.event_ordinal,
+         row_number() OVER (PARTITION BY l.relation_id, l.pk ORDER BY l.t),
+         l.t = max(l.t) OVER (PARTITION BY l.relation_id, l.pk)
+    FROM (SELECT DISTINCT ON (w.relation_id, w.pk, w.t) w.*
+            FROM pg_temp.synchro_b_rows w
+           ORDER BY w.relation_id, w.pk, w.t, w.seq DESC) l;
+  IF big THEN
+    ANALYZE pg_temp.synchro_b_links;
+  END IF;
+
+  -- Row images, rendered once per link: the registered columns in the registered
+  -- shape (synchro._image_sql), as the per-transaction path renders them.
+  FOR rel IN
+    SELECT DISTINCT l.relation_id FROM pg_temp.synchro_b_links l WHERE l.op <> 'delete'
+  LOOP
+    EXECUTE format('UPDATE pg_temp.synchro_b_links l SET image = %s WHERE l.relation_id = $1 AND l.op <> $2',
+                   synchro._image_sql(rel.relation_id, reg, 'l.new_row', false))
+    USING rel.relation_id, 'delete';
+  END LOOP;
+
+  -- Projections: the last link of each row decides.
+  DELETE FROM synchro.projection pr
+   WHERE pr.ctid = ANY (ARRAY(
+     SELECT x.ctid FROM pg_temp.synchro_b_links l
+      CROSS JOIN LATERAL (SELECT p2.ctid FROM synchro.projection p2
+                           WHERE p2.relation_id = l.relation_id AND p2.pk = l.pk OFFSET 0) x
+      WHERE l.last AND l.op = 'delete'));
+  INSERT INTO synchro.projection AS pr (relation_id, pk, pk_int, version, image)
+  SELECT l.relation_id, l.pk, l.pk_int, l.version, l.image FROM pg_temp.synchro_b_links l
+   WHERE l.last AND l.op <> 'delete'
+  ON CONFLICT (relation_id, pk) DO UPDATE SET version = excluded.version, image = excluded.image;
+
+  -- Rule values of the rule columns, as the last link leaves them; a value that did
+  -- not change is neither deleted nor written again.
+  DELETE FROM synchro.rule_value v
+   WHERE v.ctid = ANY (ARRAY(
+     SELECT x.ctid FROM pg_temp.synchro_b_links l
+      CROSS JOIN LATERAL (SELECT v2.ctid, v2.column_name, v2.value FROM synchro.rule_value v2
+                           WHERE v2.relation_id = l.relation_id AND v2.pk = l.pk OFFSET 0) x
+      WHERE l.last AND (l.op = 'delete' OR l.image ->> x.column_name::text IS DISTINCT FROM x.value)));
+  INSERT INTO synchro.rule_value (relation_id, column_name, value, pk)
+  SELECT DISTINCT l.relation_id, r.column_name, l.image ->> r.column_name::text, l.pk
+    FROM pg_temp.synchro_b_links l
+    JOIN synchro.scope_rule r ON r.generation = reg AND r.relation_id = l.relation_id
+   WHERE l.last AND l.op <> 'delete' AND l.image ->> r.column_name::text IS NOT NULL
+  ON CONFLICT DO NOTHING;
+
+  -- Each link's scopes under the generation's rules, from its own image (direct
+  -- rules) and the unchanged dependency projections (via rules).
+  WITH vals AS MATERIALIZED (
+    SELECT l.t, l.relation_id, l.pk, r.scope_prefix, r.via_relation_id, r.via_match, r.via_scope,
+           l.image ->> r.column_name::text AS value
+      FROM pg_temp.synchro_b_links l
+      JOIN synchro.scope_rule r ON r.generation = reg AND r.relation_id = l.relation_id
+     WHERE l.op <> 'delete' AND l.image ->> r.column_name::text IS NOT NULL)
+  INSERT INTO pg_temp.synchro_b_scopes (t, relation_id, pk, scope)
+  SELECT x.t, x.relation_id, x.pk, x.scope_prefix || x.value
+    FROM vals x
+   WHERE x.via_relation_id IS NULL
+  UNION
+  SELECT x.t, x.relation_id, x.pk, x.scope_prefix || s.value
+    FROM vals x
+    CROSS JOIN LATERAL synchro._via_scope_values(x.via_relation_id, x.via_match, x.via_scope, x.value) AS s(value)
+   WHERE x.via_relation_id IS NOT NULL;
+  IF big THEN
+    ANALYZE pg_temp.synchro_b_scopes;
+  END IF;
+
+  -- Net pull effects per link: upsert in every scope the row is in after the link (it
+  -- was touched), delete in every scope it was in before and is not after.
+  -- effect_ordinal counts within (scope, event) in canonical (table_id, typed key,
+  -- operation) order, as the per-transaction path does.
+  WITH before AS (
+    SELECT l.t, l.relation_id, l.pk, s.scope
+      FROM pg_temp.synchro_b_links l
+      JOIN pg_temp.synchro_b_links pl ON pl.relation_id = l.relation_id AND pl.pk = l.pk AND pl.link = l.link - 1
+      JOIN pg_temp.synchro_b_scopes s ON s.relation_id = pl.relation_id AND s.pk = pl.pk AND s.t = pl.t
+     WHERE l.link > 1
+    UNION ALL
+    SELECT l.t, l.relation_id, l.pk, m.scope
+      FROM pg_temp.synchro_b_links l
+      CROSS JOIN LATERAL (SELECT m.scope FROM synchro.membership m
+                           WHERE m.relation_id = l.relation_id AND m.pk = l.pk OFFSET 0) m
+     WHERE l.link = 1),
+  e AS (
+    SELECT n.scope, n.t, n.relation_id, n.pk, 'upsert' AS op FROM pg_temp.synchro_b_scopes n
+    UNION ALL
+    SELECT o.scope, o.t, o.relation_id, o.pk, 'delete' FROM before o
+     WHERE NOT EXISTS (SELECT 1 FROM pg_temp.synchro_b_scopes n
+                        WHERE n.relation_id = o.relation_id AND n.pk = o.pk AND n.t = o.t AND n.scope = o.scope))
+  INSERT INTO synchro.effect (stream_generation, scope, commit_lsn, event_ordinal, effect_ordinal,
+                              table_id, relation_id, pk, op, version, image)
+  SELECT gen, e.scope, b.commit_lsn, l.event_ordinal,
+         (row_number() OVER (PARTITION BY e.scope, e.t, l.event_ordinal
+                             ORDER BY l.table_id COLLATE "C", l.pk_int, e.pk COLLATE "C", e.op))::int - 1,
+         l.table_id, e.relation_id, e.pk, e.op,
+         CASE WHEN e.op = 'upsert' THEN l.version END,
+         CASE WHEN e.op = 'upsert' THEN l.image END
+    FROM e
+    JOIN pg_temp.synchro_b_links l ON l.relation_id = e.relation_id AND l.pk = e.pk AND l.t = e.t
+    JOIN pg_temp.synchro_b_txn b ON b.t = e.t;
+
+  -- Membership as the last link leaves it: memberships that ended, then new ones.
+  DELETE FROM synchro.membership m
+   WHERE m.ctid = ANY (ARRAY(
+     SELECT x.ctid FROM pg_temp.synchro_b_links l
+      CROSS JOIN LATERAL (SELECT m2.ctid, m2.scope FROM synchro.membership m2
+                           WHERE m2.relation_id = l.relation_id AND m2.pk = l.pk OFFSET 0) x
+      WHERE l.last
+        AND NOT EXISTS (SELECT 1 FROM pg_temp.synchro_b_scopes n
+                         WHERE n.relation_id = l.relation_id AND n.pk = l.pk AND n.t = l.t AND n.scope = x.scope)));
+  INSERT INTO synchro.membership (scope, relation_id, pk, table_id, pk_order)
+  SELECT n.scope, n.relation_id, n.pk, l.table_id, coalesce(l.pk_int, 0)
+    FROM pg_temp.synchro_b_links l
+    JOIN pg_temp.synchro_b_scopes n ON n.relation_id = l.relation_id AND n.pk = l.pk AND n.t = l.t
+   WHERE l.last
+     AND NOT EXISTS (SELECT 1 FROM synchro.membership m
+                      WHERE m.scope = n.scope AND m.relation_id = n.relation_id AND m.pk = n.pk);
+
+  -- Write-fence reconciliation: exactly these fences are now WAL-materialized.
+  UPDATE synchro.write_fence wf SET coverage = 'wal', covered_at = now()
+   WHERE wf.fence_id = ANY (ARRAY(SELECT w.fence_id FROM pg_temp.synchro_b_rows w)) AND wf.coverage IS NULL;
+
+  -- Replay identities and the transaction-end high-watermark.
+  INSERT INTO synchro.txn (stream_generation, commit_lsn, end_lsn, xid, commit_time, event_count)
+  SELECT gen, b.commit_lsn, b.end_lsn, b.xid, b.commit_time, b.n_events FROM pg_temp.synchro_b_txn b;
+  INSERT INTO synchro.event (stream_generation, commit_lsn, event_ordinal, relation_id, op, pk, version, fence_id,
+                             registry_generation)
+  SELECT gen, b.commit_lsn, w.event_ordinal, w.relation_id, w.op, w.pk, w.version, w.fence_id, reg
+    FROM pg_temp.synchro_b_rows w JOIN pg_temp.synchro_b_txn b ON b.t = w.t;
+  UPDATE synchro.progress
+     SET materialized_commit_lsn = (SELECT b.commit_lsn FROM pg_temp.synchro_b_txn b ORDER BY b.t DESC LIMIT 1),
+         processed_end_lsn = greatest(processed_end_lsn, (SELECT max(b.end_lsn) FROM pg_temp.synchro_b_txn b)),
+         updated_at = now();
+  UPDATE synchro.quarantine q SET resolved_at = now(), retry_requested = false
+   WHERE q.stream_generation = gen AND q.resolved_at IS NULL
+     AND q.commit_lsn = ANY (ARRAY(SELECT b.commit_lsn FROM pg_temp.synchro_b_txn b));
+
+  RETURN ARRAY(SELECT CASE WHEN b.t IS NULL THEN 'duplicate' ELSE 'materialized' END
+                 FROM generate_series(t_first, t_last) g(t)
+                 LEFT JOIN pg_temp.synchro_b_txn b ON b.t = g.t
+                ORDER BY g.t);
+END
+$$;
+
+REVOKE ALL ON FUNCTION synchro._materialize_run(int, int, bigint, pg_lsn[], pg_lsn[], bigint[], timestamptz[]) FROM PUBLIC;

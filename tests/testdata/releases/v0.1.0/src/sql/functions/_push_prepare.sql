@@ -1,0 +1,175 @@
+-- Validates a whole push call before anything is written and returns one plan item per
+-- mutation. Malformed input is SY400 (naming the field, never a value); a mutation id
+-- already decided for this client with other content is SY410; a decided one with the
+-- same content carries its recorded outcome. SECURITY DEFINER: it reads the registry
+-- and the recorded outcomes, which applications cannot read directly. Executable by
+-- synchro_app only for push, and refuses any other caller (synchro._called_from_push).
+CREATE OR REPLACE FUNCTION synchro._push_prepare(client_id text, mutations jsonb) RETURNS jsonb
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  n int;
+  i int;
+  m jsonb;
+  rel record;
+  cols name[];
+  op text;
+  key_text text;
+  pk jsonb;
+  num numeric;
+  row_in jsonb;
+  bad text;
+  items jsonb[] := '{}';
+  ids text[] := '{}';
+  item jsonb;
+  rec record;
+  hash bytea;
+BEGIN
+  IF NOT synchro._called_from_push() THEN
+    RAISE EXCEPTION 'push helpers are called by synchro.push only' USING ERRCODE = 'insufficient_privilege';
+  END IF;
+  IF client_id IS NULL OR length(client_id) NOT BETWEEN 1 AND 256 THEN
+    RAISE EXCEPTION 'push: client_id must be 1 to 256 characters' USING ERRCODE = 'SY400';
+  END IF;
+  IF mutations IS NULL OR jsonb_typeof(mutations) <> 'array' THEN
+    RAISE EXCEPTION 'push: mutations must be a JSON array' USING ERRCODE = 'SY400';
+  END IF;
+  n := jsonb_array_length(mutations);
+  IF n NOT BETWEEN 1 AND 1000 THEN
+    RAISE EXCEPTION 'push: mutations must hold 1 to 1000 items' USING ERRCODE = 'SY400';
+  END IF;
+
+  FOR i IN 0 .. n - 1 LOOP
+    m := mutations -> i;
+    IF jsonb_typeof(m) <> 'object' THEN
+      RAISE EXCEPTION 'push: mutation % must be an object', i USING ERRCODE = 'SY400';
+    END IF;
+    SELECT k INTO bad FROM jsonb_object_keys(m) k
+     WHERE k NOT IN ('id', 'table', 'op', 'pk', 'base_version', 'row') LIMIT 1;
+    IF FOUND THEN
+      RAISE EXCEPTION 'push: mutation % has an unknown field', i USING ERRCODE = 'SY400';
+    END IF;
+    IF jsonb_typeof(m -> 'id') IS DISTINCT FROM 'string'
+       OR (m ->> 'id') !~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN
+      RAISE EXCEPTION 'push: mutation % id must be a UUID string', i USING ERRCODE = 'SY400';
+    END IF;
+    op := m ->> 'op';
+    IF jsonb_typeof(m -> 'op') IS DISTINCT FROM 'string' OR op NOT IN ('insert', 'update', 'delete') THEN
+      RAISE EXCEPTION 'push: mutation % op must be insert, update or delete', i USING ERRCODE = 'SY400';
+    END IF;
+    IF jsonb_typeof(m -> 'table') IS DISTINCT FROM 'string' THEN
+      RAISE EXCEPTION 'push: mutation % table must be a table_id string', i USING ERRCODE = 'SY400';
+    END IF;
+    SELECT r.*, reg.columns AS registered INTO rel
+      FROM synchro.relation r
+      JOIN synchro.registration reg ON reg.relation_id = r.relation_id
+      JOIN synchro.registry_generation g ON g.generation = reg.generation AND g.state = 'active'
+     WHERE r.table_id = m ->> 'table' AND r.registration_kind = 'synced';
+    IF NOT FOUND THEN
+      RAISE EXCEPTION 'push: mutation % names an unknown table_id', i USING ERRCODE = 'SY400';
+    END IF;
+    cols := rel.registered;
+
+    -- pk: a JSON string for string keys, a JSON integer for int and int64 keys.
+    pk := m -> 'pk';
+    IF rel.key_type = 'string' THEN
+      IF jsonb_typeof(pk) IS DISTINCT FROM 'string' THEN
+        RAISE EXCEPTION 'push: mutation % pk must be a JSON string for this table', i USING ERRCODE = 'SY400';
+      END IF;
+      key_text := pk #>> '{}';
+      IF rel.key_pg_type = 'uuid' THEN
+        IF key_text !~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN
+          RAISE EXCEPTION 'push: mutation % pk must be a UUID for this table', i USING ERRCODE = 'SY400';
+        END IF;
+        key_text := lower(key_text);
+        pk := to_jsonb(key_text);
+      END IF;
+    ELSE
+      IF jsonb_typeof(pk) IS DISTINCT FROM 'number' THEN
+        RAISE EXCEPTION 'push: mutation % pk must be a JSON number for this table', i USING ERRCODE = 'SY400';
+      END IF;
+      num := (pk #>> '{}')::numeric;
+      IF num <> trunc(num)
+         OR (rel.key_type = 'int' AND num NOT BETWEEN -2147483648 AND 2147483647)
+         OR (rel.key_type = 'int64' AND num NOT BETWEEN -9223372036854775808 AND 9223372036854775807) THEN
+        RAISE EXCEPTION 'push: mutation % pk is not an integer in range of the key type', i USING ERRCODE = 'SY400';
+      END IF;
+      key_text := num::bigint::text;
+      pk := to_jsonb(num::bigint);
+    END IF;
+
+    IF op = 'insert' AND m ? 'base_version' THEN
+      RAISE EXCEPTION 'push: mutation % is an insert and must not carry base_version', i USING ERRCODE = 'SY400';
+    END IF;
+    IF op <> 'insert' AND jsonb_typeof(m -> 'base_version') IS DISTINCT FROM 'string' THEN
+      RAISE EXCEPTION 'push: mutation % base_version is required (a string) for update and delete', i USING ERRCODE = 'SY400';
+    END IF;
+
+    row_in := m -> 'row';
+    IF row_in IS NOT NULL AND jsonb_typeof(row_in) <> 'object' THEN
+      RAISE EXCEPTION 'push: mutation % row must be an object', i USING ERRCODE = 'SY400';
+    END IF;
+    IF op = 'delete' AND row_in IS NOT NULL AND row_in <> '{}'::jsonb THEN
+      RAISE EXCEPTION 'push: mutation % is a delete and must not carry row columns', i USING ERRCODE = 'SY400';
+    END IF;
+    row_in := coalesce(row_in, '{}'::jsonb);
+    SELECT k INTO bad FROM jsonb_object_keys(row_in) k WHERE NOT (k = ANY (cols::text[])) LIMIT 1;
+    IF FOUND THEN
+      RAISE EXCEPTION 'push: mutation % row holds a column that is not registered', i USING ERRCODE = 'SY400';
+    END IF;
+    IF row_in ? rel.key_column THEN
+      IF (rel.key_type = 'string' AND (jsonb_typeof(row_in -> rel.key_column) <> 'string'
+            OR (CASE WHEN rel.key_pg_type = 'uuid' THEN lower(row_in ->> rel.key_column) ELSE row_in ->> rel.key_column END) <> key_text))
+         OR (rel.key_type <> 'string' AND (jsonb_typeof(row_in -> rel.key_column) <> 'number'
+            OR (row_in ->> rel.key_column)::numeric <> key_text::numeric)) THEN
+        RAISE EXCEPTION 'push: mutation % row repeats the key column with another value', i USING ERRCODE = 'SY400';
+      END IF;
+    END IF;
+    IF op = 'insert' THEN
+      row_in := row_in || jsonb_build_object(rel.key_column, pk);
+    ELSE
+      row_in := row_in - rel.key_column::text;
+    END IF;
+
+    IF lower(m ->> 'id') = ANY (ids) THEN
+      RAISE EXCEPTION 'push: mutation id appears twice in one call (mutation %)', i USING ERRCODE = 'SY400';
+    END IF;
+
+    ids := ids || lower(m ->> 'id');
+    items := items || jsonb_build_object(
+      'id', lower(m ->> 'id'), 'content', m, 'op', op, 'relation_id', rel.relation_id,
+      'table_id', rel.table_id, 'schema', rel.schema_name, 'table', rel.table_name,
+      'key_column', rel.key_column, 'key_pg_type', rel.key_pg_type, 'key', key_text, 'pk', pk,
+      'base_version', m -> 'base_version', 'row', row_in, 'columns', to_jsonb(cols::text[]));
+  END LOOP;
+
+  -- Idempotency. Concurrent pushes of the same (client, mutation id) serialize on a
+  -- transaction-scoped advisory lock, taken in one global order to avoid deadlocks,
+  -- keyed with the install's secret seed (no other role can hold it by guessing).
+  PERFORM pg_advisory_xact_lock(h)
+     FROM (SELECT DISTINCT hashtextextended(client_id || '/' || p, synchro._lock_seed()) AS h
+             FROM unnest(ids) p ORDER BY 1) locks;
+  FOR i IN 1 .. n LOOP
+    item := items[i];
+    -- The id in canonical (lowercase) form: its letter case is not content.
+    hash := sha256(convert_to(((item -> 'content') || jsonb_build_object('id', item ->> 'id'))::text, 'UTF8'));
+    SELECT o.content_hash, o.outcome INTO rec
+      FROM synchro.mutation_outcome o
+     WHERE o.client_id = _push_prepare.client_id AND o.mutation_id = (item ->> 'id')::uuid;
+    IF FOUND THEN
+      IF rec.content_hash <> hash THEN
+        RAISE EXCEPTION 'push: mutation id % was already decided for this client with different content', item ->> 'id'
+          USING ERRCODE = 'SY410';
+      END IF;
+      item := item || jsonb_build_object('outcome', rec.outcome);
+    END IF;
+    items[i] := (item - 'content') || jsonb_build_object('hash', encode(hash, 'hex'));
+  END LOOP;
+  RETURN array_to_json(items)::jsonb;
+END
+$$;
+
+REVOKE ALL ON FUNCTION synchro._push_prepare(text, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION synchro._push_prepare(text, jsonb) TO synchro_app;

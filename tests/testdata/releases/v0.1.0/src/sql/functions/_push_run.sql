@@ -1,0 +1,262 @@
+-- synchro._push_run: synchro.push's body (push is a one-statement SQL wrapper that
+-- passes the caller's search_path). Applies a client's mutations in one transaction with
+-- compare-and-swap on opaque row versions, idempotent by mutation id (CONTRACT.md
+-- "Push").
+--
+-- SECURITY INVOKER on purpose: the row writes run with the caller's own privileges and
+-- row-level security. Registry reads, reservation locks and outcome records go through
+-- SECURITY DEFINER helpers, which refuse any caller but this function
+-- (synchro._called_from_push, docs/security.md); a reservation is locked, and its version
+-- read, only after this function read the row as the caller. Nothing else of the pack
+-- runs here: row images and reject reasons are computed inline, so synchro_app executes
+-- nothing but the contract's functions and these helpers.
+--
+-- search_path. This function's own code is compiled, planned and run with search_path
+-- pinned to pg_catalog, pg_temp: a caller's operator, type or (inlined SQL) function must
+-- never be evaluated in this function's own frame, where it could call a helper as if it
+-- were this function. Only the statements on the caller's table (EXECUTE: its reads and
+-- writes, where its triggers, defaults and policies run) get the caller's search_path
+-- back, for exactly that statement; they run through SPI, so whatever they call is never
+-- this function's frame. An exception inside a mutation's block rolls the setting back
+-- with the block.
+--
+-- Each mutation runs in its own savepoint (the BEGIN ... EXCEPTION block), so a conflict
+-- or a rejection does not undo the others; every failure that is not the mutation's own
+-- fault is re-raised and fails the whole call. Pull visibility is not touched here: the
+-- fence trigger emits the WAL message, and only WAL materialization makes the write
+-- visible to pull.
+CREATE OR REPLACE FUNCTION synchro._push_run(client_id text, mutations jsonb, caller_search_path text) RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+-- Row images render the same whatever the caller's session settings.
+SET "TimeZone" TO 'UTC'
+SET "DateStyle" TO 'ISO'
+SET "IntervalStyle" TO 'postgres'
+SET extra_float_digits TO 3
+AS $$
+DECLARE
+  plan     jsonb;
+  m        jsonb;
+  results  jsonb[] := '{}';
+  outcome  jsonb;
+  cur      jsonb;
+  written  jsonb;
+  ent      record;
+  ver      text;
+  cols     name[];
+  col_list text;
+  tgt      text;
+  keypred  text;
+  st       text;
+  con      text;
+  colname  text;
+  reason   text;
+  deferred_list text;
+  stmt     text;
+  key_text text;
+  row_in   jsonb;
+BEGIN
+  plan := synchro._push_prepare(client_id, mutations);
+  -- Deferred constraints are checked at the end of each statement from here on, so a
+  -- failure lands on the mutation that caused it.
+  SET CONSTRAINTS ALL IMMEDIATE;
+
+  FOR m IN SELECT value FROM jsonb_array_elements(plan) LOOP
+    IF m ? 'outcome' THEN
+      -- Decided before with the same content: the recorded outcome, nothing written.
+      results := results || (m -> 'outcome');
+      CONTINUE;
+    END IF;
+    cols := ARRAY(SELECT jsonb_array_elements_text(m -> 'columns'))::name[];
+    tgt := format('%I.%I', m ->> 'schema', m ->> 'table');
+    keypred := format('t.%I OPERATOR(pg_catalog.=) $1::pg_catalog.%s', m ->> 'key_column', m ->> 'key_pg_type');
+    -- The statements on the caller's table get only plain variables (their text and
+    -- parameters are computed here, under the pinned search_path).
+    key_text := m ->> 'key';
+    row_in := m -> 'row';
+    BEGIN
+      -- A key over 1024 bytes (octet_length of its text; docs/errors.md) is the fence
+      -- trigger's refusal too. Checked here first, so an oversized key never reaches an
+      -- index (a btree entry is at most about 2.7 kB: 54000 would fail the whole call
+      -- and a client would send that mutation for ever): just this mutation is
+      -- rejected, as a data exception, and its outcome recorded like any other.
+      IF pg_catalog.octet_length(key_text) OPERATOR(pg_catalog.>) 1024 THEN
+        RAISE EXCEPTION 'push: the key is longer than 1024 bytes'
+          USING ERRCODE = 'string_data_right_truncation', COLUMN = m ->> 'key_column';
+      END IF;
+      -- The row is read as the caller (its privileges and row-level security) before
+      -- its reservation is locked or its version read: a row the caller cannot read
+      -- gets neither. Update and delete lock the source row first, then the
+      -- reservation: the order a direct write takes them (row, then fence), so the two
+      -- never deadlock each other.
+      IF m ->> 'op' <> 'insert' THEN
+        stmt := format('SELECT pg_catalog.to_jsonb(t) FROM ONLY %s t WHERE %s FOR UPDATE', tgt, keypred);
+        PERFORM pg_catalog.set_config('search_path', caller_search_path, true);
+        EXECUTE stmt INTO cur USING key_text;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+      ELSE
+        -- An insert locks no source row (it needs no UPDATE privilege).
+        stmt := format('SELECT pg_catalog.to_jsonb(t) FROM ONLY %s t WHERE %s', tgt, keypred);
+        PERFORM pg_catalog.set_config('search_path', caller_search_path, true);
+        EXECUTE stmt INTO cur USING key_text;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+      END IF;
+      IF cur IS NOT NULL THEN
+        ent := synchro._push_enter(client_id, (m ->> 'id')::uuid, (m ->> 'relation_id')::bigint, m ->> 'key', true);
+        IF m ->> 'op' = 'insert' THEN
+          -- Read the row again once the reservation is locked: a direct write holds that
+          -- lock until it commits, so the row read now is the row of the version in ent.
+          stmt := format('SELECT pg_catalog.to_jsonb(t) FROM ONLY %s t WHERE %s', tgt, keypred);
+          PERFORM pg_catalog.set_config('search_path', caller_search_path, true);
+          EXECUTE stmt INTO cur USING key_text;
+          PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        END IF;
+      ELSE
+        -- Absent (or hidden) to this caller: the push context only, no lock, no version.
+        ent := synchro._push_enter(client_id, (m ->> 'id')::uuid, (m ->> 'relation_id')::bigint, m ->> 'key', false);
+      END IF;
+      written := NULL;
+      outcome := NULL;
+
+      IF m ->> 'op' = 'insert' THEN
+        IF cur IS NOT NULL THEN
+          outcome := jsonb_build_object('id', m ->> 'id', 'status', 'conflict',
+                                        'version', ent.version, 'row', (SELECT coalesce(jsonb_object_agg(e.key, e.value), '{}')
+                                          FROM jsonb_each(cur) e WHERE e.key = ANY (cols::text[])));
+        ELSE
+          SELECT string_agg(format('%I', k), ', ') INTO col_list FROM jsonb_object_keys(m -> 'row') k;
+          stmt := format(
+            'INSERT INTO %s AS t (%s) SELECT %s FROM pg_catalog.jsonb_populate_record(NULL::%s, $1) '
+            'ON CONFLICT (%I) DO NOTHING RETURNING pg_catalog.to_jsonb(t)',
+            tgt, col_list, col_list, tgt, m ->> 'key_column');
+          PERFORM pg_catalog.set_config('search_path', caller_search_path, true);
+          EXECUTE stmt INTO written USING row_in;
+          PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+          IF written IS NULL THEN
+            -- The key exists after all (inserted concurrently, or hidden from this
+            -- caller by row-level security): a conflict, with what the caller may see.
+            -- Only a row it can read gets its reservation locked, then read again: the
+            -- version and the row are those of one committed state.
+            stmt := format('SELECT pg_catalog.to_jsonb(t) FROM ONLY %s t WHERE %s', tgt, keypred);
+            PERFORM pg_catalog.set_config('search_path', caller_search_path, true);
+            EXECUTE stmt INTO cur USING key_text;
+            PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+            IF cur IS NOT NULL THEN
+              ent := synchro._push_enter(client_id, (m ->> 'id')::uuid, (m ->> 'relation_id')::bigint, m ->> 'key', true);
+              stmt := format('SELECT pg_catalog.to_jsonb(t) FROM ONLY %s t WHERE %s', tgt, keypred);
+              PERFORM pg_catalog.set_config('search_path', caller_search_path, true);
+              EXECUTE stmt INTO cur USING key_text;
+              PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+            END IF;
+            outcome := jsonb_build_object('id', m ->> 'id', 'status', 'conflict',
+              'version', CASE WHEN cur IS NULL THEN NULL ELSE ent.version END,
+              'row', CASE WHEN cur IS NULL THEN NULL ELSE (SELECT coalesce(jsonb_object_agg(e.key, e.value), '{}')
+                                                             FROM jsonb_each(cur) e WHERE e.key = ANY (cols::text[])) END);
+          END IF;
+        END IF;
+      ELSIF cur IS NULL THEN
+        -- Update or delete of an absent row (or one this caller cannot see).
+        outcome := jsonb_build_object('id', m ->> 'id', 'status', 'conflict', 'version', NULL, 'row', NULL);
+      ELSIF ent.version IS DISTINCT FROM m ->> 'base_version' OR ent.deleted THEN
+        outcome := jsonb_build_object('id', m ->> 'id', 'status', 'conflict',
+                                      'version', ent.version, 'row', (SELECT coalesce(jsonb_object_agg(e.key, e.value), '{}')
+                                        FROM jsonb_each(cur) e WHERE e.key = ANY (cols::text[])));
+      ELSIF m ->> 'op' = 'update' THEN
+        SELECT string_agg(format('%I', k), ', ') INTO col_list FROM jsonb_object_keys(m -> 'row') k;
+        IF col_list IS NULL THEN
+          -- An update that sets nothing still passes the fence: a new version.
+          stmt := format('UPDATE ONLY %s AS t SET %I = t.%I WHERE %s RETURNING pg_catalog.to_jsonb(t)',
+                         tgt, m ->> 'key_column', m ->> 'key_column', keypred);
+          PERFORM pg_catalog.set_config('search_path', caller_search_path, true);
+          EXECUTE stmt INTO written USING key_text;
+          PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        ELSE
+          stmt := format(
+            'UPDATE ONLY %s AS t SET (%s) = (SELECT %s FROM pg_catalog.jsonb_populate_record(NULL::%s, $2)) '
+            'WHERE %s RETURNING pg_catalog.to_jsonb(t)', tgt, col_list, col_list, tgt, keypred);
+          PERFORM pg_catalog.set_config('search_path', caller_search_path, true);
+          EXECUTE stmt INTO written USING key_text, row_in;
+          PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        END IF;
+        IF written IS NULL THEN
+          RAISE EXCEPTION 'row-level security hid the row from the update' USING ERRCODE = 'insufficient_privilege';
+        END IF;
+      ELSE
+        stmt := format('DELETE FROM ONLY %s AS t WHERE %s RETURNING pg_catalog.jsonb_build_object()', tgt, keypred);
+        PERFORM pg_catalog.set_config('search_path', caller_search_path, true);
+        EXECUTE stmt INTO written USING key_text;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        IF written IS NULL THEN
+          RAISE EXCEPTION 'row-level security hid the row from the delete' USING ERRCODE = 'insufficient_privilege';
+        END IF;
+      END IF;
+
+      ver := synchro._push_leave((m ->> 'relation_id')::bigint, m ->> 'key');
+      IF outcome IS NULL THEN
+        outcome := jsonb_build_object('id', m ->> 'id', 'status', 'accepted', 'version', ver);
+        IF m ->> 'op' <> 'delete' THEN
+          outcome := outcome || jsonb_build_object('row', (SELECT coalesce(jsonb_object_agg(e.key, e.value), '{}')
+                                                             FROM jsonb_each(written) e WHERE e.key = ANY (cols::text[])));
+        END IF;
+      END IF;
+    EXCEPTION WHEN OTHERS THEN
+      GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, con = CONSTRAINT_NAME, colname = COLUMN_NAME;
+      IF left(st, 2) IN ('22', '23') OR st IN ('42501', 'P0001') THEN
+        -- A short, value-free reason: the condition name of the SQLSTATE and, when
+        -- PostgreSQL names one, the constraint or column (identifiers chosen by the
+        -- schema's author, never row data). Message texts are never used: they can
+        -- carry values.
+        reason := CASE st
+          WHEN '23505' THEN 'unique_violation'
+          WHEN '23503' THEN 'foreign_key_violation'
+          WHEN '23502' THEN 'not_null_violation'
+          WHEN '23514' THEN 'check_violation'
+          WHEN '23P01' THEN 'exclusion_violation'
+          WHEN '23001' THEN 'restrict_violation'
+          WHEN '42501' THEN 'insufficient_privilege'
+          WHEN 'P0001' THEN 'raise_exception'
+          WHEN '22P02' THEN 'invalid_text_representation'
+          WHEN '22003' THEN 'numeric_value_out_of_range'
+          WHEN '22001' THEN 'string_data_right_truncation'
+          WHEN '22007' THEN 'invalid_datetime_format'
+          WHEN '22008' THEN 'datetime_field_overflow'
+          WHEN '22012' THEN 'division_by_zero'
+          WHEN '22023' THEN 'invalid_parameter_value'
+          WHEN '22004' THEN 'null_value_not_allowed'
+          ELSE CASE left(st, 2) WHEN '22' THEN 'data_exception' ELSE 'integrity_constraint_violation' END
+        END || CASE WHEN nullif(con, '') IS NOT NULL THEN ' (constraint ' || con || ')'
+                    WHEN nullif(colname, '') IS NOT NULL THEN ' (column ' || colname || ')'
+                    ELSE '' END;
+        outcome := jsonb_build_object('id', m ->> 'id', 'status', 'rejected', 'code', st, 'reason', left(reason, 200));
+      ELSE
+        -- Not this mutation's fault (serialization, deadlock, timeout, fence order,
+        -- unsupported operation, ...): the whole call fails, nothing is written.
+        RAISE;
+      END IF;
+    END;
+    outcome := synchro._push_record(client_id, (m ->> 'id')::uuid, m ->> 'hash', outcome);
+    results := results || outcome;
+  END LOOP;
+  -- SET CONSTRAINTS lasts for the transaction. A push is meant to be its own
+  -- transaction; when a caller runs it inside a larger one, give the rest of that
+  -- transaction the declared modes back: initially deferred constraints deferred again,
+  -- those the caller can name. A constraint in a schema the caller may not use cannot
+  -- be named by it (SET CONSTRAINTS would fail with 42501 and fail every push): it stays
+  -- immediate for the rest of the transaction, which can only make that transaction
+  -- check it earlier, never skip it.
+  SELECT string_agg(DISTINCT format('%I.%I', n.nspname, c.conname), ', ') INTO deferred_list
+    FROM pg_catalog.pg_constraint c JOIN pg_catalog.pg_namespace n ON n.oid = c.connamespace
+   WHERE c.condeferrable AND c.condeferred
+     AND pg_catalog.has_schema_privilege(c.connamespace, 'USAGE');
+  IF deferred_list IS NOT NULL THEN
+    EXECUTE 'SET CONSTRAINTS ' || deferred_list || ' DEFERRED';
+  END IF;
+  RETURN jsonb_build_object('results', array_to_json(results)::jsonb);
+END
+$$;
+
+-- Executable by synchro_app: push calls it as the caller. Called directly it is push
+-- with a search_path of the caller's choosing for the caller's own statements, which
+-- the caller could set anyway.
+REVOKE ALL ON FUNCTION synchro._push_run(text, jsonb, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION synchro._push_run(text, jsonb, text) TO synchro_app;

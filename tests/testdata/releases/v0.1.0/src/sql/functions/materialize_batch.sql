@@ -1,0 +1,85 @@
+-- synchro.materialize_batch: the only path by which a change becomes pull-visible.
+--
+-- The runner stages a batch of consecutive committed source transactions in
+-- pg_temp.synchro_stage (txn = 0, 1, ... in commit order) and calls this once, in the
+-- batch's database transaction; it commits right after. Array element i + 1 describes
+-- transaction i. Each source transaction keeps its own replay identity, events,
+-- effects at its own commit position, registry generation per event and fence
+-- reconciliation; the result equals materializing them one at a time (ADR 001;
+-- tests/batch_test.go compares the two byte for byte).
+--
+-- Runs of consecutive ordinary transactions (synced rows only, no registry activation,
+-- no TRUNCATE, no unchanged-TOAST column) go through the set-based path,
+-- synchro._materialize_run, one statement per phase for the whole run. Any other
+-- transaction goes alone through synchro._materialize_txn. set_based = false sends
+-- every transaction alone: the runner does that when it re-runs a failed batch one
+-- transaction at a time, so that a poison is quarantined with its own identity and
+-- the exact class the reference path gives it.
+--
+-- Returns one outcome per transaction: 'materialized' or 'duplicate' (already durable:
+-- a replay after a crash; nothing written).
+CREATE OR REPLACE FUNCTION synchro.materialize_batch(
+  stream_generation bigint, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamptz[],
+  set_based boolean)
+RETURNS text[]
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+-- Row images render the same whatever the server's defaults.
+SET "TimeZone" TO 'UTC'
+SET "DateStyle" TO 'ISO'
+SET "IntervalStyle" TO 'postgres'
+SET extra_float_digits TO 3
+AS $$
+DECLARE
+  n        int := coalesce(cardinality(commit_lsns), 0);
+  alone    int[] := '{}';
+  outcomes text[] := '{}';
+  i        int := 0;
+  j        int;
+  staged   bigint;
+BEGIN
+  IF n = 0 OR cardinality(end_lsns) IS DISTINCT FROM n OR cardinality(xids) IS DISTINCT FROM n
+     OR cardinality(commit_times) IS DISTINCT FROM n OR set_based IS NULL THEN
+    RAISE EXCEPTION 'materialize_batch: the batch arrays must be non-empty and of one length'
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  -- Only the pack's own messages count: unauthenticated ones are dropped from the
+  -- whole batch (and counted for the runner) before anything counts or pairs them.
+  PERFORM synchro._authenticate_messages();
+  IF set_based THEN
+    -- Transactions the set-based path does not take: they go alone, in order.
+    SELECT coalesce(array_agg(DISTINCT s.txn), '{}') INTO alone
+      FROM pg_temp.synchro_stage s
+      LEFT JOIN synchro.relation r ON r.relid = s.relid AND s.kind = 'R'
+     WHERE s.kind = 'T'
+        OR (s.kind = 'M' AND s.prefix IS DISTINCT FROM 'synchro.fence')
+        OR (s.kind = 'R' AND r.registration_kind IS DISTINCT FROM 'synced')
+        OR cardinality(s.toast) > 0;
+  END IF;
+  WHILE i < n LOOP
+    IF NOT set_based OR i = ANY (alone) THEN
+      outcomes := outcomes || synchro._materialize_txn(i, stream_generation, commit_lsns[i + 1], end_lsns[i + 1],
+                                                       xids[i + 1], commit_times[i + 1]);
+      i := i + 1;
+    ELSE
+      j := i;
+      WHILE j + 1 < n AND NOT (j + 1 = ANY (alone)) LOOP
+        j := j + 1;
+      END LOOP;
+      outcomes := outcomes || synchro._materialize_run(i, j, stream_generation, commit_lsns, end_lsns, xids,
+                                                       commit_times);
+      i := j + 1;
+    END IF;
+  END LOOP;
+  -- Empty the session's work tables for the next batch (they keep rows across
+  -- commits: runner_stage_open). The count is read first: a statement that still
+  -- scans the stage table could not truncate it (55006).
+  SELECT count(*) INTO staged FROM pg_temp.synchro_stage;
+  PERFORM synchro._stage_reset(staged > 2000);
+  RETURN outcomes;
+END
+$$;
+
+REVOKE ALL ON FUNCTION synchro.materialize_batch(bigint, pg_lsn[], pg_lsn[], bigint[], timestamptz[], boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION synchro.materialize_batch(bigint, pg_lsn[], pg_lsn[], bigint[], timestamptz[], boolean) TO synchro_runner;

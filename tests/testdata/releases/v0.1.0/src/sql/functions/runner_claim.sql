@@ -1,0 +1,41 @@
+-- Claims the runner role of this database for the calling session: a session-level
+-- advisory lock that dies with the connection, so a crashed runner never blocks its
+-- successor and two runners never consume one stream. The key is hashed with the
+-- install's secret (synchro._lock_seed), so no other role can hold it by guessing.
+-- Records the runner's settings so readiness needs nothing but this database.
+CREATE OR REPLACE FUNCTION synchro.runner_claim(
+  owner text, pid int, slot_name text, publication text, heartbeat_interval interval)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF NOT pg_try_advisory_lock(hashtextextended('synchro.runner', synchro._lock_seed())) THEN
+    RAISE EXCEPTION 'runner refused: another runner is active for this database' USING ERRCODE = 'object_in_use';
+  END IF;
+  -- Fail closed: a runner reading another publication than the one the registry
+  -- keeps would see none of the registered relations' changes.
+  IF publication IS DISTINCT FROM (SELECT value FROM synchro.setting WHERE name = 'publication') THEN
+    RAISE EXCEPTION 'runner refused: the publication is not the one the registry keeps (synchro.setting publication)'
+      USING ERRCODE = 'SY400';
+  END IF;
+  IF heartbeat_interval IS NULL OR heartbeat_interval <= interval '0' OR heartbeat_interval > interval '1 hour' THEN
+    RAISE EXCEPTION 'runner refused: heartbeat_interval must be positive and at most one hour' USING ERRCODE = 'SY400';
+  END IF;
+  INSERT INTO synchro.runner AS r (singleton, owner, pid, backend_pid, slot_name, publication, database_name,
+                                   started_at, heartbeat_at, heartbeat_interval, state)
+  VALUES (true, left(owner, 200), pid, pg_backend_pid(), slot_name, publication, current_database(),
+          now(), now(), heartbeat_interval, 'starting')
+  ON CONFLICT (singleton) DO UPDATE
+    SET owner = excluded.owner, pid = excluded.pid, backend_pid = excluded.backend_pid,
+        slot_name = excluded.slot_name, publication = excluded.publication,
+        database_name = excluded.database_name, started_at = excluded.started_at,
+        heartbeat_at = excluded.heartbeat_at, heartbeat_interval = excluded.heartbeat_interval,
+        registry_generation = NULL, materialized_commit_lsn = NULL, received_lsn = NULL,
+        state = excluded.state;
+END
+$$;
+
+REVOKE ALL ON FUNCTION synchro.runner_claim(text, int, text, text, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION synchro.runner_claim(text, int, text, text, interval) TO synchro_runner;

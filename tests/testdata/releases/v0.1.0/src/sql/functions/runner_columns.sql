@@ -1,0 +1,34 @@
+-- The columns the runner stages for each registered relation (issue 13, item 4a).
+--
+-- The runner stages only registered columns of a WAL tuple: a column nobody registered
+-- (a json value jsonb refuses, a huge document) must not be able to stop the stream.
+-- For each relation ever registered (relid = the WAL's relation OID) this returns the
+-- union of its registered columns over every registry generation, pending ones
+-- included, plus its key: a superset of the columns of whichever generation
+-- materialization selects for an event, so nothing a generation needs is left out.
+-- Materialization still checks every registered column against the WAL's relation
+-- (drift) from the staged relation row, which keeps every column's name and type.
+--
+-- xid: the source transaction being decoded when a registry activation message
+-- arrived mid-stream (NULL at session start). Its registrations are read only once it
+-- is visible (synchro._await_visible), so later row events of that same transaction
+-- stage the newly registered columns.
+CREATE OR REPLACE FUNCTION synchro.runner_columns(xid bigint DEFAULT NULL)
+RETURNS TABLE (relid oid, columns text[])
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM synchro._await_visible(runner_columns.xid);
+  RETURN QUERY
+  SELECT r.relid, array_agg(DISTINCT c.name ORDER BY c.name)
+    FROM synchro.relation r
+    LEFT JOIN synchro.registration g ON g.relation_id = r.relation_id
+    CROSS JOIN LATERAL unnest(coalesce(g.columns::text[], '{}') || r.key_column::text) AS c(name)
+   GROUP BY r.relid;
+END
+$$;
+
+REVOKE ALL ON FUNCTION synchro.runner_columns(bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION synchro.runner_columns(bigint) TO synchro_runner;

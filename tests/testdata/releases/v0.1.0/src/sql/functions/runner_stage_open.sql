@@ -1,0 +1,102 @@
+-- Creates the session's staging and work tables (temporary, owned by the pack's owner).
+-- They keep their rows across commits (ON COMMIT PRESERVE ROWS) and are emptied by
+-- synchro._stage_reset at the end of every batch: ON COMMIT DELETE ROWS truncated a
+-- dozen tables and rebuilt their indexes at every commit, which cost about 10 ms per
+-- batch and invalidated every cached plan that uses them (so each batch replanned its
+-- statements). A failed batch rolls its rows back with it. The runner COPYs the events of a batch of consecutive
+-- source transactions into pg_temp.synchro_stage (txn = the transaction's index in
+-- the batch), then calls synchro.materialize_batch once: the events stream into the
+-- materialization transaction instead of travelling as one giant argument.
+CREATE OR REPLACE FUNCTION synchro.runner_stage_open() RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF to_regclass('pg_temp.synchro_stage') IS NOT NULL THEN
+    -- Made by an earlier call, unless the session made its own tables of these names
+    -- first: materialize writes them with the owner's rights, so a table of the caller
+    -- (with its triggers or policies) would run the caller's code as the owner.
+    IF EXISTS (SELECT 1 FROM pg_class c
+                WHERE c.relnamespace = pg_my_temp_schema() AND c.relname LIKE 'synchro\_%'
+                  AND c.relowner <> current_user::regrole) THEN
+      RAISE EXCEPTION 'runner refused: the session holds temporary synchro_ tables it made itself'
+        USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN;
+  END IF;
+  CREATE TEMP TABLE synchro_stage (
+    txn           int NOT NULL,    -- index of the source transaction in the batch, from 0
+    seq           int NOT NULL,    -- position in decoded order within the source transaction
+    kind          "char" NOT NULL, -- R relation, I/U/D row, T truncate, M message
+    event_ordinal int,             -- I/U/D/T: row-event ordinal
+    relid         oid,
+    nspname       text,
+    relname       text,
+    replident     "char",
+    col_names     text[],
+    col_types     oid[],
+    col_keys      boolean[],
+    new_row       jsonb,
+    old_row       jsonb,
+    toast         text[],
+    truncated     oid[],
+    prefix        text,
+    content       jsonb
+  ) ON COMMIT PRESERVE ROWS;
+  EXECUTE format('GRANT INSERT, SELECT ON TABLE pg_temp.synchro_stage TO %I', session_user);
+
+  -- Work tables of synchro._materialize_txn and synchro.runner_baseline.
+  CREATE TEMP TABLE synchro_w_rows (
+    seq int, event_ordinal int, op text, relation_id bigint, registration_kind text, table_id text,
+    key_column name, key_type text, pk text, reg_gen bigint, new_row jsonb, toast text[],
+    grp_rank int, fence_id uuid, version text
+  ) ON COMMIT PRESERVE ROWS;
+  CREATE TEMP TABLE synchro_w_final (
+    relation_id bigint, pk text, pk_int bigint, registration_kind text, table_id text, op text,
+    new_row jsonb, toast text[], version text, event_ordinal int, image jsonb,
+    PRIMARY KEY (relation_id, pk)
+  ) ON COMMIT PRESERVE ROWS;
+  CREATE TEMP TABLE synchro_w_impacted (
+    relation_id bigint, pk text, event_ordinal int, touched boolean,
+    PRIMARY KEY (relation_id, pk)
+  ) ON COMMIT PRESERVE ROWS;
+  CREATE TEMP TABLE synchro_w_scopes (
+    relation_id bigint, pk text, scope text
+  ) ON COMMIT PRESERVE ROWS;
+  CREATE TEMP TABLE synchro_w_oldscopes (
+    relation_id bigint, pk text, scope text
+  ) ON COMMIT PRESERVE ROWS;
+  CREATE TEMP TABLE synchro_w_depvals (
+    relation_id bigint, column_name name, value text, event_ordinal int
+  ) ON COMMIT PRESERVE ROWS;
+
+  -- Work tables of the set-based path (synchro._materialize_run), keyed by the
+  -- transaction's index t in the batch.
+  CREATE TEMP TABLE synchro_b_txn (
+    t int PRIMARY KEY, commit_lsn pg_lsn, end_lsn pg_lsn, xid bigint, commit_time timestamptz, n_events int
+  ) ON COMMIT PRESERVE ROWS;
+  CREATE TEMP TABLE synchro_b_rows (
+    t int, seq int, event_ordinal int, op text, relation_id bigint, table_id text, key_column name,
+    key_type text, pk text, new_row jsonb, old_pk text, grp_rank int, fence_id uuid, version text
+  ) ON COMMIT PRESERVE ROWS;
+  -- One link per (transaction, row): the row's last event in that transaction.
+  CREATE TEMP TABLE synchro_b_links (
+    t int, relation_id bigint, pk text, pk_int bigint, table_id text, key_type text, op text,
+    new_row jsonb, version text, event_ordinal int, image jsonb, link int, last boolean,
+    PRIMARY KEY (relation_id, pk, t)
+  ) ON COMMIT PRESERVE ROWS;
+  -- The row-image SQL of each (relation, registry generation, source), made once per
+  -- session by synchro._image_sql: registrations in effect never change.
+  CREATE TEMP TABLE synchro_image_sql (
+    relation_id bigint, generation bigint, src text, live boolean, sql text NOT NULL,
+    PRIMARY KEY (relation_id, generation, src, live)
+  ) ON COMMIT PRESERVE ROWS;
+  CREATE TEMP TABLE synchro_b_scopes (
+    t int, relation_id bigint, pk text, scope text
+  ) ON COMMIT PRESERVE ROWS;
+END
+$$;
+
+REVOKE ALL ON FUNCTION synchro.runner_stage_open() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION synchro.runner_stage_open() TO synchro_runner;
