@@ -25,7 +25,7 @@ BEGIN
   SELECT s.value::bigint INTO window_s FROM synchro.setting s WHERE s.name = 'consumer_group_resume_window_seconds';
   SELECT sg.generation_start_lsn INTO start FROM synchro.stream_generation sg WHERE sg.stream_generation = gen;
   SELECT min(f.first_pending - 1) INTO floor_
-    FROM synchro.consumer_group g
+    FROM synchro.consumer_group_state g
     CROSS JOIN LATERAL (
       SELECT min(c.commit_lsn) AS first_pending FROM synchro.change c
        WHERE c.stream_generation = gen

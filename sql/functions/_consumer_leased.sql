@@ -5,18 +5,18 @@
 -- otherwise (a removed group has no lease, so every token is lost). A group created
 -- before the stream existed adopts the generation_start of the active stream here.
 CREATE OR REPLACE FUNCTION synchro._consumer_leased(name text, token bigint, unexpired boolean)
-RETURNS synchro.consumer_group
+RETURNS synchro.consumer_group_state
 LANGUAGE plpgsql
 -- No SET clause: an internal helper, called only from functions that pinned
 -- search_path already.
 AS $$
 DECLARE
-  g synchro.consumer_group;
+  g synchro.consumer_group_state;
 BEGIN
   IF name IS NULL OR name !~ '^[a-z][a-z0-9_]{0,62}$' THEN
     RAISE EXCEPTION 'invalid_argument: name must match ^[a-z][a-z0-9_]{0,62}$' USING ERRCODE = 'SY400';
   END IF;
-  SELECT * INTO g FROM synchro.consumer_group cg WHERE cg.name = _consumer_leased.name FOR UPDATE;
+  SELECT * INTO g FROM synchro.consumer_group_state cg WHERE cg.name = _consumer_leased.name FOR UPDATE;
   IF NOT FOUND THEN
     RAISE EXCEPTION 'invalid_argument: unknown consumer group' USING ERRCODE = 'SY400';
   END IF;
@@ -25,13 +25,13 @@ BEGIN
     RAISE EXCEPTION 'lease_lost: the token is not the current lease of the consumer group' USING ERRCODE = 'SY412';
   END IF;
   IF g.stream_generation IS NULL THEN
-    UPDATE synchro.consumer_group cg
+    UPDATE synchro.consumer_group_state cg
        SET stream_generation = p.stream_generation, checkpoint_lsn = p.generation_start_lsn
       FROM synchro.progress p
      WHERE cg.name = g.name
     RETURNING cg.* INTO g;
     IF NOT FOUND THEN
-      SELECT * INTO g FROM synchro.consumer_group cg WHERE cg.name = _consumer_leased.name;
+      SELECT * INTO g FROM synchro.consumer_group_state cg WHERE cg.name = _consumer_leased.name;
     END IF;
   END IF;
   RETURN g;

@@ -9,7 +9,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  g    synchro.consumer_group;
+  g    synchro.consumer_group_state;
   pgen bigint;
   plsn pg_lsn;
 BEGIN
@@ -29,7 +29,7 @@ BEGIN
     RAISE EXCEPTION 'invalid_argument: the position was not handed to this consumer group after its checkpoint'
       USING ERRCODE = 'SY400';
   END IF;
-  UPDATE synchro.consumer_group cg
+  UPDATE synchro.consumer_group_state cg
      SET checkpoint_lsn = plsn, acked_at = now(),
          handed_through = CASE WHEN plsn < g.handed_through THEN g.handed_through END
    WHERE cg.name = g.name;

@@ -11,7 +11,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  g     synchro.consumer_group;
+  g     synchro.consumer_group_state;
   now_  timestamptz := clock_timestamp();
   tok   bigint;
 BEGIN
@@ -25,7 +25,7 @@ BEGIN
   IF lease_seconds IS NULL OR lease_seconds NOT BETWEEN 1 AND 86400 THEN
     RAISE EXCEPTION 'invalid_argument: lease_seconds must be 1 to 86400' USING ERRCODE = 'SY400';
   END IF;
-  SELECT * INTO g FROM synchro.consumer_group cg WHERE cg.name = acquire_lease.name FOR UPDATE;
+  SELECT * INTO g FROM synchro.consumer_group_state cg WHERE cg.name = acquire_lease.name FOR UPDATE;
   IF NOT FOUND THEN
     RAISE EXCEPTION 'invalid_argument: unknown consumer group' USING ERRCODE = 'SY400';
   END IF;
@@ -39,7 +39,7 @@ BEGIN
       USING ERRCODE = '55P03';
   END IF;
   tok := g.last_token + 1;
-  UPDATE synchro.consumer_group cg
+  UPDATE synchro.consumer_group_state cg
      SET last_token = tok, lease_token = tok, lease_owner = owner,
          lease_expires_at = now_ + make_interval(secs => lease_seconds),
          handed_through = CASE WHEN g.lease_owner = owner THEN g.handed_through END

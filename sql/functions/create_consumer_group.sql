@@ -50,7 +50,7 @@ BEGIN
   END IF;
   -- Before the stream exists both starts are the first generation's start
   -- (synchro._consumer_leased adopts it).
-  INSERT INTO synchro.consumer_group (name, table_ids, stream_generation, checkpoint_lsn)
+  INSERT INTO synchro.consumer_group_state (name, table_ids, stream_generation, checkpoint_lsn)
   VALUES (create_consumer_group.name, tids, p.stream_generation, cp)
   ON CONFLICT DO NOTHING;
   IF NOT FOUND THEN

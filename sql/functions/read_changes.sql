@@ -17,7 +17,7 @@ SET search_path = pg_catalog, pg_temp
 SET "TimeZone" TO 'UTC'
 AS $$
 DECLARE
-  g       synchro.consumer_group;
+  g       synchro.consumer_group_state;
   gen     bigint;
   horizon pg_lsn;
   lsns    pg_lsn[];
@@ -34,7 +34,7 @@ BEGIN
   g := synchro._consumer_leased(name, token, true);
   IF g.stream_generation IS NULL THEN
     -- No stream yet: nothing to read.
-    UPDATE synchro.consumer_group cg SET handed_through = NULL WHERE cg.name = g.name;
+    UPDATE synchro.consumer_group_state cg SET handed_through = NULL WHERE cg.name = g.name;
     RETURN jsonb_build_object('transactions', '[]'::jsonb, 'has_more', false);
   END IF;
 
@@ -93,7 +93,7 @@ BEGIN
          AND (g.table_ids IS NULL OR c.table_id = ANY (g.table_ids))) ch;
 
   -- The outstanding batch ends at this read's last transaction.
-  UPDATE synchro.consumer_group cg SET handed_through = lsns[cardinality(lsns)] WHERE cg.name = g.name;
+  UPDATE synchro.consumer_group_state cg SET handed_through = lsns[cardinality(lsns)] WHERE cg.name = g.name;
   RETURN jsonb_build_object('transactions', txns, 'has_more', more);
 END
 $$;

@@ -16,7 +16,7 @@ BEGIN
   IF confirm IS DISTINCT FROM name THEN
     RAISE EXCEPTION 'invalid_argument: confirm must equal name' USING ERRCODE = 'SY400';
   END IF;
-  UPDATE synchro.consumer_group cg
+  UPDATE synchro.consumer_group_state cg
      SET retention_released_at = coalesce(cg.retention_released_at, now())
    WHERE cg.name = release_consumer_retention.name;
   IF NOT FOUND THEN

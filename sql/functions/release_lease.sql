@@ -9,10 +9,10 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  g synchro.consumer_group;
+  g synchro.consumer_group_state;
 BEGIN
   g := synchro._consumer_leased(name, token, false);
-  UPDATE synchro.consumer_group cg
+  UPDATE synchro.consumer_group_state cg
      SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, handed_through = NULL
    WHERE cg.name = g.name;
 END

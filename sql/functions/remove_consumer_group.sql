@@ -11,7 +11,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  g synchro.consumer_group;
+  g synchro.consumer_group_state;
 BEGIN
   IF name IS NULL OR name !~ '^[a-z][a-z0-9_]{0,62}$' THEN
     RAISE EXCEPTION 'invalid_argument: name must match ^[a-z][a-z0-9_]{0,62}$' USING ERRCODE = 'SY400';
@@ -19,14 +19,14 @@ BEGIN
   IF confirm IS DISTINCT FROM name THEN
     RAISE EXCEPTION 'invalid_argument: confirm must equal name' USING ERRCODE = 'SY400';
   END IF;
-  SELECT * INTO g FROM synchro.consumer_group cg WHERE cg.name = remove_consumer_group.name FOR UPDATE;
+  SELECT * INTO g FROM synchro.consumer_group_state cg WHERE cg.name = remove_consumer_group.name FOR UPDATE;
   IF NOT FOUND THEN
     RAISE EXCEPTION 'invalid_argument: unknown consumer group' USING ERRCODE = 'SY400';
   END IF;
   IF g.removed_at IS NOT NULL THEN
     RETURN;
   END IF;
-  UPDATE synchro.consumer_group cg
+  UPDATE synchro.consumer_group_state cg
      SET removed_at = now(), lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, handed_through = NULL
    WHERE cg.name = g.name;
 END

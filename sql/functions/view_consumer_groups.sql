@@ -16,7 +16,7 @@ SELECT g.name,
        g.acked_at,
        g.retention_released_at,
        g.created_at
-  FROM synchro.consumer_group g
+  FROM synchro.consumer_group_state g
   LEFT JOIN synchro.progress p ON true
   LEFT JOIN LATERAL (
     SELECT count(DISTINCT c.commit_lsn) AS transactions, min(c.commit_time) AS oldest

@@ -59,7 +59,7 @@ CREATE TABLE synchro.change_retention (
 -- the generation's start LSN is generation_start (no transaction commits at it).
 -- stream_generation NULL: created before the stream existed, starts at the first
 -- generation's start (adopted by the group's first call).
-CREATE TABLE synchro.consumer_group (
+CREATE TABLE synchro.consumer_group_state (
   name              text PRIMARY KEY CONSTRAINT consumer_group_name CHECK (name ~ '^[a-z][a-z0-9_]{0,62}$'),
   table_ids         text[], -- NULL: every synced table
   stream_generation bigint,
@@ -108,4 +108,4 @@ DROP FUNCTION IF EXISTS synchro._consumer_lock_key();
 DROP FUNCTION IF EXISTS synchro._mat_changes(bigint, pg_lsn, timestamptz);
 ALTER TABLE synchro.setting DROP CONSTRAINT setting_consumer_group_resume_window;
 DELETE FROM synchro.setting WHERE name = 'consumer_group_resume_window_seconds';
-DROP TABLE synchro.consumer_group, synchro.change_retention, synchro.change;
+DROP TABLE synchro.consumer_group_state, synchro.change_retention, synchro.change;
