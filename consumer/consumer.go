@@ -308,7 +308,11 @@ func consume(ctx context.Context, cfg Config, l *lease, h Handler) error {
 		}
 		last := page.Transactions[len(page.Transactions)-1].Position
 		err = l.call(func(tok int64) error {
-			return q.AckPosition(l.ctx, gen.AckPositionParams{Name: cfg.Group, Token: tok, Position: last})
+			// The handler's work is done: acknowledge it even when Run is stopping
+			// (a lost lease is refused by call before this runs).
+			actx, cancel := context.WithTimeout(context.WithoutCancel(l.ctx), 10*time.Second)
+			defer cancel()
+			return q.AckPosition(actx, gen.AckPositionParams{Name: cfg.Group, Token: tok, Position: last})
 		})
 		if err != nil {
 			return readError(ctx, l, err)
