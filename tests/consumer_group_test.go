@@ -592,3 +592,64 @@ func TestConsumerGroupCreateDuringCompact(t *testing.T) {
 	require.Len(t, r.Transactions, 1, "the group starts after what compact deleted")
 	require.NotContains(t, all, r.Transactions[0].Position)
 }
+
+// groupGauge reads a per-group gauge of the runner's metrics; false when the group has
+// no series.
+func groupGauge(t *testing.T, rr *runningRunner, name, group string) (float64, bool) {
+	t.Helper()
+	mfs, err := rr.metrics.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "group" && lp.GetValue() == group {
+					return m.GetGauge().GetValue(), true
+				}
+			}
+		}
+	}
+	return 0, false
+}
+
+// /metrics carries each group's lag, as synchro.consumer_groups computes it: it
+// grows with unacknowledged transactions, goes to zero with the ack, and a removed
+// group's series goes.
+func TestConsumerGroupLagMetrics(t *testing.T) {
+	t.Parallel()
+	db := runnerSetup(t)
+	cfg := testRunnerConfig(t, db)
+	cfg.MetricsInterval = 100 * time.Millisecond
+	rr := startRunner(t, cfg)
+	waitStream(t, db)
+	mustExec(t, db, `SELECT synchro.create_consumer_group('metered')`)
+	for i := 10; i < 13; i++ {
+		mustExec(t, db, `INSERT INTO items (id, owner) VALUES ($1, 'a')`, i)
+	}
+	waitChangeTxns(t, db, 3)
+	eventually(t, 10*time.Second, "a lag of 3 transactions in /metrics", func() bool {
+		v, ok := groupGauge(t, rr, "synchro_consumer_group_lag_transactions", "metered")
+		s, _ := groupGauge(t, rr, "synchro_consumer_group_lag_seconds", "metered")
+		return ok && v == 3 && s > 0
+	})
+
+	c := consumerConn(t, db)
+	tok, err := acquireLease(c, "metered", "me", 60)
+	require.NoError(t, err)
+	r, err := readChanges(c, "metered", tok, 100, 1<<20)
+	require.NoError(t, err)
+	require.NoError(t, ackPosition(c, "metered", tok, r.Transactions[2].Position))
+	eventually(t, 10*time.Second, "no lag in /metrics", func() bool {
+		v, ok := groupGauge(t, rr, "synchro_consumer_group_lag_transactions", "metered")
+		s, _ := groupGauge(t, rr, "synchro_consumer_group_lag_seconds", "metered")
+		return ok && v == 0 && s == 0
+	})
+	_, err = c.Exec(context.Background(), `SELECT synchro.remove_consumer_group('metered', 'metered')`)
+	require.NoError(t, err)
+	eventually(t, 10*time.Second, "the removed group's series to go", func() bool {
+		_, ok := groupGauge(t, rr, "synchro_consumer_group_lag_transactions", "metered")
+		return !ok
+	})
+}
