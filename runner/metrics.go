@@ -38,8 +38,8 @@ type Metrics struct {
 	refreshErrors    prometheus.Counter
 	groupLagTxns     *prometheus.GaugeVec // group
 	groupLagSeconds  *prometheus.GaugeVec // group
-	peakBuffer       int64 // guarded by the byte budget's lock
-	peakBatch        int64 // applier goroutine only
+	peakBuffer       int64                // guarded by the byte budget's lock
+	peakBatch        int64                // applier goroutine only
 }
 
 // NewMetrics creates the metrics and registers them with reg.
