@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -652,4 +653,97 @@ func TestConsumerGroupLagMetrics(t *testing.T) {
 		_, ok := groupGauge(t, rr, "synchro_consumer_group_lag_transactions", "metered")
 		return !ok
 	})
+}
+
+// Hostile input to every consumer-group function, as a consumer login: NULLs, 10 MB
+// values, control characters, SQL-injection-shaped names, limits out of range, stale
+// tokens. Each answers its contract error with a bounded message that never echoes the
+// input, and writes nothing.
+func TestHostileConsumerGroups(t *testing.T) {
+	t.Parallel()
+	db := groupsSetup(t)
+	ctx := context.Background()
+	mustExec(t, db, `SELECT synchro.create_consumer_group('g')`)
+	var tok int64
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT synchro.acquire_lease('g', 'holder', 3600)`).Scan(&tok))
+	role := pgx.Identifier{"hostile_consumer_" + randomSuffix()}.Sanitize()
+	mustExec(t, db, `CREATE ROLE `+role+` LOGIN IN ROLE synchro_consumer`)
+	t.Cleanup(func() { _, _ = db.Pool.Exec(context.Background(), `DROP ROLE `+role) })
+	c, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	defer c.Close(ctx)
+	_, err = c.Exec(ctx, `SET ROLE `+role)
+	require.NoError(t, err)
+
+	many := make([]string, 1001)
+	for i := range many {
+		many[i] = "items"
+	}
+	const (
+		create  = `SELECT synchro.create_consumer_group($1::text, $2::text, $3::text[])`
+		acquire = `SELECT synchro.acquire_lease($1::text, $2::text, $3::int)`
+		read    = `SELECT synchro.read_changes($1::text, $2::bigint, $3::int, $4::int)`
+		ack     = `SELECT synchro.ack($1::text, $2::bigint, $3::text)`
+		release = `SELECT synchro.release_lease($1::text, $2::bigint)`
+		remove  = `SELECT synchro.remove_consumer_group($1::text, $2::text)`
+	)
+	cases := []struct {
+		name, sql string
+		args      []any
+		code      string
+	}{
+		{"create null name", create, []any{nil, "earliest", nil}, "SY400"},
+		{"create 10MB name", create, []any{tenMB, "earliest", nil}, "SY400"},
+		{"create injection name", create, []any{injection, "earliest", nil}, "SY400"},
+		{"create unicode name", create, []any{"grüppe", "earliest", nil}, "SY400"},
+		{"create control name", create, []any{"a\x01b", "earliest", nil}, "SY400"},
+		{"create 10MB start", create, []any{"h", tenMB, nil}, "SY400"},
+		{"create null start", create, []any{"h", nil, nil}, "SY400"},
+		{"create 10MB table id", create, []any{"h", "earliest", []string{tenMB}}, "SY400"},
+		{"create injection table id", create, []any{"h", "earliest", []string{injection}}, "SY400"},
+		{"create 1001 table ids", create, []any{"h", "earliest", many}, "SY400"},
+		{"create existing", create, []any{"g", "earliest", nil}, "SY400"},
+		{"acquire null owner", acquire, []any{"g", nil, 10}, "SY400"},
+		{"acquire 10MB owner", acquire, []any{"g", tenMB, 10}, "SY400"},
+		{"acquire control owner", acquire, []any{"g", "a\tb", 10}, "SY400"},
+		{"acquire null seconds", acquire, []any{"g", "o", nil}, "SY400"},
+		{"acquire negative seconds", acquire, []any{"g", "o", -1}, "SY400"},
+		{"acquire max seconds", acquire, []any{"g", "o", math.MaxInt32}, "SY400"},
+		{"acquire unknown", acquire, []any{injection, "o", 10}, "SY400"},
+		{"acquire held", acquire, []any{"g", "o", 10}, "55P03"},
+		{"read null token", read, []any{"g", nil, 10, 10}, "SY412"},
+		{"read forged token", read, []any{"g", tok + 1, 10, 10}, "SY412"},
+		{"read negative token", read, []any{"g", int64(math.MinInt64), 10, 10}, "SY412"},
+		{"read null limit", read, []any{"g", tok, nil, 10}, "SY400"},
+		{"read huge limit", read, []any{"g", tok, math.MaxInt32, 10}, "SY400"},
+		{"read null bytes", read, []any{"g", tok, 10, nil}, "SY400"},
+		{"read negative bytes", read, []any{"g", tok, 10, math.MinInt32}, "SY400"},
+		{"read 10MB name", read, []any{tenMB, tok, 10, 10}, "SY400"},
+		{"ack null position", ack, []any{"g", tok, nil}, "SY400"},
+		{"ack 10MB position", ack, []any{"g", tok, tenMB}, "SY400"},
+		{"ack injection position", ack, []any{"g", tok, injection}, "SY400"},
+		{"ack overflowing position", ack, []any{"g", tok, "999999999999999999:FFFFFFFF/FFFFFFFF"}, "SY400"},
+		{"ack unhanded position", ack, []any{"g", tok, "1:0/FFFFFF"}, "SY400"},
+		{"ack forged token", ack, []any{"g", tok + 1, "1:0/FFFFFF"}, "SY412"},
+		{"release forged token", release, []any{"g", tok - 1, nil}, "SY412"},
+		{"release null token", release, []any{"g", nil}, "SY412"},
+		{"remove null name", remove, []any{nil, nil}, "SY400"},
+		{"remove 10MB confirm", remove, []any{"g", tenMB}, "SY400"},
+		{"remove injection", remove, []any{injection, injection}, "SY400"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			args := tc.args
+			if tc.sql == release && len(args) == 3 {
+				args = args[:2]
+			}
+			before := packSnapshot(t, db)
+			_, err := c.Exec(ctx, tc.sql, args...)
+			pgErr := requireSQLState(t, err, tc.code)
+			text := pgErr.Message + "\n" + pgErr.Detail + "\n" + pgErr.Hint
+			require.LessOrEqual(t, len(text), 400, "an error message is bounded: %.400s", text)
+			require.NotContains(t, text, hostileMarker, "an error never echoes the input")
+			require.Equal(t, before, packSnapshot(t, db), "a refused call writes nothing")
+		})
+	}
 }
