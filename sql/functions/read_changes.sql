@@ -20,9 +20,10 @@ DECLARE
   g       synchro.consumer_group_state;
   gen     bigint;
   horizon pg_lsn;
-  lsns    pg_lsn[];
-  times   timestamptz[];
-  more    boolean;
+  lsns     pg_lsn[];
+  last_lsn pg_lsn;
+  cut      boolean;
+  more     boolean;
   txns    jsonb;
 BEGIN
   IF max_transactions IS NULL OR max_transactions NOT BETWEEN 1 AND 10000 THEN
@@ -53,47 +54,56 @@ BEGIN
       USING ERRCODE = 'SY409';
   END IF;
 
-  -- The transactions of this read: each transaction's size is the JSON text length of
-  -- its row images and keys; the running total decides where the read stops.
-  WITH tx AS MATERIALIZED (
-    SELECT c.commit_lsn, min(c.commit_time) AS commit_time,
-           sum(coalesce(octet_length(c.image::text), 0) + octet_length(c.pk))::bigint AS bytes
-      FROM synchro.change c
-     WHERE c.stream_generation = gen AND c.commit_lsn > g.checkpoint_lsn
-       AND (g.table_ids IS NULL OR c.table_id = ANY (g.table_ids))
-     GROUP BY c.commit_lsn
-     ORDER BY c.commit_lsn
-     LIMIT max_transactions + 1),
-  s AS (
-    SELECT tx.commit_lsn, tx.commit_time, row_number() OVER w AS rn, sum(tx.bytes) OVER w AS running
-      FROM tx
-    WINDOW w AS (ORDER BY tx.commit_lsn ROWS UNBOUNDED PRECEDING))
-  SELECT array_agg(s.commit_lsn ORDER BY s.rn) FILTER (WHERE s.rn <= max_transactions AND (s.rn = 1 OR s.running <= max_bytes)),
-         array_agg(s.commit_time ORDER BY s.rn) FILTER (WHERE s.rn <= max_transactions AND (s.rn = 1 OR s.running <= max_bytes)),
-         coalesce(bool_or(NOT (s.rn <= max_transactions AND (s.rn = 1 OR s.running <= max_bytes))), false)
-    INTO lsns, times, more
-    FROM s;
-
-  SELECT coalesce(jsonb_agg(jsonb_build_object('position', gen::text || ':' || x.l::text,
-                                               'commit_time', x.ct,
-                                               'changes', ch.changes) ORDER BY x.i), '[]'::jsonb)
-    INTO txns
-    FROM unnest(lsns, times) WITH ORDINALITY AS x(l, ct, i)
-    CROSS JOIN LATERAL (
-      SELECT jsonb_agg(jsonb_build_object(
-               'change_id', gen::text || ':' || c.commit_lsn::text || ':' || c.event_ordinal::text,
-               'table', c.table_id,
-               'pk', CASE WHEN r.key_type = 'string' THEN to_jsonb(c.pk) ELSE to_jsonb(c.pk::bigint) END,
-               'op', c.op,
-               'version', c.version,
-               'row', c.image) ORDER BY c.event_ordinal) AS changes
+  -- The transactions this read may deliver: the first max_transactions (+ 1, to
+  -- tell has_more) after the checkpoint, from the primary key in order.
+  SELECT array_agg(x.commit_lsn ORDER BY x.commit_lsn) INTO lsns
+    FROM (SELECT DISTINCT c.commit_lsn FROM synchro.change c
+           WHERE c.stream_generation = gen AND c.commit_lsn > g.checkpoint_lsn
+             AND (g.table_ids IS NULL OR c.table_id = ANY (g.table_ids))
+           ORDER BY c.commit_lsn
+           LIMIT max_transactions + 1) x;
+  more := coalesce(cardinality(lsns), 0) > max_transactions;
+  IF lsns IS NULL THEN
+    txns := '[]'::jsonb;
+  ELSE
+    -- One range scan of their changes. A transaction's size is the JSON text length of
+    -- its row images and keys; the running total at the end of each transaction
+    -- decides where the read stops (the first transaction always comes whole).
+    WITH c AS (
+      SELECT c.commit_lsn, c.event_ordinal, c.commit_time, c.table_id, c.pk, c.op, c.version, c.image, r.key_type,
+             dense_rank() OVER w AS tn,
+             sum(coalesce(octet_length(c.image::text), 0) + octet_length(c.pk)) OVER w AS running
         FROM synchro.change c
         JOIN synchro.relation r ON r.relation_id = c.relation_id
-       WHERE c.stream_generation = gen AND c.commit_lsn = x.l
-         AND (g.table_ids IS NULL OR c.table_id = ANY (g.table_ids))) ch;
+       WHERE c.stream_generation = gen AND c.commit_lsn > g.checkpoint_lsn
+         AND c.commit_lsn <= lsns[least(cardinality(lsns), max_transactions)]
+         AND (g.table_ids IS NULL OR c.table_id = ANY (g.table_ids))
+      WINDOW w AS (ORDER BY c.commit_lsn)),
+    kept AS (
+      SELECT * FROM c WHERE c.tn = 1 OR c.running <= max_bytes),
+    tx AS (
+      SELECT k.commit_lsn,
+             jsonb_build_object(
+               'position', gen::text || ':' || k.commit_lsn::text,
+               'commit_time', min(k.commit_time),
+               'changes', jsonb_agg(jsonb_build_object(
+                 'change_id', gen::text || ':' || k.commit_lsn::text || ':' || k.event_ordinal::text,
+                 'table', k.table_id,
+                 'pk', CASE WHEN k.key_type = 'string' THEN to_jsonb(k.pk) ELSE to_jsonb(k.pk::bigint) END,
+                 'op', k.op,
+                 'version', k.version,
+                 'row', k.image) ORDER BY k.event_ordinal)) AS obj
+        FROM kept k
+       GROUP BY k.commit_lsn)
+    SELECT jsonb_agg(tx.obj ORDER BY tx.commit_lsn), max(tx.commit_lsn),
+           count(*) < least(cardinality(lsns), max_transactions)
+      INTO txns, last_lsn, cut
+      FROM tx;
+    more := more OR cut;
+  END IF;
 
   -- The outstanding batch ends at this read's last transaction.
-  UPDATE synchro.consumer_group_state cg SET handed_through = lsns[cardinality(lsns)] WHERE cg.name = g.name;
+  UPDATE synchro.consumer_group_state cg SET handed_through = last_lsn WHERE cg.name = g.name;
   RETURN jsonb_build_object('transactions', txns, 'has_more', more);
 END
 $$;
