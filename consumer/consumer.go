@@ -87,7 +87,8 @@ type Batch struct {
 type Handler func(ctx context.Context, b Batch) error
 
 // Run consumes the group until ctx ends (then it returns nil after giving the lease
-// back), the handler fails (its error, wrapped; the batch stays unacknowledged) or
+// back), the handler fails (its error, wrapped; the batch stays unacknowledged), a
+// database call fails (its error; call Run again to resume from the checkpoint) or
 // the group must be recreated (ErrRebuildRequired). While another owner holds the
 // lease it waits and tries again; a lost lease (expired and taken over) is acquired
 // again and reading resumes from the checkpoint.

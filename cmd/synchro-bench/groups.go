@@ -36,7 +36,12 @@ func runGroups(ctx context.Context, b *bench) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer func() { _ = r.stop() }()
+	stopped := false
+	defer func() {
+		if !stopped {
+			_ = r.stop()
+		}
+	}()
 	if err := waitFor(ctx, 10*time.Minute, 100*time.Millisecond, r.done, baselineDone(ctx, conn)); err != nil {
 		return "", fmt.Errorf("baseline: %w", err)
 	}
@@ -68,6 +73,7 @@ func runGroups(ctx context.Context, b *bench) (string, error) {
 	}); err != nil {
 		return "", fmt.Errorf("materialize: %w", err)
 	}
+	stopped = true
 	if err := r.stop(); err != nil {
 		return "", err
 	}
