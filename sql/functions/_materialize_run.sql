@@ -212,7 +212,7 @@ BEGIN
    WHERE l.link = 1;
 
   -- Consumer groups (issue 11): the run's per-transaction change record, from the links
-  -- and the images just rendered.
+  -- and the images rendered with them.
   PERFORM synchro._mat_changes(gen, NULL, NULL);
 
   -- Projections: the last link of each row decides.
