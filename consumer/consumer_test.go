@@ -24,7 +24,7 @@ import (
 // The helper process of TestKilledConsumerRedeliversItsBatch runs a consumer and
 // nothing else: no cluster of its own.
 func TestMain(m *testing.M) {
-	if os.Getenv("SYNCHRO_CONSUMER_HELPER") != "" {
+	if os.Getenv("CONSUMER_TEST_HELPER_URL") != "" {
 		os.Exit(helperConsumer())
 	}
 	testdb.Main(m)
@@ -190,7 +190,7 @@ func TestThreeGroupsAtDifferentPaces(t *testing.T) {
 // hangs in the handler of the second until it is killed.
 func helperConsumer() int {
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(os.Getenv("SYNCHRO_CONSUMER_HELPER"))
+	cfg, err := pgxpool.ParseConfig(os.Getenv("CONSUMER_TEST_HELPER_URL"))
 	if err != nil {
 		return 2
 	}
@@ -250,7 +250,7 @@ func TestKilledConsumerRedeliversItsBatch(t *testing.T) {
 	order, _ := txnChanges(t, db)
 
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "SYNCHRO_CONSUMER_HELPER="+db.URL)
+	cmd.Env = append(os.Environ(), "CONSUMER_TEST_HELPER_URL="+db.URL)
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	cmd.Stderr = os.Stderr
