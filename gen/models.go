@@ -46,6 +46,7 @@ type SynchroConsumerGroup struct {
 
 type SynchroConsumerGroupState struct {
 	Name                string
+	GroupNo             *int64
 	TableIds            []string
 	StreamGeneration    *int64
 	CheckpointLsn       interface{}

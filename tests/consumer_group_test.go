@@ -358,6 +358,12 @@ func TestConsumerGroupBoundedReads(t *testing.T) {
 	mustExec(t, db, `SELECT synchro.create_consumer_group('notes_only', 'earliest', ARRAY['notes'])`)
 	tn, err := acquireLease(c, "notes_only", "me", 60)
 	require.NoError(t, err)
+	// Tokens of different groups never coincide: a foreign token is refused.
+	require.NotEqual(t, tn, tw)
+	require.NotEqual(t, tn, tok)
+	_, err = readChanges(c, "notes_only", tw, 100, 1<<20)
+	requireSQLState(t, err, "SY412")
+	requireSQLState(t, ackPosition(c, "whole", tn, all[0]), "SY412")
 	r, err = readChanges(c, "notes_only", tn, 100, 1<<20)
 	require.NoError(t, err)
 	require.Equal(t, all[2:], r.positions())

@@ -1,6 +1,6 @@
 -- synchro.acquire_lease (CONTRACT.md "Consumer groups"; docs/sql/acquire_lease.md).
 -- A database-clock lease on the group and its fencing token, one more than the last
--- the group handed out. While another owner's lease is unexpired: 55P03, nothing
+-- the group handed out (a group's tokens never coincide with another group's). While another owner's lease is unexpired: 55P03, nothing
 -- changed. The same owner calling again renews: a new token and a new expiry; its
 -- outstanding batch stays acknowledgeable with the new token. A new owner starts with
 -- nothing outstanding (it reads before it may ack).
@@ -38,7 +38,9 @@ BEGIN
     RAISE EXCEPTION 'lock_not_available: another owner holds an unexpired lease on the consumer group'
       USING ERRCODE = '55P03';
   END IF;
-  tok := g.last_token + 1;
+  -- A group's tokens are group_no * 2^32 + 1, + 2, ... (synchro.consumer_group_state):
+  -- strictly increasing, and never another group's.
+  tok := CASE WHEN g.last_token = 0 THEN g.group_no * 4294967296 + 1 ELSE g.last_token + 1 END;
   UPDATE synchro.consumer_group_state cg
      SET last_token = tok, lease_token = tok, lease_owner = owner,
          lease_expires_at = now_ + make_interval(secs => lease_seconds),

@@ -50,12 +50,17 @@ BEGIN
   END IF;
   -- Before the stream exists both starts are the first generation's start
   -- (synchro._consumer_leased adopts it).
-  INSERT INTO synchro.consumer_group_state (name, table_ids, stream_generation, checkpoint_lsn)
-  VALUES (create_consumer_group.name, tids, p.stream_generation, cp)
-  ON CONFLICT DO NOTHING;
-  IF NOT FOUND THEN
+  -- Checked first, so a refused name draws no group number; a concurrent creation of the
+  -- same name fails on the primary key instead.
+  IF EXISTS (SELECT 1 FROM synchro.consumer_group_state cg WHERE cg.name = create_consumer_group.name) THEN
     RAISE EXCEPTION 'invalid_argument: consumer group name already exists or was removed' USING ERRCODE = 'SY400';
   END IF;
+  BEGIN
+    INSERT INTO synchro.consumer_group_state (name, table_ids, stream_generation, checkpoint_lsn)
+    VALUES (create_consumer_group.name, tids, p.stream_generation, cp);
+  EXCEPTION WHEN unique_violation THEN
+    RAISE EXCEPTION 'invalid_argument: consumer group name already exists or was removed' USING ERRCODE = 'SY400';
+  END;
 END
 $$;
 

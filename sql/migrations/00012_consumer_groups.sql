@@ -61,6 +61,9 @@ CREATE TABLE synchro.change_retention (
 -- generation's start (adopted by the group's first call).
 CREATE TABLE synchro.consumer_group_state (
   name              text PRIMARY KEY CONSTRAINT consumer_group_name CHECK (name ~ '^[a-z][a-z0-9_]{0,62}$'),
+  -- Fencing tokens of the group are group_no * 2^32 + 1, + 2, ...: a token of another
+  -- group never equals this group's, so a foreign token is refused like a stale one.
+  group_no          bigint GENERATED ALWAYS AS IDENTITY UNIQUE CONSTRAINT consumer_group_no CHECK (group_no < 2147483648),
   table_ids         text[], -- NULL: every synced table
   stream_generation bigint,
   checkpoint_lsn    pg_lsn,
