@@ -50,6 +50,10 @@ verify: ## Check generated code, the schema snapshot, vet, go.mod tidiness and f
 bench: ## Run the benchmark harness (BENCH_ARGS are passed through)
 	$(GO) run ./cmd/synchro-bench $(BENCH_ARGS)
 
+.PHONY: bench-groups
+bench-groups: ## Consumer-group read vs pull of the same changes, 100,000-transaction backlog (issue 11)
+	$(GO) run ./cmd/synchro-bench --suite groups --groups-txns 100000 --repeat 3
+
 .PHONY: bench-quick
 bench-quick: ## Short same-run ratios (CI); fails below half of docs/benchmarks.md's figures
 	$(GO) run ./cmd/synchro-bench --suite materialize --repeat 3 --mat-small-txns 10000 --mat-big-txns 20 --no-profile --check docs/benchmarks.md

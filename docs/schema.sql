@@ -400,6 +400,169 @@ $$;
 ALTER FUNCTION synchro._check_render(relation regclass, columns name[]) OWNER TO postgres;
 
 --
+-- Name: _consumer_compact(bigint, pg_lsn); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._consumer_compact(gen bigint, horizon pg_lsn) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  floor_  pg_lsn;
+  h       pg_lsn;
+  batch   int;
+  deleted bigint := 0;
+BEGIN
+  floor_ := synchro._consumer_floor(gen);
+  h := CASE WHEN floor_ IS NULL THEN horizon ELSE least(horizon, floor_) END;
+  IF h IS NOT NULL THEN
+    INSERT INTO synchro.change_retention AS r (stream_generation, horizon_commit_lsn)
+    VALUES (gen, h)
+    ON CONFLICT (stream_generation) DO UPDATE
+      SET horizon_commit_lsn = greatest(r.horizon_commit_lsn, excluded.horizon_commit_lsn), updated_at = now()
+    RETURNING r.horizon_commit_lsn INTO h;
+    LOOP
+      DELETE FROM synchro.change c
+       WHERE c.ctid = ANY (ARRAY(
+         SELECT x.ctid FROM synchro.change x
+          WHERE x.stream_generation = gen AND x.commit_lsn <= h
+          LIMIT 10000));
+      GET DIAGNOSTICS batch = ROW_COUNT;
+      EXIT WHEN batch = 0;
+      deleted := deleted + batch;
+    END LOOP;
+  END IF;
+  -- Changes of retired stream generations are never read again (their groups read SY409).
+  LOOP
+    DELETE FROM synchro.change c
+     WHERE c.ctid = ANY (ARRAY(SELECT x.ctid FROM synchro.change x WHERE x.stream_generation <> gen LIMIT 10000));
+    GET DIAGNOSTICS batch = ROW_COUNT;
+    EXIT WHEN batch = 0;
+    deleted := deleted + batch;
+  END LOOP;
+  RETURN deleted;
+END
+$$;
+
+
+ALTER FUNCTION synchro._consumer_compact(gen bigint, horizon pg_lsn) OWNER TO postgres;
+
+--
+-- Name: _consumer_floor(bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._consumer_floor(gen bigint) RETURNS pg_lsn
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  window_s bigint;
+  start    pg_lsn;
+  floor_   pg_lsn;
+BEGIN
+  PERFORM pg_advisory_xact_lock_shared(synchro._consumer_lock_key());
+  SELECT s.value::bigint INTO window_s FROM synchro.setting s WHERE s.name = 'consumer_group_resume_window_seconds';
+  SELECT sg.generation_start_lsn INTO start FROM synchro.stream_generation sg WHERE sg.stream_generation = gen;
+  SELECT min(f.first_pending - 1) INTO floor_
+    FROM synchro.consumer_group_state g
+    CROSS JOIN LATERAL (
+      SELECT min(c.commit_lsn) AS first_pending FROM synchro.change c
+       WHERE c.stream_generation = gen
+         AND c.commit_lsn > coalesce(g.checkpoint_lsn, start)
+         AND (g.table_ids IS NULL OR c.table_id = ANY (g.table_ids))) f
+   WHERE g.retention_released_at IS NULL
+     -- A missing window setting protects removed groups for ever (fail closed).
+     AND (g.removed_at IS NULL OR window_s IS NULL OR g.removed_at + make_interval(secs => window_s) > now())
+     AND (g.stream_generation = gen OR g.stream_generation IS NULL);
+  RETURN floor_;
+END
+$$;
+
+
+ALTER FUNCTION synchro._consumer_floor(gen bigint) OWNER TO postgres;
+
+SET default_table_access_method = heap;
+
+--
+-- Name: consumer_group_state; Type: TABLE; Schema: synchro; Owner: postgres
+--
+
+CREATE TABLE synchro.consumer_group_state (
+    name text NOT NULL,
+    group_no bigint NOT NULL,
+    table_ids text[],
+    stream_generation bigint,
+    checkpoint_lsn pg_lsn,
+    acked_at timestamp with time zone,
+    last_token bigint DEFAULT 0 NOT NULL,
+    lease_owner text,
+    lease_token bigint,
+    lease_expires_at timestamp with time zone,
+    handed_through pg_lsn,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    removed_at timestamp with time zone,
+    retention_released_at timestamp with time zone,
+    CONSTRAINT consumer_group_lease CHECK ((((lease_owner IS NULL) = (lease_token IS NULL)) AND ((lease_token IS NULL) = (lease_expires_at IS NULL)))),
+    CONSTRAINT consumer_group_name CHECK ((name ~ '^[a-z][a-z0-9_]{0,62}$'::text)),
+    CONSTRAINT consumer_group_no CHECK ((group_no < '2147483648'::bigint)),
+    CONSTRAINT consumer_group_position CHECK (((stream_generation IS NULL) = (checkpoint_lsn IS NULL)))
+);
+
+
+ALTER TABLE synchro.consumer_group_state OWNER TO postgres;
+
+--
+-- Name: _consumer_leased(text, bigint, boolean); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._consumer_leased(name text, token bigint, unexpired boolean) RETURNS synchro.consumer_group_state
+    LANGUAGE plpgsql
+    AS $_$
+DECLARE
+  g synchro.consumer_group_state;
+BEGIN
+  IF name IS NULL OR name !~ '^[a-z][a-z0-9_]{0,62}$' THEN
+    RAISE EXCEPTION 'invalid_argument: name must match ^[a-z][a-z0-9_]{0,62}$' USING ERRCODE = 'SY400';
+  END IF;
+  SELECT * INTO g FROM synchro.consumer_group_state cg WHERE cg.name = _consumer_leased.name FOR UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'invalid_argument: unknown consumer group' USING ERRCODE = 'SY400';
+  END IF;
+  IF token IS NULL OR g.lease_token IS DISTINCT FROM token
+     OR (unexpired AND g.lease_expires_at <= pg_catalog.clock_timestamp()) THEN
+    RAISE EXCEPTION 'lease_lost: the token is not the current lease of the consumer group' USING ERRCODE = 'SY412';
+  END IF;
+  IF g.stream_generation IS NULL THEN
+    UPDATE synchro.consumer_group_state cg
+       SET stream_generation = p.stream_generation, checkpoint_lsn = p.generation_start_lsn
+      FROM synchro.progress p
+     WHERE cg.name = g.name
+    RETURNING cg.* INTO g;
+    IF NOT FOUND THEN
+      SELECT * INTO g FROM synchro.consumer_group_state cg WHERE cg.name = _consumer_leased.name;
+    END IF;
+  END IF;
+  RETURN g;
+END
+$_$;
+
+
+ALTER FUNCTION synchro._consumer_leased(name text, token bigint, unexpired boolean) OWNER TO postgres;
+
+--
+-- Name: _consumer_lock_key(); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._consumer_lock_key() RETURNS bigint
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+  RETURN pg_catalog.hashtextextended('synchro.consumer_group_floor', synchro._lock_seed());
+END
+$$;
+
+
+ALTER FUNCTION synchro._consumer_lock_key() OWNER TO postgres;
+
+--
 -- Name: _cursor(uuid, text, text, text); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -861,6 +1024,38 @@ $$;
 ALTER FUNCTION synchro._mac(payload text, scope text) OWNER TO postgres;
 
 --
+-- Name: _mat_changes(bigint, pg_lsn, timestamp with time zone); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._mat_changes(gen bigint, clsn pg_lsn, commit_time timestamp with time zone) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  IF clsn IS NULL THEN
+    INSERT INTO synchro.change (stream_generation, commit_lsn, event_ordinal, commit_time, relation_id, table_id, pk,
+                                op, version, image)
+    SELECT gen, b.commit_lsn, l.event_ordinal, b.commit_time, l.relation_id, l.table_id, l.pk,
+           CASE WHEN l.op = 'delete' THEN 'delete' ELSE 'upsert' END, l.version,
+           CASE WHEN l.op <> 'delete' THEN l.image END
+      FROM pg_temp.synchro_b_links l
+      JOIN pg_temp.synchro_b_txn b ON b.t = l.t
+     WHERE l.table_id IS NOT NULL;
+  ELSE
+    INSERT INTO synchro.change (stream_generation, commit_lsn, event_ordinal, commit_time, relation_id, table_id, pk,
+                                op, version, image)
+    SELECT gen, clsn, f.event_ordinal, _mat_changes.commit_time, f.relation_id, f.table_id, f.pk,
+           CASE WHEN f.op = 'delete' THEN 'delete' ELSE 'upsert' END, f.version,
+           CASE WHEN f.op <> 'delete' THEN f.image END
+      FROM pg_temp.synchro_w_final f
+     WHERE f.registration_kind = 'synced';
+  END IF;
+END
+$$;
+
+
+ALTER FUNCTION synchro._mat_changes(gen bigint, clsn pg_lsn, commit_time timestamp with time zone) OWNER TO postgres;
+
+--
 -- Name: _mat_check_relations(integer, bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -1249,6 +1444,10 @@ BEGIN
                          WHERE m.relation_id = l.relation_id AND m.pk = l.pk OFFSET 0) m
    WHERE l.link = 1;
 
+  -- Consumer groups (issue 11): the run's per-transaction change record, from the links
+  -- and the images rendered with them.
+  PERFORM synchro._mat_changes(gen, NULL, NULL);
+
   -- Projections: the last link of each row decides.
   DELETE FROM synchro.projection pr
    WHERE pr.ctid = ANY (ARRAY(
@@ -1549,6 +1748,10 @@ BEGIN
                    synchro._image_sql(rel.relation_id, rel.generation, 'f.new_row', false))
     USING rel.relation_id, 'delete';
   END LOOP;
+
+  -- Consumer groups (issue 11): the transaction's change record, from its final state
+  -- and the images just rendered.
+  PERFORM synchro._mat_changes(gen, clsn, _materialize_txn.commit_time);
 
   -- Dependency rule values before and after: the synced rows they reach are impacted.
   -- Statements below that touch the big permanent tables (projection, rule_value,
@@ -2419,8 +2622,6 @@ $$;
 
 ALTER FUNCTION synchro._refuse_truncate() OWNER TO postgres;
 
-SET default_table_access_method = heap;
-
 --
 -- Name: relation; Type: TABLE; Schema: synchro; Owner: postgres
 --
@@ -2802,6 +3003,96 @@ $$;
 ALTER FUNCTION synchro._via_scope_values(via_relation_id bigint, via_match name, via_scope name, value text) OWNER TO postgres;
 
 --
+-- Name: ack(text, bigint, text); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro.ack(name text, token bigint, "position" text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+DECLARE
+  g    synchro.consumer_group_state;
+  pgen bigint;
+  plsn pg_lsn;
+BEGIN
+  g := synchro._consumer_leased(name, token, true);
+  -- Parsed only in the exact shape read_changes writes, so no input fails with a cast
+  -- error instead of SY400.
+  IF ack.position IS NULL OR ack.position !~ '^[0-9]{1,18}:[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$' THEN
+    RAISE EXCEPTION 'invalid_argument: malformed position' USING ERRCODE = 'SY400';
+  END IF;
+  pgen := split_part(ack.position, ':', 1)::bigint;
+  plsn := split_part(ack.position, ':', 2)::pg_lsn;
+  IF g.stream_generation IS NULL OR pgen <> g.stream_generation OR plsn <= g.checkpoint_lsn
+     OR g.handed_through IS NULL OR plsn > g.handed_through
+     OR NOT EXISTS (SELECT 1 FROM synchro.change c
+                     WHERE c.stream_generation = pgen AND c.commit_lsn = plsn
+                       AND (g.table_ids IS NULL OR c.table_id = ANY (g.table_ids))) THEN
+    RAISE EXCEPTION 'invalid_argument: the position was not handed to this consumer group after its checkpoint'
+      USING ERRCODE = 'SY400';
+  END IF;
+  UPDATE synchro.consumer_group_state cg
+     SET checkpoint_lsn = plsn, acked_at = now(),
+         handed_through = CASE WHEN plsn < g.handed_through THEN g.handed_through END
+   WHERE cg.name = g.name;
+END
+$_$;
+
+
+ALTER FUNCTION synchro.ack(name text, token bigint, "position" text) OWNER TO postgres;
+
+--
+-- Name: acquire_lease(text, text, integer); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro.acquire_lease(name text, owner text, lease_seconds integer) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+DECLARE
+  g     synchro.consumer_group_state;
+  now_  timestamptz := clock_timestamp();
+  tok   bigint;
+BEGIN
+  IF name IS NULL OR name !~ '^[a-z][a-z0-9_]{0,62}$' THEN
+    RAISE EXCEPTION 'invalid_argument: name must match ^[a-z][a-z0-9_]{0,62}$' USING ERRCODE = 'SY400';
+  END IF;
+  IF owner IS NULL OR length(owner) NOT BETWEEN 1 AND 200 OR owner ~ '[[:cntrl:]]' THEN
+    RAISE EXCEPTION 'invalid_argument: owner must be 1 to 200 characters without control characters'
+      USING ERRCODE = 'SY400';
+  END IF;
+  IF lease_seconds IS NULL OR lease_seconds NOT BETWEEN 1 AND 86400 THEN
+    RAISE EXCEPTION 'invalid_argument: lease_seconds must be 1 to 86400' USING ERRCODE = 'SY400';
+  END IF;
+  SELECT * INTO g FROM synchro.consumer_group_state cg WHERE cg.name = acquire_lease.name FOR UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'invalid_argument: unknown consumer group' USING ERRCODE = 'SY400';
+  END IF;
+  IF g.removed_at IS NOT NULL THEN
+    RAISE EXCEPTION 'invalid_argument: the consumer group was removed' USING ERRCODE = 'SY400';
+  END IF;
+  -- The lock was taken after now_ was read: compare with the clock after the wait.
+  now_ := clock_timestamp();
+  IF g.lease_owner IS NOT NULL AND g.lease_owner <> owner AND g.lease_expires_at > now_ THEN
+    RAISE EXCEPTION 'lock_not_available: another owner holds an unexpired lease on the consumer group'
+      USING ERRCODE = '55P03';
+  END IF;
+  -- A group's tokens are group_no * 2^32 + 1, + 2, ... (synchro.consumer_group_state):
+  -- strictly increasing, and never another group's.
+  tok := CASE WHEN g.last_token = 0 THEN g.group_no * 4294967296 + 1 ELSE g.last_token + 1 END;
+  UPDATE synchro.consumer_group_state cg
+     SET last_token = tok, lease_token = tok, lease_owner = owner,
+         lease_expires_at = now_ + make_interval(secs => lease_seconds),
+         handed_through = CASE WHEN g.lease_owner = owner THEN g.handed_through END
+   WHERE cg.name = g.name;
+  RETURN tok;
+END
+$_$;
+
+
+ALTER FUNCTION synchro.acquire_lease(name text, owner text, lease_seconds integer) OWNER TO postgres;
+
+--
 -- Name: activate_registry(); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -3019,13 +3310,14 @@ DECLARE
   deleted  bigint := 0;
   batches  int := 0;
   cutoff   timestamptz;
+  changes  bigint := 0; -- consumer groups' change record (issue 11)
 BEGIN
   IF keep IS NULL OR keep < interval '0' THEN
     RAISE EXCEPTION 'compact refused: keep must be a non-negative interval' USING ERRCODE = 'SY400';
   END IF;
   SELECT p.stream_generation INTO gen FROM synchro.progress p;
   IF gen IS NULL THEN
-    RETURN jsonb_build_object('deleted_effects', 0, 'batches', 0, 'horizon', NULL);
+    RETURN jsonb_build_object('deleted_effects', 0, 'batches', 0, 'horizon', NULL, 'deleted_changes', 0);
   END IF;
   -- An enormous keep (beyond the range of timestamptz) keeps everything: nothing was
   -- materialized that long ago.
@@ -3038,7 +3330,7 @@ BEGIN
    WHERE t.stream_generation = gen AND t.materialized_at < cutoff;
   IF horizon IS NULL THEN
     SELECT r.horizon_commit_lsn INTO horizon FROM synchro.retention r WHERE r.stream_generation = gen;
-    RETURN jsonb_build_object('deleted_effects', 0, 'batches', 0, 'horizon', horizon);
+    RETURN jsonb_build_object('deleted_effects', 0, 'batches', 0, 'horizon', horizon, 'deleted_changes', 0);
   END IF;
   -- The horizon first: from here on, cursors below it are stale.
   INSERT INTO synchro.retention AS r (stream_generation, horizon_commit_lsn)
@@ -3066,12 +3358,81 @@ BEGIN
     deleted := deleted + batch;
     batches := batches + 1;
   END LOOP;
-  RETURN jsonb_build_object('deleted_effects', deleted, 'batches', batches, 'horizon', horizon);
+  -- Consumer groups (issue 11): the change record up to the same horizon, never past a
+  -- group's unacknowledged change (synchro._consumer_floor inside).
+  changes := synchro._consumer_compact(gen, horizon);
+  RETURN jsonb_build_object('deleted_effects', deleted, 'batches', batches, 'horizon', horizon,
+                            'deleted_changes', changes);
 END
 $$;
 
 
 ALTER FUNCTION synchro.compact(keep interval) OWNER TO postgres;
+
+--
+-- Name: create_consumer_group(text, text, text[]); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro.create_consumer_group(name text, start text DEFAULT 'earliest'::text, table_ids text[] DEFAULT NULL::text[]) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+DECLARE
+  p       synchro.progress;
+  tids    text[];
+  cp      pg_lsn;
+  horizon pg_lsn;
+BEGIN
+  IF name IS NULL OR name !~ '^[a-z][a-z0-9_]{0,62}$' THEN
+    RAISE EXCEPTION 'invalid_argument: name must match ^[a-z][a-z0-9_]{0,62}$' USING ERRCODE = 'SY400';
+  END IF;
+  IF start IS NULL OR start NOT IN ('earliest', 'latest') THEN
+    RAISE EXCEPTION 'invalid_argument: start must be earliest or latest' USING ERRCODE = 'SY400';
+  END IF;
+  IF table_ids IS NOT NULL THEN
+    IF cardinality(table_ids) NOT BETWEEN 1 AND 1000 OR array_position(table_ids, NULL) IS NOT NULL THEN
+      RAISE EXCEPTION 'invalid_argument: table_ids must be NULL or 1 to 1000 table ids' USING ERRCODE = 'SY400';
+    END IF;
+    -- Stored sorted and distinct; every one a synced table's id.
+    SELECT array_agg(DISTINCT x ORDER BY x) INTO tids FROM unnest(table_ids) x;
+    IF EXISTS (SELECT 1 FROM unnest(tids) x
+                WHERE NOT EXISTS (SELECT 1 FROM synchro.relation r
+                                   WHERE r.table_id = x AND r.registration_kind = 'synced')) THEN
+      RAISE EXCEPTION 'invalid_argument: unknown table_id' USING ERRCODE = 'SY400';
+    END IF;
+  END IF;
+
+  -- Against compaction of the change record (synchro._consumer_lock_key): the horizon
+  -- read below is final until this transaction ends.
+  PERFORM pg_advisory_xact_lock(synchro._consumer_lock_key());
+  SELECT * INTO p FROM synchro.progress;
+  IF FOUND THEN
+    IF start = 'latest' THEN
+      cp := coalesce(p.materialized_commit_lsn, p.generation_start_lsn);
+    ELSE
+      SELECT r.horizon_commit_lsn INTO horizon FROM synchro.change_retention r
+       WHERE r.stream_generation = p.stream_generation;
+      cp := coalesce(horizon, p.generation_start_lsn);
+    END IF;
+  END IF;
+  -- Before the stream exists both starts are the first generation's start
+  -- (synchro._consumer_leased adopts it).
+  -- Checked first, so a refused name draws no group number; a concurrent creation of the
+  -- same name fails on the primary key instead.
+  IF EXISTS (SELECT 1 FROM synchro.consumer_group_state cg WHERE cg.name = create_consumer_group.name) THEN
+    RAISE EXCEPTION 'invalid_argument: consumer group name already exists or was removed' USING ERRCODE = 'SY400';
+  END IF;
+  BEGIN
+    INSERT INTO synchro.consumer_group_state (name, table_ids, stream_generation, checkpoint_lsn)
+    VALUES (create_consumer_group.name, tids, p.stream_generation, cp);
+  EXCEPTION WHEN unique_violation THEN
+    RAISE EXCEPTION 'invalid_argument: consumer group name already exists or was removed' USING ERRCODE = 'SY400';
+  END;
+END
+$_$;
+
+
+ALTER FUNCTION synchro.create_consumer_group(name text, start text, table_ids text[]) OWNER TO postgres;
 
 --
 -- Name: materialize_batch(bigint, pg_lsn[], pg_lsn[], bigint[], timestamp with time zone[], boolean); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -3298,6 +3659,110 @@ END;
 
 
 ALTER FUNCTION synchro.push(client_id text, mutations jsonb) OWNER TO postgres;
+
+--
+-- Name: read_changes(text, bigint, integer, integer); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro.read_changes(name text, token bigint, max_transactions integer, max_bytes integer) RETURNS jsonb
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET "TimeZone" TO 'UTC'
+    AS $$
+DECLARE
+  g       synchro.consumer_group_state;
+  gen     bigint;
+  horizon pg_lsn;
+  lsns     pg_lsn[];
+  last_lsn pg_lsn;
+  cut      boolean;
+  more     boolean;
+  txns    jsonb;
+BEGIN
+  IF max_transactions IS NULL OR max_transactions NOT BETWEEN 1 AND 10000 THEN
+    RAISE EXCEPTION 'invalid_argument: max_transactions must be 1 to 10000' USING ERRCODE = 'SY400';
+  END IF;
+  IF max_bytes IS NULL OR max_bytes < 1 THEN
+    RAISE EXCEPTION 'invalid_argument: max_bytes must be at least 1' USING ERRCODE = 'SY400';
+  END IF;
+  g := synchro._consumer_leased(name, token, true);
+  IF g.stream_generation IS NULL THEN
+    -- No stream yet: nothing to read.
+    UPDATE synchro.consumer_group_state cg SET handed_through = NULL WHERE cg.name = g.name;
+    RETURN jsonb_build_object('transactions', '[]'::jsonb, 'has_more', false);
+  END IF;
+
+  -- SY409: the checkpoint's changes are gone. Another stream generation (a stream
+  -- reset), or compaction passed the checkpoint after an explicit destructive release
+  -- (synchro.release_consumer_retention): a group that holds back compaction is never
+  -- passed by a change it has not acknowledged (synchro._consumer_floor).
+  SELECT p.stream_generation INTO gen FROM synchro.progress p;
+  IF gen IS DISTINCT FROM g.stream_generation THEN
+    RAISE EXCEPTION 'rebuild_required: the consumer group''s checkpoint belongs to another stream generation; recreate the group'
+      USING ERRCODE = 'SY409';
+  END IF;
+  SELECT r.horizon_commit_lsn INTO horizon FROM synchro.change_retention r WHERE r.stream_generation = gen;
+  IF g.retention_released_at IS NOT NULL AND horizon > g.checkpoint_lsn THEN
+    RAISE EXCEPTION 'rebuild_required: the consumer group''s checkpoint is older than the retention horizon; recreate the group'
+      USING ERRCODE = 'SY409';
+  END IF;
+
+  -- The transactions this read may deliver: the first max_transactions (+ 1, to
+  -- tell has_more) after the checkpoint, from the primary key in order.
+  SELECT array_agg(x.commit_lsn ORDER BY x.commit_lsn) INTO lsns
+    FROM (SELECT DISTINCT c.commit_lsn FROM synchro.change c
+           WHERE c.stream_generation = gen AND c.commit_lsn > g.checkpoint_lsn
+             AND (g.table_ids IS NULL OR c.table_id = ANY (g.table_ids))
+           ORDER BY c.commit_lsn
+           LIMIT max_transactions + 1) x;
+  more := coalesce(cardinality(lsns), 0) > max_transactions;
+  IF lsns IS NULL THEN
+    txns := '[]'::jsonb;
+  ELSE
+    -- One range scan of their changes. A transaction's size is the JSON text length of
+    -- its row images and keys; the running total at the end of each transaction
+    -- decides where the read stops (the first transaction always comes whole).
+    WITH c AS (
+      SELECT c.commit_lsn, c.event_ordinal, c.commit_time, c.table_id, c.pk, c.op, c.version, c.image, r.key_type,
+             dense_rank() OVER w AS tn,
+             sum(coalesce(octet_length(c.image::text), 0) + octet_length(c.pk)) OVER w AS running
+        FROM synchro.change c
+        JOIN synchro.relation r ON r.relation_id = c.relation_id
+       WHERE c.stream_generation = gen AND c.commit_lsn > g.checkpoint_lsn
+         AND c.commit_lsn <= lsns[least(cardinality(lsns), max_transactions)]
+         AND (g.table_ids IS NULL OR c.table_id = ANY (g.table_ids))
+      WINDOW w AS (ORDER BY c.commit_lsn)),
+    kept AS (
+      SELECT * FROM c WHERE c.tn = 1 OR c.running <= max_bytes),
+    tx AS (
+      SELECT k.commit_lsn,
+             jsonb_build_object(
+               'position', gen::text || ':' || k.commit_lsn::text,
+               'commit_time', min(k.commit_time),
+               'changes', jsonb_agg(jsonb_build_object(
+                 'change_id', gen::text || ':' || k.commit_lsn::text || ':' || k.event_ordinal::text,
+                 'table', k.table_id,
+                 'pk', CASE WHEN k.key_type = 'string' THEN to_jsonb(k.pk) ELSE to_jsonb(k.pk::bigint) END,
+                 'op', k.op,
+                 'version', k.version,
+                 'row', k.image) ORDER BY k.event_ordinal)) AS obj
+        FROM kept k
+       GROUP BY k.commit_lsn)
+    SELECT jsonb_agg(tx.obj ORDER BY tx.commit_lsn), max(tx.commit_lsn),
+           count(*) < least(cardinality(lsns), max_transactions)
+      INTO txns, last_lsn, cut
+      FROM tx;
+    more := more OR cut;
+  END IF;
+
+  -- The outstanding batch ends at this read's last transaction.
+  UPDATE synchro.consumer_group_state cg SET handed_through = last_lsn WHERE cg.name = g.name;
+  RETURN jsonb_build_object('transactions', txns, 'has_more', more);
+END
+$$;
+
+
+ALTER FUNCTION synchro.read_changes(name text, token bigint, max_transactions integer, max_bytes integer) OWNER TO postgres;
 
 --
 -- Name: readiness(); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -3876,6 +4341,87 @@ $$;
 ALTER FUNCTION synchro.register_table(relation regclass, table_id text, columns name[]) OWNER TO postgres;
 
 --
+-- Name: release_consumer_retention(text, text); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro.release_consumer_retention(name text, confirm text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+BEGIN
+  IF name IS NULL OR name !~ '^[a-z][a-z0-9_]{0,62}$' THEN
+    RAISE EXCEPTION 'invalid_argument: name must match ^[a-z][a-z0-9_]{0,62}$' USING ERRCODE = 'SY400';
+  END IF;
+  IF confirm IS DISTINCT FROM name THEN
+    RAISE EXCEPTION 'invalid_argument: confirm must equal name' USING ERRCODE = 'SY400';
+  END IF;
+  UPDATE synchro.consumer_group_state cg
+     SET retention_released_at = coalesce(cg.retention_released_at, now())
+   WHERE cg.name = release_consumer_retention.name;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'invalid_argument: unknown consumer group' USING ERRCODE = 'SY400';
+  END IF;
+END
+$_$;
+
+
+ALTER FUNCTION synchro.release_consumer_retention(name text, confirm text) OWNER TO postgres;
+
+--
+-- Name: release_lease(text, bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro.release_lease(name text, token bigint) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  g synchro.consumer_group_state;
+BEGIN
+  g := synchro._consumer_leased(name, token, false);
+  UPDATE synchro.consumer_group_state cg
+     SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, handed_through = NULL
+   WHERE cg.name = g.name;
+END
+$$;
+
+
+ALTER FUNCTION synchro.release_lease(name text, token bigint) OWNER TO postgres;
+
+--
+-- Name: remove_consumer_group(text, text); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro.remove_consumer_group(name text, confirm text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+DECLARE
+  g synchro.consumer_group_state;
+BEGIN
+  IF name IS NULL OR name !~ '^[a-z][a-z0-9_]{0,62}$' THEN
+    RAISE EXCEPTION 'invalid_argument: name must match ^[a-z][a-z0-9_]{0,62}$' USING ERRCODE = 'SY400';
+  END IF;
+  IF confirm IS DISTINCT FROM name THEN
+    RAISE EXCEPTION 'invalid_argument: confirm must equal name' USING ERRCODE = 'SY400';
+  END IF;
+  SELECT * INTO g FROM synchro.consumer_group_state cg WHERE cg.name = remove_consumer_group.name FOR UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'invalid_argument: unknown consumer group' USING ERRCODE = 'SY400';
+  END IF;
+  IF g.removed_at IS NOT NULL THEN
+    RETURN;
+  END IF;
+  UPDATE synchro.consumer_group_state cg
+     SET removed_at = now(), lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, handed_through = NULL
+   WHERE cg.name = g.name;
+END
+$_$;
+
+
+ALTER FUNCTION synchro.remove_consumer_group(name text, confirm text) OWNER TO postgres;
+
+--
 -- Name: retry_poison(); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -4372,6 +4918,105 @@ CREATE AGGREGATE synchro._chain_agg(seed bytea, piece bytea) (
 ALTER AGGREGATE synchro._chain_agg(seed bytea, piece bytea) OWNER TO postgres;
 
 --
+-- Name: change; Type: TABLE; Schema: synchro; Owner: postgres
+--
+
+CREATE TABLE synchro.change (
+    stream_generation bigint NOT NULL,
+    commit_lsn pg_lsn NOT NULL,
+    event_ordinal integer NOT NULL,
+    commit_time timestamp with time zone NOT NULL,
+    relation_id bigint NOT NULL,
+    table_id text NOT NULL,
+    pk text NOT NULL,
+    op text NOT NULL,
+    version text NOT NULL,
+    image jsonb,
+    CONSTRAINT change_op CHECK ((op = ANY (ARRAY['upsert'::text, 'delete'::text]))),
+    CONSTRAINT change_upsert_has_image CHECK (((op = 'upsert'::text) = (image IS NOT NULL)))
+);
+
+
+ALTER TABLE synchro.change OWNER TO postgres;
+
+--
+-- Name: change_retention; Type: TABLE; Schema: synchro; Owner: postgres
+--
+
+CREATE TABLE synchro.change_retention (
+    stream_generation bigint NOT NULL,
+    horizon_commit_lsn pg_lsn NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+
+ALTER TABLE synchro.change_retention OWNER TO postgres;
+
+--
+-- Name: consumer_group_state_group_no_seq; Type: SEQUENCE; Schema: synchro; Owner: postgres
+--
+
+ALTER TABLE synchro.consumer_group_state ALTER COLUMN group_no ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME synchro.consumer_group_state_group_no_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+
+--
+-- Name: progress; Type: TABLE; Schema: synchro; Owner: postgres
+--
+
+CREATE TABLE synchro.progress (
+    singleton boolean DEFAULT true NOT NULL,
+    stream_generation bigint NOT NULL,
+    generation_start_lsn pg_lsn NOT NULL,
+    materialized_commit_lsn pg_lsn,
+    processed_end_lsn pg_lsn NOT NULL,
+    acknowledged_end_lsn pg_lsn,
+    registry_generation bigint,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT progress_ack_after_start CHECK (((acknowledged_end_lsn IS NULL) OR (acknowledged_end_lsn >= generation_start_lsn))),
+    CONSTRAINT progress_ack_before_processed CHECK ((COALESCE(acknowledged_end_lsn, generation_start_lsn) <= processed_end_lsn)),
+    CONSTRAINT progress_materialized_before_processed CHECK (((materialized_commit_lsn IS NULL) OR (materialized_commit_lsn <= processed_end_lsn))),
+    CONSTRAINT progress_processed_after_start CHECK ((processed_end_lsn >= generation_start_lsn)),
+    CONSTRAINT progress_singleton CHECK (singleton)
+);
+
+
+ALTER TABLE synchro.progress OWNER TO postgres;
+
+--
+-- Name: consumer_groups; Type: VIEW; Schema: synchro; Owner: postgres
+--
+
+CREATE VIEW synchro.consumer_groups AS
+ SELECT g.name,
+    (((COALESCE(g.stream_generation, p.stream_generation))::text || ':'::text) || (COALESCE(g.checkpoint_lsn, p.generation_start_lsn))::text) AS checkpoint,
+    COALESCE(l.transactions, (0)::bigint) AS lag_transactions,
+    (COALESCE(EXTRACT(epoch FROM (now() - l.oldest)), (0)::numeric))::double precision AS lag_seconds,
+    g.lease_owner,
+    g.lease_expires_at,
+    g.last_token,
+    g.removed_at,
+    g.table_ids,
+    g.acked_at,
+    g.retention_released_at,
+    g.created_at
+   FROM ((synchro.consumer_group_state g
+     LEFT JOIN synchro.progress p ON (true))
+     LEFT JOIN LATERAL ( SELECT count(DISTINCT c.commit_lsn) AS transactions,
+            min(c.commit_time) AS oldest
+           FROM synchro.change c
+          WHERE ((c.stream_generation = COALESCE(g.stream_generation, p.stream_generation)) AND (c.commit_lsn > COALESCE(g.checkpoint_lsn, p.generation_start_lsn)) AND ((g.table_ids IS NULL) OR (c.table_id = ANY (g.table_ids))))) l ON (true));
+
+
+ALTER TABLE synchro.consumer_groups OWNER TO postgres;
+
+--
 -- Name: effect; Type: TABLE; Schema: synchro; Owner: postgres
 --
 
@@ -4535,29 +5180,6 @@ CREATE VIEW synchro.poison AS
 
 
 ALTER TABLE synchro.poison OWNER TO postgres;
-
---
--- Name: progress; Type: TABLE; Schema: synchro; Owner: postgres
---
-
-CREATE TABLE synchro.progress (
-    singleton boolean DEFAULT true NOT NULL,
-    stream_generation bigint NOT NULL,
-    generation_start_lsn pg_lsn NOT NULL,
-    materialized_commit_lsn pg_lsn,
-    processed_end_lsn pg_lsn NOT NULL,
-    acknowledged_end_lsn pg_lsn,
-    registry_generation bigint,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT progress_ack_after_start CHECK (((acknowledged_end_lsn IS NULL) OR (acknowledged_end_lsn >= generation_start_lsn))),
-    CONSTRAINT progress_ack_before_processed CHECK ((COALESCE(acknowledged_end_lsn, generation_start_lsn) <= processed_end_lsn)),
-    CONSTRAINT progress_materialized_before_processed CHECK (((materialized_commit_lsn IS NULL) OR (materialized_commit_lsn <= processed_end_lsn))),
-    CONSTRAINT progress_processed_after_start CHECK ((processed_end_lsn >= generation_start_lsn)),
-    CONSTRAINT progress_singleton CHECK (singleton)
-);
-
-
-ALTER TABLE synchro.progress OWNER TO postgres;
 
 --
 -- Name: projection; Type: TABLE; Schema: synchro; Owner: postgres
@@ -4810,6 +5432,7 @@ ALTER TABLE synchro.server_key OWNER TO postgres;
 CREATE TABLE synchro.setting (
     name text NOT NULL,
     value text NOT NULL,
+    CONSTRAINT setting_consumer_group_resume_window CHECK (((name <> 'consumer_group_resume_window_seconds'::text) OR (value ~ '^[0-9]{1,10}$'::text))),
     CONSTRAINT setting_page_byte_budget CHECK (((name <> 'page_byte_budget'::text) OR
 CASE
     WHEN (value ~ '^[0-9]{1,9}$'::text) THEN (((value)::integer >= 1) AND ((value)::integer <= 67108864))
@@ -4878,6 +5501,38 @@ CREATE TABLE synchro.write_fence (
 
 
 ALTER TABLE synchro.write_fence OWNER TO postgres;
+
+--
+-- Name: change change_pkey; Type: CONSTRAINT; Schema: synchro; Owner: postgres
+--
+
+ALTER TABLE ONLY synchro.change
+    ADD CONSTRAINT change_pkey PRIMARY KEY (stream_generation, commit_lsn, event_ordinal);
+
+
+--
+-- Name: change_retention change_retention_pkey; Type: CONSTRAINT; Schema: synchro; Owner: postgres
+--
+
+ALTER TABLE ONLY synchro.change_retention
+    ADD CONSTRAINT change_retention_pkey PRIMARY KEY (stream_generation);
+
+
+--
+-- Name: consumer_group_state consumer_group_state_group_no_key; Type: CONSTRAINT; Schema: synchro; Owner: postgres
+--
+
+ALTER TABLE ONLY synchro.consumer_group_state
+    ADD CONSTRAINT consumer_group_state_group_no_key UNIQUE (group_no);
+
+
+--
+-- Name: consumer_group_state consumer_group_state_pkey; Type: CONSTRAINT; Schema: synchro; Owner: postgres
+--
+
+ALTER TABLE ONLY synchro.consumer_group_state
+    ADD CONSTRAINT consumer_group_state_pkey PRIMARY KEY (name);
+
 
 --
 -- Name: effect effect_pkey; Type: CONSTRAINT; Schema: synchro; Owner: postgres
@@ -5160,6 +5815,14 @@ CREATE INDEX write_fence_pending_by_mutation ON synchro.write_fence USING btree 
 
 
 --
+-- Name: change_retention change_retention_stream_generation_fkey; Type: FK CONSTRAINT; Schema: synchro; Owner: postgres
+--
+
+ALTER TABLE ONLY synchro.change_retention
+    ADD CONSTRAINT change_retention_stream_generation_fkey FOREIGN KEY (stream_generation) REFERENCES synchro.stream_generation(stream_generation);
+
+
+--
 -- Name: progress progress_stream_generation_fkey; Type: FK CONSTRAINT; Schema: synchro; Owner: postgres
 --
 
@@ -5230,6 +5893,7 @@ ALTER TABLE ONLY synchro.write_fence
 GRANT USAGE ON SCHEMA synchro TO synchro_app;
 GRANT USAGE ON SCHEMA synchro TO synchro_operator;
 GRANT USAGE ON SCHEMA synchro TO synchro_runner;
+GRANT USAGE ON SCHEMA synchro TO synchro_consumer;
 
 
 --
@@ -5317,6 +5981,34 @@ REVOKE ALL ON FUNCTION synchro._check_render(relation regclass, columns name[]) 
 
 
 --
+-- Name: FUNCTION _consumer_compact(gen bigint, horizon pg_lsn); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._consumer_compact(gen bigint, horizon pg_lsn) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _consumer_floor(gen bigint); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._consumer_floor(gen bigint) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _consumer_leased(name text, token bigint, unexpired boolean); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._consumer_leased(name text, token bigint, unexpired boolean) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _consumer_lock_key(); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._consumer_lock_key() FROM PUBLIC;
+
+
+--
 -- Name: FUNCTION _cursor(stream_token uuid, rule_generation text, point text, scope text); Type: ACL; Schema: synchro; Owner: postgres
 --
 
@@ -5384,6 +6076,13 @@ REVOKE ALL ON FUNCTION synchro._lock_seed() FROM PUBLIC;
 --
 
 REVOKE ALL ON FUNCTION synchro._mac(payload text, scope text) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _mat_changes(gen bigint, clsn pg_lsn, commit_time timestamp with time zone); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._mat_changes(gen bigint, clsn pg_lsn, commit_time timestamp with time zone) FROM PUBLIC;
 
 
 --
@@ -5637,6 +6336,22 @@ REVOKE ALL ON FUNCTION synchro._via_scope_values(via_relation_id bigint, via_mat
 
 
 --
+-- Name: FUNCTION ack(name text, token bigint, "position" text); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro.ack(name text, token bigint, "position" text) FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.ack(name text, token bigint, "position" text) TO synchro_consumer;
+
+
+--
+-- Name: FUNCTION acquire_lease(name text, owner text, lease_seconds integer); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro.acquire_lease(name text, owner text, lease_seconds integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.acquire_lease(name text, owner text, lease_seconds integer) TO synchro_consumer;
+
+
+--
 -- Name: FUNCTION activate_registry(); Type: ACL; Schema: synchro; Owner: postgres
 --
 
@@ -5669,6 +6384,14 @@ GRANT ALL ON FUNCTION synchro.compact(keep interval) TO synchro_operator;
 
 
 --
+-- Name: FUNCTION create_consumer_group(name text, start text, table_ids text[]); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro.create_consumer_group(name text, start text, table_ids text[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.create_consumer_group(name text, start text, table_ids text[]) TO synchro_consumer;
+
+
+--
 -- Name: FUNCTION materialize_batch(stream_generation bigint, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[], set_based boolean); Type: ACL; Schema: synchro; Owner: postgres
 --
 
@@ -5690,6 +6413,14 @@ GRANT ALL ON FUNCTION synchro.pull(client_id text, scope text, cursor text, max_
 
 REVOKE ALL ON FUNCTION synchro.push(client_id text, mutations jsonb) FROM PUBLIC;
 GRANT ALL ON FUNCTION synchro.push(client_id text, mutations jsonb) TO synchro_app;
+
+
+--
+-- Name: FUNCTION read_changes(name text, token bigint, max_transactions integer, max_bytes integer); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro.read_changes(name text, token bigint, max_transactions integer, max_bytes integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.read_changes(name text, token bigint, max_transactions integer, max_bytes integer) TO synchro_consumer;
 
 
 --
@@ -5732,6 +6463,30 @@ GRANT ALL ON FUNCTION synchro.register_dependency(relation regclass, columns nam
 
 REVOKE ALL ON FUNCTION synchro.register_table(relation regclass, table_id text, columns name[]) FROM PUBLIC;
 GRANT ALL ON FUNCTION synchro.register_table(relation regclass, table_id text, columns name[]) TO synchro_operator;
+
+
+--
+-- Name: FUNCTION release_consumer_retention(name text, confirm text); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro.release_consumer_retention(name text, confirm text) FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.release_consumer_retention(name text, confirm text) TO synchro_operator;
+
+
+--
+-- Name: FUNCTION release_lease(name text, token bigint); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro.release_lease(name text, token bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.release_lease(name text, token bigint) TO synchro_consumer;
+
+
+--
+-- Name: FUNCTION remove_consumer_group(name text, confirm text); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro.remove_consumer_group(name text, confirm text) FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.remove_consumer_group(name text, confirm text) TO synchro_consumer;
 
 
 --
@@ -5851,6 +6606,15 @@ GRANT ALL ON FUNCTION synchro.set_scope_authorizer(fn regprocedure) TO synchro_o
 --
 
 REVOKE ALL ON FUNCTION synchro._chain_agg(bytea, bytea) FROM PUBLIC;
+
+
+--
+-- Name: TABLE consumer_groups; Type: ACL; Schema: synchro; Owner: postgres
+--
+
+GRANT SELECT ON TABLE synchro.consumer_groups TO synchro_consumer;
+GRANT SELECT ON TABLE synchro.consumer_groups TO synchro_operator;
+GRANT SELECT ON TABLE synchro.consumer_groups TO synchro_runner;
 
 
 --

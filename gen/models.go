@@ -10,6 +10,57 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+type SynchroChange struct {
+	StreamGeneration int64
+	CommitLsn        interface{}
+	EventOrdinal     int32
+	CommitTime       time.Time
+	RelationID       int64
+	TableID          string
+	Pk               string
+	Op               string
+	Version          string
+	Image            []byte
+}
+
+type SynchroChangeRetention struct {
+	StreamGeneration int64
+	HorizonCommitLsn interface{}
+	UpdatedAt        time.Time
+}
+
+type SynchroConsumerGroup struct {
+	Name                string
+	Checkpoint          interface{}
+	LagTransactions     int64
+	LagSeconds          float64
+	LeaseOwner          *string
+	LeaseExpiresAt      *time.Time
+	LastToken           int64
+	RemovedAt           *time.Time
+	TableIds            []string
+	AckedAt             *time.Time
+	RetentionReleasedAt *time.Time
+	CreatedAt           time.Time
+}
+
+type SynchroConsumerGroupState struct {
+	Name                string
+	GroupNo             *int64
+	TableIds            []string
+	StreamGeneration    *int64
+	CheckpointLsn       interface{}
+	AckedAt             *time.Time
+	LastToken           int64
+	LeaseOwner          *string
+	LeaseToken          *int64
+	LeaseExpiresAt      *time.Time
+	HandedThrough       interface{}
+	CreatedAt           time.Time
+	RemovedAt           *time.Time
+	RetentionReleasedAt *time.Time
+}
+
 type SynchroEffect struct {
 	StreamGeneration int64
 	Scope            string

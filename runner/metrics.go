@@ -36,8 +36,10 @@ type Metrics struct {
 	poisonState      prometheus.Gauge
 	readyState       prometheus.Gauge
 	refreshErrors    prometheus.Counter
-	peakBuffer       int64 // guarded by the byte budget's lock
-	peakBatch        int64 // applier goroutine only
+	groupLagTxns     *prometheus.GaugeVec // group
+	groupLagSeconds  *prometheus.GaugeVec // group
+	peakBuffer       int64                // guarded by the byte budget's lock
+	peakBatch        int64                // applier goroutine only
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -143,6 +145,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "synchro_ready",
 			Help: "1 when every check of synchro.readiness() was ok at the last refresh, else 0.",
 		}),
+		groupLagTxns: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "synchro_consumer_group_lag_transactions",
+			Help: "Per consumer group (synchro.consumer_groups, removed groups left out): transactions after its checkpoint " +
+				"that carry changes of its tables.",
+		}, []string{"group"}),
+		groupLagSeconds: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "synchro_consumer_group_lag_seconds",
+			Help: "Per consumer group: age of the commit of its oldest unacknowledged transaction; 0 when caught up.",
+		}, []string{"group"}),
 		refreshErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "synchro_metrics_refresh_errors_total",
 			Help: "Failed refreshes of the database-side gauges (they keep their last values, NaN after a failure).",
@@ -152,7 +163,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		g.Set(math.NaN()) // unknown until the first refresh
 	}
 	reg.MustRegister(m.reconnects, m.latency, m.walLag, m.commitLag, m.heartbeatAge, m.retainedWAL, m.maxKeepWAL,
-		m.poisonState, m.readyState, m.refreshErrors)
+		m.poisonState, m.readyState, m.refreshErrors, m.groupLagTxns, m.groupLagSeconds)
 	reg.MustRegister(m.transactions, m.rowEvents, m.poison, m.ignored, m.transient, m.acks, m.idleAcks,
 		m.lastMaterialized, m.lastAcked, m.received, m.bufferBytes, m.bufferPeak, m.batchPeak,
 		m.batchSize, m.batchFallbacks)

@@ -21,6 +21,7 @@ type gauges struct {
 	walLag, commitLag, heartbeatAge float64
 	poisoned, ready                 float64
 	retained, maxKeep               float64
+	groups                          []gen.ConsumerGroupLagRow // nil when unknown
 }
 
 // observeLoop refreshes the database-side gauges every MetricsInterval on a
@@ -78,6 +79,11 @@ func (r *Runner) observe(ctx context.Context, conn *pgx.Conn) (gauges, error) {
 		g.retained = float64(slot.RetainedBytes)
 	}
 	g.maxKeep = float64(slot.MaxKeepBytes)
+	groups, err := gen.New(conn).ConsumerGroupLag(ctx)
+	if err != nil {
+		return g, err
+	}
+	g.groups = groups
 	return g, nil
 }
 
@@ -147,4 +153,12 @@ func (m *Metrics) observed(g gauges, err error) {
 	m.readyState.Set(g.ready)
 	m.retainedWAL.Set(g.retained)
 	m.maxKeepWAL.Set(g.maxKeep)
+	// Each group's lag: exactly the groups of this refresh (a removed group's series
+	// goes), none after a failure (unknown).
+	m.groupLagTxns.Reset()
+	m.groupLagSeconds.Reset()
+	for _, r := range g.groups {
+		m.groupLagTxns.WithLabelValues(r.Name).Set(float64(r.LagTransactions))
+		m.groupLagSeconds.WithLabelValues(r.Name).Set(r.LagSeconds)
+	}
 }

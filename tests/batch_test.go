@@ -39,6 +39,7 @@ var materializedTables = []struct {
 	{"rule_value", nil},
 	{"membership", nil},
 	{"effect", []string{"created_at"}},
+	{"change", nil}, // consumer groups' change record (synchro._mat_changes)
 	{"write_fence", []string{"covered_at", "created_at"}},
 	{"progress", []string{"updated_at", "processed_end_lsn", "acknowledged_end_lsn"}},
 	{"quarantine", []string{"first_seen", "last_seen"}},
@@ -79,7 +80,7 @@ DECLARE
   tb text;
   cols text;
 BEGIN
-  FOREACH tb IN ARRAY ARRAY['txn', 'event', 'projection', 'rule_value', 'membership', 'effect', 'quarantine', 'progress'] LOOP
+  FOREACH tb IN ARRAY ARRAY['txn', 'event', 'projection', 'rule_value', 'membership', 'effect', 'change', 'quarantine', 'progress'] LOOP
     -- Generated columns cannot be inserted: list the others.
     SELECT string_agg(format('%I', c.column_name), ', ' ORDER BY c.ordinal_position) INTO cols
       FROM information_schema.columns c

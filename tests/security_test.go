@@ -522,6 +522,18 @@ func TestPrivilegeBoundary(t *testing.T) {
 		"synchro.abort_reset(uuid)",
 		"SELECT synchro.poison",
 		"SELECT synchro.registry",
+		// Retention: the destructive release of a consumer group, and the groups' lag.
+		"synchro.release_consumer_retention(text,text)",
+		"SELECT synchro.consumer_groups",
+	}, app...)
+	consumer := append([]string{
+		"synchro.create_consumer_group(text,text,text[])",
+		"synchro.acquire_lease(text,text,integer)",
+		"synchro.read_changes(text,bigint,integer,integer)",
+		"synchro.ack(text,bigint,text)",
+		"synchro.release_lease(text,bigint)",
+		"synchro.remove_consumer_group(text,text)",
+		"SELECT synchro.consumer_groups",
 	}, app...)
 	runner := []string{
 		"synchro.materialize_batch(bigint,pg_lsn[],pg_lsn[],bigint[],timestamp with time zone[],boolean)",
@@ -537,6 +549,8 @@ func TestPrivilegeBoundary(t *testing.T) {
 		"synchro.runner_stage_open()",
 		"synchro.runner_state()",
 		"synchro.runner_table_set()",
+		// Each consumer group's lag in /metrics.
+		"SELECT synchro.consumer_groups",
 		// The sidecar answers /readyz from synchro.ready() on its own login.
 		"synchro.readiness()",
 		"synchro.ready()",
@@ -548,6 +562,7 @@ func TestPrivilegeBoundary(t *testing.T) {
 	}{
 		{"synchro_app", app},
 		{"synchro_operator", operator},
+		{"synchro_consumer", consumer},
 		{"synchro_runner", runner},
 		{"public", nil},
 	} {

@@ -211,6 +211,10 @@ BEGIN
                          WHERE m.relation_id = l.relation_id AND m.pk = l.pk OFFSET 0) m
    WHERE l.link = 1;
 
+  -- Consumer groups (issue 11): the run's per-transaction change record, from the links
+  -- and the images rendered with them.
+  PERFORM synchro._mat_changes(gen, NULL, NULL);
+
   -- Projections: the last link of each row decides.
   DELETE FROM synchro.projection pr
    WHERE pr.ctid = ANY (ARRAY(

@@ -188,6 +188,10 @@ BEGIN
     USING rel.relation_id, 'delete';
   END LOOP;
 
+  -- Consumer groups (issue 11): the transaction's change record, from its final state
+  -- and the images just rendered.
+  PERFORM synchro._mat_changes(gen, clsn, _materialize_txn.commit_time);
+
   -- Dependency rule values before and after: the synced rows they reach are impacted.
   -- Statements below that touch the big permanent tables (projection, rule_value,
   -- membership, write_fence, event) reach them through LATERAL index probes keyed by

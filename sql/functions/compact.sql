@@ -14,13 +14,14 @@ DECLARE
   deleted  bigint := 0;
   batches  int := 0;
   cutoff   timestamptz;
+  changes  bigint := 0; -- consumer groups' change record (issue 11)
 BEGIN
   IF keep IS NULL OR keep < interval '0' THEN
     RAISE EXCEPTION 'compact refused: keep must be a non-negative interval' USING ERRCODE = 'SY400';
   END IF;
   SELECT p.stream_generation INTO gen FROM synchro.progress p;
   IF gen IS NULL THEN
-    RETURN jsonb_build_object('deleted_effects', 0, 'batches', 0, 'horizon', NULL);
+    RETURN jsonb_build_object('deleted_effects', 0, 'batches', 0, 'horizon', NULL, 'deleted_changes', 0);
   END IF;
   -- An enormous keep (beyond the range of timestamptz) keeps everything: nothing was
   -- materialized that long ago.
@@ -33,7 +34,7 @@ BEGIN
    WHERE t.stream_generation = gen AND t.materialized_at < cutoff;
   IF horizon IS NULL THEN
     SELECT r.horizon_commit_lsn INTO horizon FROM synchro.retention r WHERE r.stream_generation = gen;
-    RETURN jsonb_build_object('deleted_effects', 0, 'batches', 0, 'horizon', horizon);
+    RETURN jsonb_build_object('deleted_effects', 0, 'batches', 0, 'horizon', horizon, 'deleted_changes', 0);
   END IF;
   -- The horizon first: from here on, cursors below it are stale.
   INSERT INTO synchro.retention AS r (stream_generation, horizon_commit_lsn)
@@ -61,7 +62,11 @@ BEGIN
     deleted := deleted + batch;
     batches := batches + 1;
   END LOOP;
-  RETURN jsonb_build_object('deleted_effects', deleted, 'batches', batches, 'horizon', horizon);
+  -- Consumer groups (issue 11): the change record up to the same horizon, never past a
+  -- group's unacknowledged change (synchro._consumer_floor inside).
+  changes := synchro._consumer_compact(gen, horizon);
+  RETURN jsonb_build_object('deleted_effects', deleted, 'batches', batches, 'horizon', horizon,
+                            'deleted_changes', changes);
 END
 $$;
 
