@@ -68,9 +68,10 @@ var differentialWorkload = []string{
 	`CREATE TABLE scratch (n int); INSERT INTO scratch VALUES (1)`,
 }
 
-// differentialTables are the synchro tables materialization writes, as compared:
+// differentialTables are the synchro tables materialization writes (change: the
+// consumer groups' stream), as compared:
 // every column but timestamps (*_at), one JSON text per row, sorted.
-var differentialTables = []string{"txn", "event", "projection", "membership", "effect"}
+var differentialTables = []string{"txn", "event", "projection", "membership", "effect", "change"}
 
 // TestDecoderDifferential runs the fixture workload once and reads it through a
 // pgoutput stream and a wal2json stream of the same database, from the same position
@@ -97,7 +98,7 @@ func TestDecoderDifferential(t *testing.T) {
 	mustExec(t, db, fmt.Sprintf(`SELECT pg_copy_logical_replication_slot('%s', '%s', false, 'wal2json')`, pg.Slot, w2jSlot))
 	// The stream's state (what materialization writes; the registry, row versions and
 	// push outcomes are the source's and stay).
-	tables := []string{"txn", "event", "projection", "membership", "effect", "rule_value", "progress",
+	tables := []string{"txn", "event", "projection", "membership", "effect", "change", "rule_value", "progress",
 		"quarantine", "runner", "stream_generation", "write_fence"}
 	mustExec(t, db, `CREATE SCHEMA snap`)
 	for _, tb := range tables {
