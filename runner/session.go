@@ -56,7 +56,11 @@ func (r *Runner) session(work, stop context.Context) error {
 		return &fatalError{err: err}
 	}
 	start := st.Ack()
-	err = pglogrepl.StartReplication(work, repl, r.cfg.Slot, start,
+	slotName, err := r.streamSlot(st)
+	if err != nil {
+		return err
+	}
+	err = pglogrepl.StartReplication(work, repl, slotName, start,
 		pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication, PluginArgs: opts})
 	if err != nil {
 		return fmt.Errorf("synchro: start replication: %w", err)
@@ -74,6 +78,7 @@ func (r *Runner) session(work, stop context.Context) error {
 	rd := newReader(&r.cfg, repl, frontier, items, budget, stop, &r.received)
 	ap := newApplier(&r.cfg, r.log, apply, st.StreamGeneration, frontier, rd.wake, r.serialUntil)
 	ap.budget = budget
+	ap.slot = slotName
 	if err := ap.loadRegistered(work, apply, nil); err != nil {
 		return err
 	}
@@ -119,17 +124,18 @@ func (r *Runner) reconcile(ctx context.Context, conn *pgx.Conn) (Progress, error
 	if !ok {
 		return st, errors.New("synchro: no stream generation")
 	}
-	if st.SlotName != "" && st.SlotName != r.cfg.Slot {
-		return st, &fatalError{err: fmt.Errorf("synchro: the active stream uses slot %q, configured %q", st.SlotName, r.cfg.Slot)}
+	slotName, err := r.streamSlot(st)
+	if err != nil {
+		return st, err
 	}
 	if st.Poisoned() && !st.RetryRequested {
 		return st, errBlocked
 	}
-	slot, err := slotPosition(ctx, conn, r.cfg.Slot)
+	slot, err := slotPosition(ctx, conn, slotName)
 	if err != nil {
 		return st, err
 	}
-	if err := slotUsable(slot, r.cfg.Slot); err != nil {
+	if err := slotUsable(slot, slotName); err != nil {
 		return st, err
 	}
 	found, err := gen.New(conn).PublicationExists(ctx, r.cfg.Publication)
@@ -161,7 +167,7 @@ func (r *Runner) reconcile(ctx context.Context, conn *pgx.Conn) (Progress, error
 		}
 		r.log.Warn("slot behind the durable acknowledgement: advancing it", "slot_lsn", slot.ConfirmedFlush, "ack", target)
 		if err := gen.New(conn).AdvanceReplicationSlot(ctx, gen.AdvanceReplicationSlotParams{
-			SlotName: r.cfg.Slot, Upto: target.String()}); err != nil {
+			SlotName: slotName, Upto: target.String()}); err != nil {
 			return st, fmt.Errorf("synchro: advance slot: %w", err)
 		}
 	case SlotAdopt:
@@ -175,7 +181,7 @@ func (r *Runner) reconcile(ctx context.Context, conn *pgx.Conn) (Progress, error
 		if st, _, err = readState(ctx, conn); err != nil {
 			return st, err
 		}
-		if slot, err = slotPosition(ctx, conn, r.cfg.Slot); err != nil {
+		if slot, err = slotPosition(ctx, conn, slotName); err != nil {
 			return st, err
 		}
 		if slot.ConfirmedFlush != st.Ack() {

@@ -44,6 +44,8 @@ BEGIN
     RAISE EXCEPTION 'materialize_batch: the batch arrays must be non-empty and of one length'
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
+  -- An open stream reset blocks every generation but its own target.
+  PERFORM synchro._reset_guard(stream_generation);
   -- Only the pack's own messages count: unauthenticated ones are dropped from the
   -- whole batch (and counted for the runner) before anything counts or pairs them.
   PERFORM synchro._authenticate_messages();

@@ -10,6 +10,8 @@ LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+  active_slot text;
 BEGIN
   IF NOT pg_try_advisory_lock(hashtextextended('synchro.runner', synchro._lock_seed())) THEN
     RAISE EXCEPTION 'runner refused: another runner is active for this database' USING ERRCODE = 'object_in_use';
@@ -23,9 +25,15 @@ BEGIN
   IF heartbeat_interval IS NULL OR heartbeat_interval <= interval '0' OR heartbeat_interval > interval '1 hour' THEN
     RAISE EXCEPTION 'runner refused: heartbeat_interval must be positive and at most one hour' USING ERRCODE = 'SY400';
   END IF;
+  -- After a stream reset the runner reads the slot the durable active-slot pointer
+  -- names (the activated candidate), not the configured one: that is what it records.
+  SELECT coalesce((SELECT g.slot_name FROM synchro.stream_generation g JOIN synchro.reset x
+                      ON x.target_generation = g.stream_generation AND x.phase = 'activated'
+                    WHERE g.state = 'active'), runner_claim.slot_name)
+    INTO active_slot;
   INSERT INTO synchro.runner AS r (singleton, owner, pid, backend_pid, slot_name, publication, database_name,
                                    started_at, heartbeat_at, heartbeat_interval, state)
-  VALUES (true, left(owner, 200), pid, pg_backend_pid(), slot_name, publication, current_database(),
+  VALUES (true, left(owner, 200), pid, pg_backend_pid(), active_slot, publication, current_database(),
           now(), now(), heartbeat_interval, 'starting')
   ON CONFLICT (singleton) DO UPDATE
     SET owner = excluded.owner, pid = excluded.pid, backend_pid = excluded.backend_pid,
