@@ -3328,6 +3328,10 @@ BEGIN
   INSERT INTO synchro.reset (reason, phase, source_generation, target_generation, retired_slot)
   VALUES (reason, 'requested', p.stream_generation, target, p.slot_name)
   RETURNING reset_id INTO id;
+  -- A transaction on the old slot: a runner streaming an idle old stream reaches
+  -- materialize_batch, which the reset now refuses, and turns to the reset at once.
+  -- Outside the pack's "synchro." prefixes: never staged.
+  PERFORM pg_logical_emit_message(true, 'synchro_reset_requested', id::text);
   RETURN id;
 END
 $$;

@@ -292,6 +292,16 @@ func (r *Runner) resetCatchUp(work, stop context.Context, conn *pgx.Conn, rs gen
 	}
 	log.Info("reset catch-up started", "candidate_slot", rs.CandidateSlot, "start_lsn", s.ConfirmedFlush)
 
+	// The catch-up has caught up once it materialized what was committed when it
+	// began; then (or when the slot goes quiet first) the marker is written.
+	var walText string
+	if err := conn.QueryRow(work, "SELECT pg_catalog.pg_current_wal_lsn()::text").Scan(&walText); err != nil {
+		return fmt.Errorf("synchro: current WAL position: %w", err)
+	}
+	caughtUpAt, err := pglogrepl.ParseLSN(walText)
+	if err != nil {
+		return err
+	}
 	cu := &catchUp{r: r, conn: conn, repl: repl, resetID: rs.ResetID, durable: s.ConfirmedFlush}
 	cu.ap = newApplier(&r.cfg, r.log, conn, rs.TargetGeneration, NewFrontier(s.ConfirmedFlush, s.ConfirmedFlush), func() {}, 0)
 	if err := cu.ap.loadRegistered(work, conn, nil); err != nil {
@@ -326,24 +336,11 @@ func (r *Runner) resetCatchUp(work, stop context.Context, conn *pgx.Conn, rs gen
 					return err
 				}
 				if !marked && !cu.ap.inTxn {
-					// Caught up with what was committed: the coordinator's marker
-					// transaction selects the barrier (it comes next on the slot).
-					if err := gen.New(conn).RunnerResetMark(work, rs.ResetID); err != nil {
-						return r.resetFailure(work, conn, rs.ResetID, fmt.Errorf("synchro: runner_reset_mark: %w", err))
-					}
-					cur, ok, err := r.ctl.resetState(work)
-					if err != nil {
+					// The slot went quiet: caught up with what was committed.
+					if barrierXid, err = r.resetMark(work, conn, rs.ResetID, log); err != nil {
 						return err
 					}
-					if !ok || cur.ResetID != rs.ResetID || cur.BarrierXid == "" {
-						return errors.New("synchro: reset marker not recorded")
-					}
-					x, err := strconv.ParseUint(cur.BarrierXid, 10, 64)
-					if err != nil {
-						return fmt.Errorf("synchro: barrier xid: %w", err)
-					}
-					barrierXid, marked = uint32(x), true
-					log.Info("reset marker written: catching up to the activation barrier", "barrier_xid", x)
+					marked = true
 				}
 				continue
 			}
@@ -391,10 +388,16 @@ func (r *Runner) resetCatchUp(work, stop context.Context, conn *pgx.Conn, rs gen
 					// The barrier closes its batch; nothing after it is consumed.
 					done = true
 				}
-				if done || n >= r.cfg.BatchTxns || cu.ap.events >= r.cfg.BatchEvents {
+				if done || n >= r.cfg.BatchTxns || cu.ap.events >= r.cfg.BatchEvents || cu.ap.lastEnd() >= caughtUpAt {
 					if err := cu.materialize(work); err != nil {
 						return r.resetFailure(work, conn, rs.ResetID, err)
 					}
+				}
+				if !marked && cu.durable >= caughtUpAt {
+					if barrierXid, err = r.resetMark(work, conn, rs.ResetID, log); err != nil {
+						return err
+					}
+					marked = true
 				}
 			}
 		}
@@ -407,6 +410,29 @@ func (r *Runner) resetCatchUp(work, stop context.Context, conn *pgx.Conn, rs gen
 		return errors.New("synchro: reset catch-up passed the marker transaction without reaching the barrier")
 	}
 	return r.resetReady(work, conn, cur, cu, log)
+}
+
+// resetMark writes the coordinator's marker transaction, which selects the
+// activation barrier (its end, once the catch-up materialized it: it comes later
+// on the slot than everything materialized so far), and returns its 32-bit xid as
+// pgoutput's Begin carries it.
+func (r *Runner) resetMark(ctx context.Context, conn *pgx.Conn, resetID string, log *slog.Logger) (uint32, error) {
+	if err := gen.New(conn).RunnerResetMark(ctx, resetID); err != nil {
+		return 0, fmt.Errorf("synchro: runner_reset_mark: %w", err)
+	}
+	cur, ok, err := r.ctl.resetState(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if !ok || cur.ResetID != resetID || cur.BarrierXid == "" {
+		return 0, errors.New("synchro: reset marker not recorded")
+	}
+	x, err := strconv.ParseUint(cur.BarrierXid, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("synchro: barrier xid: %w", err)
+	}
+	log.Info("reset marker written: catching up to the activation barrier", "barrier_xid", x)
+	return uint32(x), nil
 }
 
 // resetReady acknowledges the candidate slot exactly to the activation barrier
@@ -509,6 +535,14 @@ func (c *catchUp) materialize(ctx context.Context) error {
 	clear(a.txns)
 	a.txns, a.events = a.txns[:0], 0
 	return nil
+}
+
+// lastEnd is the end LSN of the last complete transaction staged (0: none).
+func (a *applier) lastEnd() pglogrepl.LSN {
+	if len(a.txns) == 0 {
+		return 0
+	}
+	return a.txns[len(a.txns)-1].trailer.EndLSN
 }
 
 // status confirms the durable catch-up boundary to the candidate slot.

@@ -232,3 +232,108 @@ func TestResetRecoversTruncatePoison(t *testing.T) {
 		return ok
 	})
 }
+
+// rebuildCode calls rebuild's first page and returns its error.
+func rebuildErr(db *testdb.DB, clientID, scope string) error {
+	_, err := rebuildRaw(db, clientID, scope, "", 1000)
+	return err
+}
+
+// pushTask pushes the insert of task id (owner o1) for clientID and returns its fence.
+func pushTask(t *testing.T, db *testdb.DB, clientID string, id int) string {
+	t.Helper()
+	raw, err := pushRawOn(context.Background(), db.Pool, clientID,
+		pushJSON(t, pushIns(pushID(), "tasks", id, pm{"owner": "o1", "project_id": 1, "title": "pushed"})))
+	require.NoError(t, err)
+	require.Contains(t, raw, `"accepted"`)
+	var fence string
+	require.NoError(t, db.Pool.QueryRow(context.Background(),
+		`SELECT fence_id::text FROM synchro.write_fence WHERE client_id = $1`, clientID).Scan(&fence))
+	return fence
+}
+
+// TestResetPushFenceCoverage: a push accepted before the snapshot is covered by its
+// reset_baseline record once (and only once) the reset activates; a push accepted
+// after the snapshot waits for candidate-slot materialization.
+func TestResetPushFenceCoverage(t *testing.T) {
+	t.Parallel()
+	e := newSyncEnv(t, "")
+	db := e.db
+	write(t, db, `INSERT INTO notes VALUES ('n1', 'o1', 'first')`)
+	truncatePoison(t, db)
+
+	// Accepted before the snapshot; the blocked stream never materializes it.
+	before := pushTask(t, db, "before", 100)
+	requireSQLState(t, rebuildErr(db, "before", "owner:o1"), "SY503")
+
+	op := newOperator(t, db)
+	id := op.begin(t, "push coverage")
+	op.waitPhase(t, id, "ready")
+	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.reset_baseline WHERE reset_id = $1 AND fence_id = $2`, id, before))
+	// Staged coverage does not clear the gate.
+	requireSQLState(t, rebuildErr(db, "before", "owner:o1"), "SY503")
+
+	// Accepted after the snapshot (and the barrier), with no runner to materialize it.
+	e.stopRunner(t)
+	after := pushTask(t, db, "after", 101)
+	require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM synchro.reset_baseline WHERE fence_id = $1`, after))
+
+	require.NoError(t, op.exec(`SELECT synchro.activate_reset($1)`, id))
+	rows, last := fullRebuild(t, db, "before", "owner:o1", 1000)
+	keys := rowKeys(rows)
+	require.Contains(t, keys, "tasks/100", "the baseline holds the pushed row")
+	require.NotContains(t, keys, "tasks/101")
+	require.NotContains(t, keys, "notes/n1", "truncated")
+	requireSQLState(t, rebuildErr(db, "after", "owner:o1"), "SY503")
+
+	e.startRunner(t)
+	eventually(t, 20*time.Second, "the later push materialized from the candidate slot", func() bool {
+		return rebuildErr(db, "after", "owner:o1") == nil
+	})
+	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.write_fence WHERE fence_id = $1 AND coverage = 'wal'`, after))
+	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.write_fence WHERE fence_id = $1 AND coverage = 'baseline'`, before))
+	changes, _ := pullAll(t, db, "before", "owner:o1", last.Cursor, 1000)
+	require.Equal(t, []string{"upsert:tasks/101"}, opsOf(changes))
+}
+
+// TestResetAbort: a reset blocks a healthy stream until it is aborted; abort discards
+// the stage and the candidate slot, and the old stream resumes as it was (its cursors
+// still valid).
+func TestResetAbort(t *testing.T) {
+	t.Parallel()
+	e := newSyncEnv(t, "")
+	db := e.db
+	write(t, db, `INSERT INTO notes VALUES ('n1', 'o1', 'first')`)
+	_, cursor := startScope(t, db, "c1", "owner:o1")
+	var gen int64
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT stream_generation FROM synchro.progress`).Scan(&gen))
+
+	op := newOperator(t, db)
+	id := op.begin(t, "changed my mind")
+	s := op.waitPhase(t, id, "ready")
+	require.NotNil(t, s.CandidateSlot)
+	// Committed while the reset is open: the old stream is blocked.
+	xid := commitXid(t, db, `INSERT INTO notes VALUES ('n2', 'o1', 'while the reset is open')`)
+	require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM synchro.txn WHERE stream_generation = $1 AND xid % 4294967296 = $2`, gen, xid))
+
+	require.NoError(t, op.exec(`SELECT synchro.abort_reset($1)`, id))
+	require.Equal(t, "aborted", op.status(t, id).Phase)
+	requireSQLState(t, op.exec(`SELECT synchro.abort_reset($1)`, id), "SY400")
+	requireSQLState(t, op.exec(`SELECT synchro.activate_reset($1)`, id), "SY400")
+	requireSQLState(t, op.exec(`SELECT synchro.activate_reset('00000000-0000-0000-0000-000000000000')`), "SY400")
+	requireSQLState(t, op.exec(`SELECT synchro.reset_status('00000000-0000-0000-0000-000000000000')`), "SY400")
+	require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM pg_tables WHERE schemaname = 'synchro_reset'`))
+
+	waitXid(t, db, xid)
+	changes, _ := pullAll(t, db, "c1", "owner:o1", cursor, 1000)
+	require.Equal(t, []string{"upsert:notes/n2"}, opsOf(changes))
+	eventually(t, 20*time.Second, "the candidate slot dropped", func() bool {
+		return countOf(t, db, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, *s.CandidateSlot) == 0 &&
+			countOf(t, db, `SELECT count(*) FROM synchro.reset WHERE cleaned_at IS NOT NULL`) == 1
+	})
+	var stillGen int64
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT stream_generation FROM synchro.progress`).Scan(&stillGen))
+	require.Equal(t, gen, stillGen)
+	// A later reset may begin.
+	op.begin(t, "second try")
+}
