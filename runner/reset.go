@@ -369,6 +369,18 @@ func (r *Runner) resetCatchUp(work, stop context.Context, conn *pgx.Conn, rs gen
 					return err
 				}
 			}
+			if !marked && !cu.ap.inTxn && !coll.InTransaction() {
+				// A keepalive between transactions: the walsender has sent what
+				// was committed (WAL of other databases keeps it busy, so the
+				// slot need not go quiet). Materialize, then mark.
+				if err := cu.materialize(work); err != nil {
+					return r.resetFailure(work, conn, rs.ResetID, err)
+				}
+				if barrierXid, err = r.resetMark(work, conn, rs.ResetID, log); err != nil {
+					return err
+				}
+				marked = true
+			}
 		case pglogrepl.XLogDataByteID:
 			xld, err := pglogrepl.ParseXLogData(cd.Data[1:])
 			if err != nil {

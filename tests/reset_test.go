@@ -316,6 +316,14 @@ func TestResetAbort(t *testing.T) {
 	xid := commitXid(t, db, `INSERT INTO notes VALUES ('n2', 'o1', 'while the reset is open')`)
 	require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM synchro.txn WHERE stream_generation = $1 AND xid % 4294967296 = $2`, gen, xid))
 
+	// Never activates a missing slot: with the candidate gone, activation refuses.
+	e.stopRunner(t)
+	mustExec(t, db, `SELECT pg_drop_replication_slot($1)`, *s.CandidateSlot)
+	pe := requireSQLState(t, op.exec(`SELECT synchro.activate_reset($1)`, id), "SY400")
+	require.Contains(t, pe.Message, "candidate slot")
+	require.Equal(t, "ready", op.status(t, id).Phase)
+	e.startRunner(t)
+
 	require.NoError(t, op.exec(`SELECT synchro.abort_reset($1)`, id))
 	require.Equal(t, "aborted", op.status(t, id).Phase)
 	requireSQLState(t, op.exec(`SELECT synchro.abort_reset($1)`, id), "SY400")
