@@ -2549,7 +2549,10 @@ BEGIN
     RAISE EXCEPTION '_reset_drop_tables: not a reset schema' USING ERRCODE = 'SY400';
   END IF;
   FOREACH t IN ARRAY synchro._reset_tables() LOOP
-    EXECUTE format('DROP TABLE IF EXISTS %I.%I', sch, t);
+    -- Looked up first rather than DROP ... IF EXISTS: no notice for the operator.
+    IF to_regclass(format('%I.%I', sch, t)) IS NOT NULL THEN
+      EXECUTE format('DROP TABLE %I.%I', sch, t);
+    END IF;
   END LOOP;
 END
 $$;
