@@ -345,3 +345,54 @@ func TestResetAbort(t *testing.T) {
 	// A later reset may begin.
 	op.begin(t, "second try")
 }
+
+// TestResetCatchUpFailure: a source transaction the catch-up cannot materialize (a
+// TRUNCATE after the snapshot) fails the reset; the old stream stays blocked and no
+// active state changes; after abort a new reset (a new snapshot, after that TRUNCATE)
+// recovers.
+func TestResetCatchUpFailure(t *testing.T) {
+	t.Parallel()
+	e := newSyncEnv(t, "")
+	db := e.db
+	ctx := context.Background()
+	write(t, db, `INSERT INTO notes VALUES ('n1', 'o1', 'first'); INSERT INTO tasks (id, owner) VALUES (1, 'o1')`)
+	truncatePoison(t, db)
+	_, err := db.Pool.Exec(ctx, `INSERT INTO notes VALUES ('n2', 'o1', 'second')`)
+	require.NoError(t, err)
+	var gen int64
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT stream_generation FROM synchro.progress`).Scan(&gen))
+
+	// The marker waits for this lock, so the TRUNCATE below commits before the barrier.
+	lock, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = lock.Rollback(ctx) }()
+	_, err = lock.Exec(ctx, `LOCK TABLE synchro.write_fence IN ROW EXCLUSIVE MODE`)
+	require.NoError(t, err)
+	op := newOperator(t, db)
+	id := op.begin(t, "first try")
+	op.waitPhase(t, id, "catching_up")
+	mustExec(t, db, `BEGIN; SET LOCAL session_replication_role = replica; TRUNCATE notes; COMMIT;`)
+	require.NoError(t, lock.Rollback(ctx))
+	s := op.waitPhase(t, id, "failed")
+	require.NotNil(t, s.Detail)
+	require.Equal(t, "truncate", *s.Detail)
+
+	// Nothing active changed; the old stream is still blocked.
+	var stillGen int64
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT stream_generation FROM synchro.progress`).Scan(&stillGen))
+	require.Equal(t, gen, stillGen)
+	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.quarantine WHERE resolved_at IS NULL`))
+	requireSQLState(t, op.exec(`SELECT synchro.activate_reset($1)`, id), "SY400")
+	requireSQLState(t, op.exec(`SELECT synchro.begin_reset('while one failed')`), "SY400")
+
+	require.NoError(t, op.exec(`SELECT synchro.abort_reset($1)`, id))
+	id2 := op.begin(t, "second try")
+	op.waitPhase(t, id2, "ready")
+	require.NoError(t, op.exec(`SELECT synchro.activate_reset($1)`, id2))
+	for _, scope := range []string{"owner:o1"} {
+		write(t, db, `INSERT INTO notes VALUES ('n9', 'o1', 'sentinel')`)
+		r, _, _ := onePageRebuild(t, db, "c", scope)
+		requireReplica(t, liveScope(t, db, liveScopeSQL, scope), r, scope)
+		require.NotContains(t, keysOf(r), "notes/n2")
+	}
+}
