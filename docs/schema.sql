@@ -2514,6 +2514,37 @@ $$;
 ALTER FUNCTION synchro._render_kind(typ oid) OWNER TO postgres;
 
 --
+-- Name: _reset_digest(text, text); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._reset_digest(sch text, what text) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  d text;
+BEGIN
+  IF sch NOT IN ('synchro', 'synchro_reset') THEN
+    RAISE EXCEPTION '_reset_digest: not a reset schema' USING ERRCODE = 'SY400';
+  END IF;
+  IF what = 'rows' THEN
+    EXECUTE format(
+      'SELECT count(*) || '':'' || coalesce(sum((''x'' || left(md5(t.relation_id || '':'' || t.pk || '':'' || t.version), 16))::bit(64)::bigint::numeric), 0) '
+      'FROM %I.projection t', sch) INTO d;
+  ELSIF what = 'scopes' THEN
+    EXECUTE format(
+      'SELECT count(*) || '':'' || coalesce(sum((''x'' || left(md5(t.scope || '':'' || t.relation_id || '':'' || t.pk), 16))::bit(64)::bigint::numeric), 0) '
+      'FROM %I.membership t', sch) INTO d;
+  ELSE
+    RAISE EXCEPTION '_reset_digest: unknown digest' USING ERRCODE = 'SY400';
+  END IF;
+  RETURN d;
+END
+$$;
+
+
+ALTER FUNCTION synchro._reset_digest(sch text, what text) OWNER TO postgres;
+
+--
 -- Name: _reset_discard(uuid); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -3185,6 +3216,12 @@ BEGIN
   IF sp.stream_generation IS DISTINCT FROM r.target_generation OR r.activation_barrier IS NULL
      OR sp.processed_end_lsn IS DISTINCT FROM r.activation_barrier THEN
     RAISE EXCEPTION 'activate_reset: refused: the staged catch-up does not end at the activation barrier' USING ERRCODE = 'SY400';
+  END IF;
+
+  -- What activates is what was verified (synchro.runner_reset_ready).
+  IF r.row_digest IS NULL OR r.row_digest IS DISTINCT FROM synchro._reset_digest('synchro_reset', 'rows')
+     OR r.scope_digest IS DISTINCT FROM synchro._reset_digest('synchro_reset', 'scopes') THEN
+    RAISE EXCEPTION 'activate_reset: refused: the staged state differs from the verified one' USING ERRCODE = 'SY400';
   END IF;
 
   -- The candidate slot: permanent, logical, ours, with no gap through the barrier.
@@ -4710,7 +4747,11 @@ CREATE FUNCTION synchro.runner_reset_ready(reset_id uuid) RETURNS void
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
-  r synchro.reset;
+  r        synchro.reset;
+  reg      bigint;
+  fresh    text;
+  rows_d   text;
+  scopes_d text;
 BEGIN
   SELECT * INTO r FROM synchro.reset x WHERE x.reset_id = runner_reset_ready.reset_id FOR UPDATE;
   IF NOT FOUND OR r.phase <> 'catching_up' OR r.activation_barrier IS NULL THEN
@@ -4722,7 +4763,27 @@ BEGIN
                     AND s.confirmed_flush_lsn = r.activation_barrier) THEN
     RAISE EXCEPTION 'runner_reset_ready: refused: the candidate slot is not at the activation barrier' USING ERRCODE = 'SY400';
   END IF;
-  UPDATE synchro.reset x SET phase = 'ready', ready_at = now() WHERE x.reset_id = r.reset_id;
+  -- Verification: the membership that the baseline and the catch-up maintained
+  -- incrementally equals the membership evaluated afresh from the staged projections
+  -- (the same rules, synchro._evaluate_membership, over every staged synced row).
+  PERFORM synchro.runner_stage_open();
+  PERFORM synchro._reset_swap(true);
+  SELECT p.registry_generation INTO STRICT reg FROM synchro.progress p;
+  INSERT INTO pg_temp.synchro_w_impacted (relation_id, pk, event_ordinal, touched)
+  SELECT p.relation_id, p.pk, 0, false FROM synchro.projection p
+    JOIN synchro.relation rl ON rl.relation_id = p.relation_id AND rl.registration_kind = 'synced';
+  PERFORM synchro._evaluate_membership(reg);
+  SELECT count(*) || ':' || coalesce(sum(('x' || left(md5(s.scope || ':' || s.relation_id || ':' || s.pk), 16))::bit(64)::bigint::numeric), 0)
+    INTO fresh FROM (SELECT DISTINCT w.scope, w.relation_id, w.pk FROM pg_temp.synchro_w_scopes w) s;
+  rows_d := synchro._reset_digest('synchro', 'rows');
+  scopes_d := synchro._reset_digest('synchro', 'scopes');
+  PERFORM synchro._reset_swap(false);
+  PERFORM synchro._stage_reset(true);
+  IF fresh IS DISTINCT FROM scopes_d THEN
+    RAISE EXCEPTION 'reset verification failed: staged membership differs from its re-evaluation' USING ERRCODE = 'SYR02';
+  END IF;
+  UPDATE synchro.reset x SET phase = 'ready', ready_at = now(), row_digest = rows_d, scope_digest = scopes_d
+   WHERE x.reset_id = r.reset_id;
 END
 $$;
 
@@ -5221,6 +5282,8 @@ CREATE TABLE synchro.reset (
     barrier_xid xid8,
     barrier_snapshot pg_snapshot,
     activation_barrier pg_lsn,
+    row_digest text,
+    scope_digest text,
     detail text,
     requested_at timestamp with time zone DEFAULT now() NOT NULL,
     staged_at timestamp with time zone,
@@ -6169,6 +6232,13 @@ REVOKE ALL ON FUNCTION synchro._relation_drifted(nspname text, relname text, rep
 --
 
 REVOKE ALL ON FUNCTION synchro._render_kind(typ oid) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _reset_digest(sch text, what text); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._reset_digest(sch text, what text) FROM PUBLIC;
 
 
 --

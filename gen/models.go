@@ -170,6 +170,8 @@ type SynchroReset struct {
 	BarrierXid        pgtype.Uint64
 	BarrierSnapshot   interface{}
 	ActivationBarrier interface{}
+	RowDigest         *string
+	ScopeDigest       *string
 	Detail            *string
 	RequestedAt       time.Time
 	StagedAt          *time.Time

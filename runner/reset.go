@@ -489,6 +489,11 @@ func (r *Runner) resetReady(ctx context.Context, conn *pgx.Conn, rs gen.RunnerRe
 		}
 	}
 	if err := gen.New(conn).RunnerResetReady(ctx, rs.ResetID); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "SYR02" {
+			// The staged state failed its verification: the reset fails.
+			return r.resetFailure(ctx, conn, rs.ResetID, err)
+		}
 		return fmt.Errorf("synchro: runner_reset_ready: %w", err)
 	}
 	log.Info("reset ready: staged state caught up through the activation barrier", "activation_barrier", barrier)

@@ -316,10 +316,16 @@ func TestResetAbort(t *testing.T) {
 	xid := commitXid(t, db, `INSERT INTO notes VALUES ('n2', 'o1', 'while the reset is open')`)
 	require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM synchro.txn WHERE stream_generation = $1 AND xid % 4294967296 = $2`, gen, xid))
 
+	// What activates is what was verified: a staged state changed after verification
+	// is refused.
+	mustExec(t, db, `DELETE FROM synchro_reset.membership WHERE ctid = (SELECT min(ctid) FROM synchro_reset.membership)`)
+	pe := requireSQLState(t, op.exec(`SELECT synchro.activate_reset($1)`, id), "SY400")
+	require.Contains(t, pe.Message, "verified")
+
 	// Never activates a missing slot: with the candidate gone, activation refuses.
 	e.stopRunner(t)
 	mustExec(t, db, `SELECT pg_drop_replication_slot($1)`, *s.CandidateSlot)
-	pe := requireSQLState(t, op.exec(`SELECT synchro.activate_reset($1)`, id), "SY400")
+	pe = requireSQLState(t, op.exec(`SELECT synchro.activate_reset($1)`, id), "SY400")
 	require.Contains(t, pe.Message, "candidate slot")
 	require.Equal(t, "ready", op.status(t, id).Phase)
 	e.startRunner(t)

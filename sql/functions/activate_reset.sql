@@ -57,6 +57,12 @@ BEGIN
       USING ERRCODE = 'SY400';
   END IF;
 
+  -- What activates is what was verified (synchro.runner_reset_ready).
+  IF r.row_digest IS NULL OR r.row_digest IS DISTINCT FROM synchro._reset_digest('synchro_reset', 'rows')
+     OR r.scope_digest IS DISTINCT FROM synchro._reset_digest('synchro_reset', 'scopes') THEN
+    RAISE EXCEPTION 'activate_reset: refused: the staged state differs from the verified one' USING ERRCODE = 'SY400';
+  END IF;
+
   -- Every accepted push fence through the barrier is covered: visible in the baseline
   -- snapshot (a reset_baseline record) or WAL-materialized by the catch-up.
   SELECT count(*) INTO n FROM synchro.write_fence f

@@ -34,6 +34,10 @@ CREATE TABLE synchro.reset (
   barrier_xid        xid8,        -- the coordinator's marker transaction
   barrier_snapshot   pg_snapshot, -- taken in the marker transaction with push fences locked out
   activation_barrier pg_lsn,      -- end of the marker transaction: generation_start of the new stream
+  -- Digests of the staged state, taken when it was verified (phase ready) and checked
+  -- again by activation: rows (relation, key, version) and scopes (membership).
+  row_digest         text,
+  scope_digest       text,
   detail             text CONSTRAINT reset_detail_bounded CHECK (detail ~ '^[a-z0-9_ =./]{0,120}$'),
   requested_at       timestamptz NOT NULL DEFAULT now(),
   staged_at          timestamptz,
