@@ -3218,12 +3218,6 @@ BEGIN
     RAISE EXCEPTION 'activate_reset: refused: the staged catch-up does not end at the activation barrier' USING ERRCODE = 'SY400';
   END IF;
 
-  -- What activates is what was verified (synchro.runner_reset_ready).
-  IF r.row_digest IS NULL OR r.row_digest IS DISTINCT FROM synchro._reset_digest('synchro_reset', 'rows')
-     OR r.scope_digest IS DISTINCT FROM synchro._reset_digest('synchro_reset', 'scopes') THEN
-    RAISE EXCEPTION 'activate_reset: refused: the staged state differs from the verified one' USING ERRCODE = 'SY400';
-  END IF;
-
   -- The candidate slot: permanent, logical, ours, with no gap through the barrier.
   SELECT s.* INTO slot FROM pg_catalog.pg_replication_slots s WHERE s.slot_name = r.candidate_slot;
   IF NOT FOUND OR slot.slot_type <> 'logical' OR slot.temporary OR slot.database IS DISTINCT FROM r.database_name
@@ -3231,6 +3225,12 @@ BEGIN
      OR slot.confirmed_flush_lsn IS DISTINCT FROM r.activation_barrier THEN
     RAISE EXCEPTION 'activate_reset: refused: the candidate slot is missing or not at the activation barrier'
       USING ERRCODE = 'SY400';
+  END IF;
+
+  -- What activates is what was verified (synchro.runner_reset_ready).
+  IF r.row_digest IS NULL OR r.row_digest IS DISTINCT FROM synchro._reset_digest('synchro_reset', 'rows')
+     OR r.scope_digest IS DISTINCT FROM synchro._reset_digest('synchro_reset', 'scopes') THEN
+    RAISE EXCEPTION 'activate_reset: refused: the staged state differs from the verified one' USING ERRCODE = 'SY400';
   END IF;
 
   -- Every accepted push fence through the barrier is covered: visible in the baseline
