@@ -153,16 +153,84 @@ $$;
 ALTER FUNCTION synchro._base_type(typ oid) OWNER TO postgres;
 
 --
+-- Name: _baseline_index(bigint, text, bigint, text, bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._baseline_index(reg bigint, step text, after_rel bigint, after_pk text, lim bigint, OUT n bigint, OUT last_rel bigint, OUT last_pk text) RETURNS record
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  DELETE FROM pg_temp.synchro_w_final;
+  DELETE FROM pg_temp.synchro_w_impacted;
+  IF step = 'rules' THEN
+    INSERT INTO pg_temp.synchro_w_final (relation_id, pk)
+    SELECT p.relation_id, p.pk FROM synchro.projection p
+     WHERE after_rel IS NULL OR (p.relation_id, p.pk) > (after_rel, after_pk)
+     ORDER BY p.relation_id, p.pk LIMIT lim;
+    SELECT count(*) INTO n FROM pg_temp.synchro_w_final;
+    IF lim IS NOT NULL THEN
+      SELECT f.relation_id, f.pk INTO last_rel, last_pk FROM pg_temp.synchro_w_final f
+       ORDER BY f.relation_id DESC, f.pk DESC LIMIT 1;
+    END IF;
+    PERFORM synchro._refresh_rule_values(reg);
+  ELSIF step = 'scopes' THEN
+    INSERT INTO pg_temp.synchro_w_impacted (relation_id, pk, event_ordinal, touched)
+    SELECT p.relation_id, p.pk, 0, false FROM synchro.projection p
+      JOIN synchro.relation r ON r.relation_id = p.relation_id AND r.registration_kind = 'synced'
+     WHERE after_rel IS NULL OR (p.relation_id, p.pk) > (after_rel, after_pk)
+     ORDER BY p.relation_id, p.pk LIMIT lim;
+    SELECT count(*) INTO n FROM pg_temp.synchro_w_impacted;
+    IF lim IS NOT NULL THEN
+      SELECT i.relation_id, i.pk INTO last_rel, last_pk FROM pg_temp.synchro_w_impacted i
+       ORDER BY i.relation_id DESC, i.pk DESC LIMIT 1;
+    END IF;
+    PERFORM synchro._evaluate_membership(reg);
+    INSERT INTO synchro.membership (scope, relation_id, pk, table_id, pk_order)
+    SELECT s.scope, s.relation_id, s.pk, r.table_id, CASE WHEN r.key_type = 'string' THEN 0 ELSE s.pk::bigint END
+      FROM pg_temp.synchro_w_scopes s JOIN synchro.relation r ON r.relation_id = s.relation_id
+    ON CONFLICT DO NOTHING;
+  ELSE
+    RAISE EXCEPTION '_baseline_index: unknown step' USING ERRCODE = 'SY400';
+  END IF;
+END
+$$;
+
+
+ALTER FUNCTION synchro._baseline_index(reg bigint, step text, after_rel bigint, after_pk text, lim bigint, OUT n bigint, OUT last_rel bigint, OUT last_pk text) OWNER TO postgres;
+
+--
 -- Name: _baseline_project(bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
 CREATE FUNCTION synchro._baseline_project(reg bigint) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  PERFORM synchro._baseline_rows(reg, 'synchro');
+
+  -- Rule index, then membership, of every projected row.
+  PERFORM synchro._baseline_index(reg, 'rules', NULL, NULL, NULL);
+  PERFORM synchro._baseline_index(reg, 'scopes', NULL, NULL, NULL);
+END
+$$;
+
+
+ALTER FUNCTION synchro._baseline_project(reg bigint) OWNER TO postgres;
+
+--
+-- Name: _baseline_rows(bigint, text); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._baseline_rows(reg bigint, sch text) RETURNS void
     LANGUAGE plpgsql
     AS $_$
 DECLARE
   rel record;
   missing bigint;
 BEGIN
+  IF sch NOT IN ('synchro', 'synchro_reset') THEN
+    RAISE EXCEPTION '_baseline_rows: not a projection schema' USING ERRCODE = 'SY400';
+  END IF;
   FOR rel IN
     SELECT r.*, g.columns FROM synchro.registration g JOIN synchro.relation r USING (relation_id)
      WHERE g.generation = reg ORDER BY r.relation_id
@@ -170,36 +238,24 @@ BEGIN
     -- The image in the registered shape, as materialization renders it
     -- (synchro._image_sql): no code of the application's runs with the owner's rights.
     EXECUTE format(
-      'INSERT INTO synchro.projection (relation_id, pk, pk_int, version, image) '
+      'INSERT INTO %I.projection (relation_id, pk, pk_int, version, image) '
       'SELECT $1, t.%I::text, CASE WHEN $2 <> %L THEN t.%I::text::bigint END, v.version, %s '
       '  FROM ONLY %I.%I t LEFT JOIN synchro.row_version v ON v.relation_id = $1 AND v.pk = t.%I::text',
-      rel.key_column, 'string', rel.key_column, synchro._image_sql(rel.relation_id, reg, 't', true),
+      sch, rel.key_column, 'string', rel.key_column, synchro._image_sql(rel.relation_id, reg, 't', true),
       rel.schema_name, rel.table_name, rel.key_column)
     USING rel.relation_id, rel.key_type;
   END LOOP;
   -- Every row passed a fence or got a version at activation; a row without one means
   -- the registry is inconsistent, and a baseline must not invent a version.
-  SELECT relation_id INTO missing FROM synchro.projection WHERE version IS NULL LIMIT 1;
-  IF FOUND THEN
+  EXECUTE format('SELECT relation_id FROM %I.projection WHERE version IS NULL LIMIT 1', sch) INTO missing;
+  IF missing IS NOT NULL THEN
     RAISE EXCEPTION 'baseline refused: a registered row has no version (relation_id %)', missing USING ERRCODE = 'SY400';
   END IF;
-
-  -- Rule index and membership of every projected row.
-  INSERT INTO pg_temp.synchro_w_final (relation_id, pk) SELECT p.relation_id, p.pk FROM synchro.projection p;
-  PERFORM synchro._refresh_rule_values(reg);
-  INSERT INTO pg_temp.synchro_w_impacted (relation_id, pk, event_ordinal, touched)
-  SELECT p.relation_id, p.pk, 0, false FROM synchro.projection p
-    JOIN synchro.relation r ON r.relation_id = p.relation_id AND r.registration_kind = 'synced';
-  PERFORM synchro._evaluate_membership(reg);
-  INSERT INTO synchro.membership (scope, relation_id, pk, table_id, pk_order)
-  SELECT s.scope, s.relation_id, s.pk, r.table_id, CASE WHEN r.key_type = 'string' THEN 0 ELSE s.pk::bigint END
-    FROM pg_temp.synchro_w_scopes s JOIN synchro.relation r ON r.relation_id = s.relation_id
-  ON CONFLICT DO NOTHING;
 END
 $_$;
 
 
-ALTER FUNCTION synchro._baseline_project(reg bigint) OWNER TO postgres;
+ALTER FUNCTION synchro._baseline_rows(reg bigint, sch text) OWNER TO postgres;
 
 --
 -- Name: _called_from_push(); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -4560,14 +4616,14 @@ BEGIN
   -- The registry generation in effect at the snapshot (activation commits with it).
   SELECT g.generation INTO reg FROM synchro.registry_generation g WHERE g.state = 'active';
 
+  -- The rows only, straight into the stage: the live tables' names are never taken
+  -- in this long transaction (pull, rebuild, readiness and the heartbeat read them).
+  -- Rule index and membership follow in short chunks (synchro.runner_reset_index).
   PERFORM synchro._reset_stage_tables();
-  PERFORM synchro._reset_swap(true);
-  PERFORM synchro._baseline_project(reg);
-  INSERT INTO synchro.progress (stream_generation, generation_start_lsn, processed_end_lsn, registry_generation)
+  PERFORM synchro._baseline_rows(reg, 'synchro_reset');
+  INSERT INTO synchro_reset.progress (stream_generation, generation_start_lsn, processed_end_lsn, registry_generation)
   VALUES (r.target_generation, consistent_point, consistent_point, reg);
-  PERFORM synchro._reset_swap(false);
-  PERFORM synchro._stage_reset(true);
-  -- Statistics for the catch-up's index probes.
+  -- Statistics for the indexing and the catch-up's index probes.
   FOREACH t IN ARRAY synchro._reset_tables() LOOP
     EXECUTE format('ANALYZE synchro_reset.%I', t);
   END LOOP;
@@ -4576,8 +4632,8 @@ BEGIN
   SELECT r.reset_id, f.fence_id, r.candidate_slot, snap, r.target_generation FROM synchro.write_fence f;
 
   UPDATE synchro.reset x
-     SET phase = 'catching_up', consistent_point = runner_reset_baseline.consistent_point,
-         snapshot_boundary = snap, staged_at = now()
+     SET consistent_point = runner_reset_baseline.consistent_point, snapshot_boundary = snap,
+         index_step = 'rules', index_rel = NULL, index_pk = NULL
    WHERE x.reset_id = r.reset_id;
 END
 $$;
@@ -4607,7 +4663,9 @@ BEGIN
   UPDATE synchro.reset x
      SET phase = 'staging', attempt = r.attempt + 1, candidate_slot = slot,
          plugin = runner_reset_candidate.plugin, consistent_point = NULL, snapshot_boundary = NULL,
-         barrier_xid = NULL, barrier_snapshot = NULL, activation_barrier = NULL, staged_at = NULL, detail = NULL
+         barrier_xid = NULL, barrier_snapshot = NULL, activation_barrier = NULL, staged_at = NULL, detail = NULL,
+         row_digest = NULL, scope_digest = NULL, index_step = NULL, index_rel = NULL, index_pk = NULL,
+         verify_rel = NULL, verify_pk = NULL, verify_count = NULL, verify_sum = NULL, verified = false
    WHERE x.reset_id = r.reset_id;
   RETURN slot;
 END
@@ -4666,6 +4724,50 @@ $_$;
 
 
 ALTER FUNCTION synchro.runner_reset_fail(reset_id uuid, failure_class text) OWNER TO postgres;
+
+--
+-- Name: runner_reset_index(uuid, integer); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro.runner_reset_index(reset_id uuid, chunk integer) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  r   synchro.reset;
+  reg bigint;
+  res record;
+BEGIN
+  IF chunk IS NULL OR chunk < 1 OR chunk > 1000000 THEN
+    RAISE EXCEPTION 'runner_reset_index: chunk must be 1 to 1000000' USING ERRCODE = 'SY400';
+  END IF;
+  SELECT * INTO r FROM synchro.reset x WHERE x.reset_id = runner_reset_index.reset_id FOR UPDATE;
+  IF NOT FOUND OR r.phase <> 'staging' OR r.index_step IS NULL THEN
+    RAISE EXCEPTION 'runner_reset_index: refused in phase % (or nothing staged)', coalesce(r.phase, 'unknown')
+      USING ERRCODE = 'SY400';
+  END IF;
+  PERFORM synchro.runner_stage_open();
+  PERFORM synchro._reset_swap(true);
+  SELECT p.registry_generation INTO STRICT reg FROM synchro.progress p;
+  res := synchro._baseline_index(reg, r.index_step, r.index_rel, r.index_pk, chunk);
+  PERFORM synchro._reset_swap(false);
+  PERFORM synchro._stage_reset(true);
+  IF res.n = chunk THEN
+    UPDATE synchro.reset x SET index_rel = res.last_rel, index_pk = res.last_pk WHERE x.reset_id = r.reset_id;
+    RETURN false;
+  ELSIF r.index_step = 'rules' THEN
+    UPDATE synchro.reset x SET index_step = 'scopes', index_rel = NULL, index_pk = NULL WHERE x.reset_id = r.reset_id;
+    RETURN false;
+  END IF;
+  UPDATE synchro.reset x SET phase = 'catching_up', index_step = NULL, index_rel = NULL, index_pk = NULL,
+         staged_at = now()
+   WHERE x.reset_id = r.reset_id;
+  RETURN true;
+END
+$$;
+
+
+ALTER FUNCTION synchro.runner_reset_index(reset_id uuid, chunk integer) OWNER TO postgres;
 
 --
 -- Name: runner_reset_mark(uuid); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -4747,11 +4849,7 @@ CREATE FUNCTION synchro.runner_reset_ready(reset_id uuid) RETURNS void
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
-  r        synchro.reset;
-  reg      bigint;
-  fresh    text;
-  rows_d   text;
-  scopes_d text;
+  r synchro.reset;
 BEGIN
   SELECT * INTO r FROM synchro.reset x WHERE x.reset_id = runner_reset_ready.reset_id FOR UPDATE;
   IF NOT FOUND OR r.phase <> 'catching_up' OR r.activation_barrier IS NULL THEN
@@ -4763,27 +4861,11 @@ BEGIN
                     AND s.confirmed_flush_lsn = r.activation_barrier) THEN
     RAISE EXCEPTION 'runner_reset_ready: refused: the candidate slot is not at the activation barrier' USING ERRCODE = 'SY400';
   END IF;
-  -- Verification: the membership that the baseline and the catch-up maintained
-  -- incrementally equals the membership evaluated afresh from the staged projections
-  -- (the same rules, synchro._evaluate_membership, over every staged synced row).
-  PERFORM synchro.runner_stage_open();
-  PERFORM synchro._reset_swap(true);
-  SELECT p.registry_generation INTO STRICT reg FROM synchro.progress p;
-  INSERT INTO pg_temp.synchro_w_impacted (relation_id, pk, event_ordinal, touched)
-  SELECT p.relation_id, p.pk, 0, false FROM synchro.projection p
-    JOIN synchro.relation rl ON rl.relation_id = p.relation_id AND rl.registration_kind = 'synced';
-  PERFORM synchro._evaluate_membership(reg);
-  SELECT count(*) || ':' || coalesce(sum(('x' || left(md5(s.scope || ':' || s.relation_id || ':' || s.pk), 16))::bit(64)::bigint::numeric), 0)
-    INTO fresh FROM (SELECT DISTINCT w.scope, w.relation_id, w.pk FROM pg_temp.synchro_w_scopes w) s;
-  rows_d := synchro._reset_digest('synchro', 'rows');
-  scopes_d := synchro._reset_digest('synchro', 'scopes');
-  PERFORM synchro._reset_swap(false);
-  PERFORM synchro._stage_reset(true);
-  IF fresh IS DISTINCT FROM scopes_d THEN
-    RAISE EXCEPTION 'reset verification failed: staged membership differs from its re-evaluation' USING ERRCODE = 'SYR02';
+  IF NOT r.verified THEN
+    RAISE EXCEPTION 'runner_reset_ready: refused: the staged state is not verified (synchro.runner_reset_verify)'
+      USING ERRCODE = 'SY400';
   END IF;
-  UPDATE synchro.reset x SET phase = 'ready', ready_at = now(), row_digest = rows_d, scope_digest = scopes_d
-   WHERE x.reset_id = r.reset_id;
+  UPDATE synchro.reset x SET phase = 'ready', ready_at = now() WHERE x.reset_id = r.reset_id;
 END
 $$;
 
@@ -4809,6 +4891,74 @@ $$;
 
 
 ALTER FUNCTION synchro.runner_reset_state() OWNER TO postgres;
+
+--
+-- Name: runner_reset_verify(uuid, integer); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro.runner_reset_verify(reset_id uuid, chunk integer) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  r      synchro.reset;
+  reg    bigint;
+  n      bigint;
+  c      bigint;
+  s      numeric;
+  lrel   bigint;
+  lpk    text;
+  staged text;
+BEGIN
+  IF chunk IS NULL OR chunk < 1 OR chunk > 1000000 THEN
+    RAISE EXCEPTION 'runner_reset_verify: chunk must be 1 to 1000000' USING ERRCODE = 'SY400';
+  END IF;
+  SELECT * INTO r FROM synchro.reset x WHERE x.reset_id = runner_reset_verify.reset_id FOR UPDATE;
+  IF NOT FOUND OR r.phase <> 'catching_up' OR r.activation_barrier IS NULL THEN
+    RAISE EXCEPTION 'runner_reset_verify: refused in phase % (or no barrier yet)', coalesce(r.phase, 'unknown')
+      USING ERRCODE = 'SY400';
+  END IF;
+  IF r.verified THEN
+    RETURN true;
+  END IF;
+  PERFORM synchro.runner_stage_open();
+  PERFORM synchro._reset_swap(true);
+  SELECT p.registry_generation INTO STRICT reg FROM synchro.progress p;
+  DELETE FROM pg_temp.synchro_w_impacted;
+  INSERT INTO pg_temp.synchro_w_impacted (relation_id, pk, event_ordinal, touched)
+  SELECT p.relation_id, p.pk, 0, false FROM synchro.projection p
+    JOIN synchro.relation rl ON rl.relation_id = p.relation_id AND rl.registration_kind = 'synced'
+   WHERE r.verify_rel IS NULL OR (p.relation_id, p.pk) > (r.verify_rel, r.verify_pk)
+   ORDER BY p.relation_id, p.pk LIMIT chunk;
+  SELECT count(*) INTO n FROM pg_temp.synchro_w_impacted;
+  SELECT i.relation_id, i.pk INTO lrel, lpk FROM pg_temp.synchro_w_impacted i ORDER BY i.relation_id DESC, i.pk DESC LIMIT 1;
+  PERFORM synchro._evaluate_membership(reg);
+  SELECT count(*), coalesce(sum(('x' || left(md5(w.scope || ':' || w.relation_id || ':' || w.pk), 16))::bit(64)::bigint::numeric), 0)
+    INTO c, s FROM (SELECT DISTINCT w0.scope, w0.relation_id, w0.pk FROM pg_temp.synchro_w_scopes w0) w;
+  PERFORM synchro._reset_swap(false);
+  PERFORM synchro._stage_reset(true);
+
+  c := coalesce(r.verify_count, 0) + c;
+  s := coalesce(r.verify_sum, 0) + s;
+  IF n = chunk THEN
+    UPDATE synchro.reset x SET verify_rel = lrel, verify_pk = lpk, verify_count = c, verify_sum = s
+     WHERE x.reset_id = r.reset_id;
+    RETURN false;
+  END IF;
+  staged := synchro._reset_digest('synchro_reset', 'scopes');
+  IF staged IS DISTINCT FROM c || ':' || s THEN
+    RAISE EXCEPTION 'reset verification failed: staged membership differs from its re-evaluation' USING ERRCODE = 'SYR02';
+  END IF;
+  UPDATE synchro.reset x
+     SET verified = true, verify_count = c, verify_sum = s, scope_digest = staged,
+         row_digest = synchro._reset_digest('synchro_reset', 'rows')
+   WHERE x.reset_id = r.reset_id;
+  RETURN true;
+END
+$$;
+
+
+ALTER FUNCTION synchro.runner_reset_verify(reset_id uuid, chunk integer) OWNER TO postgres;
 
 --
 -- Name: runner_stage_open(); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -5284,6 +5434,14 @@ CREATE TABLE synchro.reset (
     activation_barrier pg_lsn,
     row_digest text,
     scope_digest text,
+    index_step text,
+    index_rel bigint,
+    index_pk text,
+    verify_rel bigint,
+    verify_pk text,
+    verify_count bigint,
+    verify_sum numeric,
+    verified boolean DEFAULT false NOT NULL,
     detail text,
     requested_at timestamp with time zone DEFAULT now() NOT NULL,
     staged_at timestamp with time zone,
@@ -5291,6 +5449,7 @@ CREATE TABLE synchro.reset (
     ended_at timestamp with time zone,
     cleaned_at timestamp with time zone,
     CONSTRAINT reset_detail_bounded CHECK ((detail ~ '^[a-z0-9_ =./]{0,120}$'::text)),
+    CONSTRAINT reset_index_step CHECK ((index_step = ANY (ARRAY['rules'::text, 'scopes'::text]))),
     CONSTRAINT reset_phase CHECK ((phase = ANY (ARRAY['requested'::text, 'staging'::text, 'catching_up'::text, 'ready'::text, 'activated'::text, 'aborted'::text, 'failed'::text]))),
     CONSTRAINT reset_reason_bounded CHECK (((length(reason) >= 1) AND (length(reason) <= 200)))
 );
@@ -5936,10 +6095,24 @@ REVOKE ALL ON FUNCTION synchro._base_type(typ oid) FROM PUBLIC;
 
 
 --
+-- Name: FUNCTION _baseline_index(reg bigint, step text, after_rel bigint, after_pk text, lim bigint, OUT n bigint, OUT last_rel bigint, OUT last_pk text); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._baseline_index(reg bigint, step text, after_rel bigint, after_pk text, lim bigint, OUT n bigint, OUT last_rel bigint, OUT last_pk text) FROM PUBLIC;
+
+
+--
 -- Name: FUNCTION _baseline_project(reg bigint); Type: ACL; Schema: synchro; Owner: postgres
 --
 
 REVOKE ALL ON FUNCTION synchro._baseline_project(reg bigint) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _baseline_rows(reg bigint, sch text); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._baseline_rows(reg bigint, sch text) FROM PUBLIC;
 
 
 --
@@ -6588,6 +6761,14 @@ GRANT ALL ON FUNCTION synchro.runner_reset_fail(reset_id uuid, failure_class tex
 
 
 --
+-- Name: FUNCTION runner_reset_index(reset_id uuid, chunk integer); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro.runner_reset_index(reset_id uuid, chunk integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.runner_reset_index(reset_id uuid, chunk integer) TO synchro_runner;
+
+
+--
 -- Name: FUNCTION runner_reset_mark(reset_id uuid); Type: ACL; Schema: synchro; Owner: postgres
 --
 
@@ -6617,6 +6798,14 @@ GRANT ALL ON FUNCTION synchro.runner_reset_ready(reset_id uuid) TO synchro_runne
 
 REVOKE ALL ON FUNCTION synchro.runner_reset_state() FROM PUBLIC;
 GRANT ALL ON FUNCTION synchro.runner_reset_state() TO synchro_runner;
+
+
+--
+-- Name: FUNCTION runner_reset_verify(reset_id uuid, chunk integer); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro.runner_reset_verify(reset_id uuid, chunk integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.runner_reset_verify(reset_id uuid, chunk integer) TO synchro_runner;
 
 
 --

@@ -172,6 +172,14 @@ type SynchroReset struct {
 	ActivationBarrier interface{}
 	RowDigest         *string
 	ScopeDigest       *string
+	IndexStep         *string
+	IndexRel          *int64
+	IndexPk           *string
+	VerifyRel         *int64
+	VerifyPk          *string
+	VerifyCount       *int64
+	VerifySum         pgtype.Numeric
+	Verified          bool
 	Detail            *string
 	RequestedAt       time.Time
 	StagedAt          *time.Time

@@ -69,6 +69,23 @@ func (q *Queries) RunnerResetFail(ctx context.Context, arg RunnerResetFailParams
 	return err
 }
 
+const runnerResetIndex = `-- name: RunnerResetIndex :one
+SELECT synchro.runner_reset_index($1::text::uuid, $2::int)::boolean AS done
+`
+
+type RunnerResetIndexParams struct {
+	ResetID string
+	Chunk   int32
+}
+
+// Index one chunk of the staged baseline rows (rule values, then membership); true when done.
+func (q *Queries) RunnerResetIndex(ctx context.Context, arg RunnerResetIndexParams) (bool, error) {
+	row := q.db.QueryRow(ctx, runnerResetIndex, arg.ResetID, arg.Chunk)
+	var done bool
+	err := row.Scan(&done)
+	return done, err
+}
+
 const runnerResetMark = `-- name: RunnerResetMark :exec
 SELECT synchro.runner_reset_mark($1::text::uuid)
 `
@@ -161,4 +178,21 @@ func (q *Queries) RunnerResetState(ctx context.Context) (RunnerResetStateRow, er
 		&i.ActivationBarrier,
 	)
 	return i, err
+}
+
+const runnerResetVerify = `-- name: RunnerResetVerify :one
+SELECT synchro.runner_reset_verify($1::text::uuid, $2::int)::boolean AS done
+`
+
+type RunnerResetVerifyParams struct {
+	ResetID string
+	Chunk   int32
+}
+
+// Verify one chunk of the staged membership against a fresh evaluation; true when verified.
+func (q *Queries) RunnerResetVerify(ctx context.Context, arg RunnerResetVerifyParams) (bool, error) {
+	row := q.db.QueryRow(ctx, runnerResetVerify, arg.ResetID, arg.Chunk)
+	var done bool
+	err := row.Scan(&done)
+	return done, err
 }

@@ -44,3 +44,11 @@ SELECT synchro.runner_reset_fail(sqlc.arg(reset_id)::text::uuid, sqlc.arg(failur
 -- Controlled cleanup done (the slot that ended with the reset is dropped).
 -- name: RunnerResetCleaned :exec
 SELECT synchro.runner_reset_cleaned(sqlc.arg(reset_id)::text::uuid);
+
+-- Index one chunk of the staged baseline rows (rule values, then membership); true when done.
+-- name: RunnerResetIndex :one
+SELECT synchro.runner_reset_index(sqlc.arg(reset_id)::text::uuid, sqlc.arg(chunk)::int)::boolean AS done;
+
+-- Verify one chunk of the staged membership against a fresh evaluation; true when verified.
+-- name: RunnerResetVerify :one
+SELECT synchro.runner_reset_verify(sqlc.arg(reset_id)::text::uuid, sqlc.arg(chunk)::int)::boolean AS done;

@@ -123,8 +123,22 @@ func (r *Runner) serveReset(work, stop context.Context) (handled bool, err error
 		}
 		log.Info("reset aborted: candidate slot dropped", "candidate_slot", rs.CandidateSlot)
 		return true, nil
-	case "requested", "staging":
-		return true, r.resetStage(work, conn, rs, log)
+	case "requested":
+		return true, r.resetStage(work, stop, conn, rs, log)
+	case "staging":
+		if rs.ConsistentPoint != "" {
+			// The rows are staged (durable): index them, resuming where it stopped,
+			// as long as the candidate slot is there to catch up from.
+			s, err := slotPosition(work, conn, rs.CandidateSlot)
+			if err != nil {
+				return true, err
+			}
+			if s.Exists && s.Plugin == streamPlugin && s.WALStatus != "lost" {
+				return true, r.resetIndex(work, stop, conn, rs.ResetID, log)
+			}
+		}
+		// A death before the rows were staged lost the exported snapshot.
+		return true, r.resetStage(work, stop, conn, rs, log)
 	case "catching_up":
 		return true, r.resetCatchUp(work, stop, conn, rs, log)
 	}
@@ -160,7 +174,7 @@ func (r *Runner) awaitResetChange(work, stop context.Context, rs gen.RunnerReset
 // resetStage starts a new candidate: drops the earlier one's slot, creates the
 // permanent candidate slot with an exported snapshot and stages the baseline
 // under it while the creating connection stays open.
-func (r *Runner) resetStage(ctx context.Context, conn *pgx.Conn, rs gen.RunnerResetStateRow, log *slog.Logger) (err error) {
+func (r *Runner) resetStage(ctx, stop context.Context, conn *pgx.Conn, rs gen.RunnerResetStateRow, log *slog.Logger) (err error) {
 	if rs.CandidateSlot != "" {
 		// A death in staging lost the snapshot: that candidate is discarded.
 		if err := dropSlotIfIdle(ctx, conn, rs.CandidateSlot); err != nil {
@@ -211,8 +225,33 @@ func (r *Runner) resetStage(ctx context.Context, conn *pgx.Conn, rs gen.RunnerRe
 	if err != nil {
 		return r.resetFailure(ctx, conn, rs.ResetID, fmt.Errorf("synchro: stage reset baseline: %w", err))
 	}
-	log.Info("reset baseline staged under the candidate slot's snapshot", "candidate_slot", slot, "consistent_point", cp)
-	return nil
+	log.Info("reset baseline rows staged under the candidate slot's snapshot", "candidate_slot", slot, "consistent_point", cp)
+	// The snapshot is imported and used: the creating connection may go.
+	closeReplication(ctx, repl)
+	return r.resetIndex(ctx, stop, conn, rs.ResetID, log)
+}
+
+// resetChunk bounds the rows of one indexing or verification transaction: the
+// staged tables hold the live names (and their locks) for that long.
+const resetChunk = 5000
+
+// resetIndex indexes the staged baseline rows in short transactions (rule values,
+// then membership), resuming at the durable position; then phase catching_up.
+func (r *Runner) resetIndex(ctx, stop context.Context, conn *pgx.Conn, resetID string, log *slog.Logger) error {
+	for {
+		r.live.beat(LoopSession)
+		if stop.Err() != nil {
+			return nil
+		}
+		done, err := gen.New(conn).RunnerResetIndex(ctx, gen.RunnerResetIndexParams{ResetID: resetID, Chunk: resetChunk})
+		if err != nil {
+			return r.resetFailure(ctx, conn, resetID, fmt.Errorf("synchro: runner_reset_index: %w", err))
+		}
+		if done {
+			log.Info("reset baseline indexed: catching up from the candidate slot")
+			return nil
+		}
+	}
 }
 
 // resetFailure records a blocking failure of staging or catch-up (phase
@@ -254,7 +293,7 @@ func (r *Runner) resetCatchUp(work, stop context.Context, conn *pgx.Conn, rs gen
 	if !s.Exists || s.Plugin != streamPlugin || s.WALStatus == "lost" {
 		// Never resume on a missing or unusable slot: start a new candidate.
 		log.Info("candidate slot missing or unusable: discarding the stage", "candidate_slot", rs.CandidateSlot)
-		return r.resetStage(work, conn, rs, log)
+		return r.resetStage(work, stop, conn, rs, log)
 	}
 	if s.Active {
 		return errSlotActive
@@ -400,7 +439,8 @@ func (r *Runner) resetCatchUp(work, stop context.Context, conn *pgx.Conn, rs gen
 					// The barrier closes its batch; nothing after it is consumed.
 					done = true
 				}
-				if done || n >= r.cfg.BatchTxns || cu.ap.events >= r.cfg.BatchEvents || cu.ap.lastEnd() >= caughtUpAt {
+				if done || n >= min(r.cfg.BatchTxns, catchUpBatchTxns) || cu.ap.events >= min(r.cfg.BatchEvents, catchUpBatchEvents) ||
+					cu.ap.lastEnd() >= caughtUpAt {
 					if err := cu.materialize(work); err != nil {
 						return r.resetFailure(work, conn, rs.ResetID, err)
 					}
@@ -488,17 +528,30 @@ func (r *Runner) resetReady(ctx context.Context, conn *pgx.Conn, rs gen.RunnerRe
 			return fmt.Errorf("synchro: advance candidate slot: %w", err)
 		}
 	}
-	if err := gen.New(conn).RunnerResetReady(ctx, rs.ResetID); err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "SYR02" {
-			// The staged state failed its verification: the reset fails.
-			return r.resetFailure(ctx, conn, rs.ResetID, err)
+	for {
+		r.live.beat(LoopSession)
+		done, err := gen.New(conn).RunnerResetVerify(ctx, gen.RunnerResetVerifyParams{ResetID: rs.ResetID, Chunk: resetChunk})
+		if err != nil {
+			// SYR02: the staged state failed its verification; the reset fails.
+			return r.resetFailure(ctx, conn, rs.ResetID, fmt.Errorf("synchro: runner_reset_verify: %w", err))
 		}
+		if done {
+			break
+		}
+	}
+	if err := gen.New(conn).RunnerResetReady(ctx, rs.ResetID); err != nil {
 		return fmt.Errorf("synchro: runner_reset_ready: %w", err)
 	}
 	log.Info("reset ready: staged state caught up through the activation barrier", "activation_barrier", barrier)
 	return nil
 }
+
+// Catch-up batches are kept short: their transaction holds the live names of the
+// projected-state tables (and their locks) while it runs.
+const (
+	catchUpBatchTxns   = 100
+	catchUpBatchEvents = 5000
+)
 
 // catchUp is one catch-up session on the candidate slot. It stages source
 // transactions with the stream's own applier (collate.Sink, Stager, COPY into

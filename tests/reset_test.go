@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/synchro/synchro/tests/testdb"
@@ -233,7 +235,16 @@ func TestResetRecoversTruncatePoison(t *testing.T) {
 	})
 }
 
-// rebuildCode calls rebuild's first page and returns its error.
+// asPgError is err's PostgreSQL error, or nil.
+func asPgError(err error) *pgconn.PgError {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe
+	}
+	return nil
+}
+
+// rebuildErr calls rebuild's first page and returns its error.
 func rebuildErr(db *testdb.DB, clientID, scope string) error {
 	_, err := rebuildRaw(db, clientID, scope, "", 1000)
 	return err
@@ -401,4 +412,66 @@ func TestResetCatchUpFailure(t *testing.T) {
 		requireReplica(t, liveScope(t, db, liveScopeSQL, scope), r, scope)
 		require.NotContains(t, keysOf(r), "notes/n2")
 	}
+}
+
+// TestResetLargeBaseline: a baseline larger than one indexing and verification chunk
+// (the staged tables hold the live names one short chunk at a time) while clients keep
+// reading the old generation: no reader fails until activation makes its cursor stale,
+// and every scope rebuilds to exactly the live state afterwards.
+func TestResetLargeBaseline(t *testing.T) {
+	t.Parallel()
+	// The rows are there before the first start: its baseline projects them.
+	e := newSyncEnv(t, `INSERT INTO project_members SELECT g, g % 7, 'u' || (g % 5) FROM generate_series(1, 50) g;
+		INSERT INTO tasks (id, project_id, owner, title) SELECT g, CASE WHEN g % 20 = 0 THEN g % 7 END, 'o' || (g % 3), 't' || g FROM generate_series(1, 11000) g;
+		INSERT INTO notes SELECT 'n' || g, 'o' || (g % 3), 'b' FROM generate_series(1, 500) g;`)
+	db := e.db
+	_, cursor := startScope(t, db, "reader", "owner:o1")
+	truncatePoison(t, db)
+
+	// A reader on the old generation while the reset stages, indexes and catches up.
+	stop := make(chan struct{})
+	var readers sync.WaitGroup
+	var reads atomic.Int64
+	readers.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := pullRaw(db, "reader", "owner:o1", cursor, 100); err != nil {
+				var code string
+				if pe := asPgError(err); pe != nil {
+					code = pe.Code
+				}
+				if code != "SY409" {
+					t.Errorf("reader: %v", err)
+				}
+				return
+			}
+			if _, err := rebuildRaw(db, "reader", "user:u1", "", 100); err != nil {
+				if pe := asPgError(err); pe == nil || pe.Code != "SY409" {
+					t.Errorf("reader rebuild: %v", err)
+				}
+				return
+			}
+			reads.Add(1)
+		}
+	})
+	op := newOperator(t, db)
+	id := op.begin(t, "large baseline")
+	mustExec(t, db, `UPDATE tasks SET owner = 'o1' WHERE id BETWEEN 1 AND 100; DELETE FROM tasks WHERE id BETWEEN 200 AND 210;
+		INSERT INTO project_members VALUES (51, 1, 'u1')`)
+	op.waitPhase(t, id, "ready")
+	close(stop)
+	readers.Wait()
+	require.Greater(t, reads.Load(), int64(0))
+	require.NoError(t, op.exec(`SELECT synchro.activate_reset($1)`, id))
+	write(t, db, `INSERT INTO tasks (id, project_id, owner, title) VALUES (20000, 1, 'o1', 'sentinel')`)
+	for _, scope := range []string{"owner:o0", "owner:o1", "owner:o2", "user:u1", "user:u4"} {
+		r, _, _ := onePageRebuild(t, db, "c", scope)
+		requireReplica(t, liveScope(t, db, liveScopeSQL, scope), r, scope)
+	}
+	require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM synchro.membership m
+		WHERE NOT EXISTS (SELECT 1 FROM synchro.projection p WHERE p.relation_id = m.relation_id AND p.pk = m.pk)`))
 }

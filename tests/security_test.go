@@ -537,10 +537,12 @@ func TestPrivilegeBoundary(t *testing.T) {
 		"synchro.runner_reset_candidate(uuid,text)",
 		"synchro.runner_reset_cleaned(uuid)",
 		"synchro.runner_reset_fail(uuid,text)",
+		"synchro.runner_reset_index(uuid,integer)",
 		"synchro.runner_reset_mark(uuid)",
 		"synchro.runner_reset_materialize(uuid,pg_lsn[],pg_lsn[],bigint[],timestamp with time zone[],boolean)",
 		"synchro.runner_reset_ready(uuid)",
 		"synchro.runner_reset_state()",
+		"synchro.runner_reset_verify(uuid,integer)",
 		"synchro.runner_stage_open()",
 		"synchro.runner_state()",
 		// The sidecar answers /readyz from synchro.ready() on its own login.

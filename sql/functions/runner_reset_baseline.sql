@@ -1,11 +1,13 @@
--- Stages a reset's baseline. Called inside the REPEATABLE READ transaction that
+-- Stages a reset's baseline rows. Called inside the REPEATABLE READ transaction that
 -- imported the candidate slot's exported snapshot (the creating replication connection
 -- still open), so that everything is read as of the slot's consistent point: the
--- registered and capture-dependency projections with their row versions, rule index and
--- membership, by the same code as the first start's baseline (synchro._baseline_project)
--- run on the staged tables (synchro._reset_swap), and the staged progress row whose
--- generation_start is the consistent point. Every accepted push fence visible in the
--- snapshot gets its immutable reset_baseline coverage record. Phase catching_up.
+-- registered and capture-dependency rows with their row versions, by the first start's
+-- code (synchro._baseline_rows) into the staged tables of schema synchro_reset, and the
+-- staged progress row whose generation_start is the consistent point. Every accepted
+-- push fence visible in the snapshot gets its immutable reset_baseline coverage record.
+-- The phase stays staging, with the consistent point recorded: the runner indexes the
+-- rows next (synchro.runner_reset_index), which needs no snapshot and resumes after a
+-- process death.
 CREATE OR REPLACE FUNCTION synchro.runner_reset_baseline(reset_id uuid, slot_name text, consistent_point pg_lsn)
 RETURNS void
 LANGUAGE plpgsql
@@ -35,14 +37,14 @@ BEGIN
   -- The registry generation in effect at the snapshot (activation commits with it).
   SELECT g.generation INTO reg FROM synchro.registry_generation g WHERE g.state = 'active';
 
+  -- The rows only, straight into the stage: the live tables' names are never taken
+  -- in this long transaction (pull, rebuild, readiness and the heartbeat read them).
+  -- Rule index and membership follow in short chunks (synchro.runner_reset_index).
   PERFORM synchro._reset_stage_tables();
-  PERFORM synchro._reset_swap(true);
-  PERFORM synchro._baseline_project(reg);
-  INSERT INTO synchro.progress (stream_generation, generation_start_lsn, processed_end_lsn, registry_generation)
+  PERFORM synchro._baseline_rows(reg, 'synchro_reset');
+  INSERT INTO synchro_reset.progress (stream_generation, generation_start_lsn, processed_end_lsn, registry_generation)
   VALUES (r.target_generation, consistent_point, consistent_point, reg);
-  PERFORM synchro._reset_swap(false);
-  PERFORM synchro._stage_reset(true);
-  -- Statistics for the catch-up's index probes.
+  -- Statistics for the indexing and the catch-up's index probes.
   FOREACH t IN ARRAY synchro._reset_tables() LOOP
     EXECUTE format('ANALYZE synchro_reset.%I', t);
   END LOOP;
@@ -51,8 +53,8 @@ BEGIN
   SELECT r.reset_id, f.fence_id, r.candidate_slot, snap, r.target_generation FROM synchro.write_fence f;
 
   UPDATE synchro.reset x
-     SET phase = 'catching_up', consistent_point = runner_reset_baseline.consistent_point,
-         snapshot_boundary = snap, staged_at = now()
+     SET consistent_point = runner_reset_baseline.consistent_point, snapshot_boundary = snap,
+         index_step = 'rules', index_rel = NULL, index_pk = NULL
    WHERE x.reset_id = r.reset_id;
 END
 $$;

@@ -23,7 +23,9 @@ BEGIN
   UPDATE synchro.reset x
      SET phase = 'staging', attempt = r.attempt + 1, candidate_slot = slot,
          plugin = runner_reset_candidate.plugin, consistent_point = NULL, snapshot_boundary = NULL,
-         barrier_xid = NULL, barrier_snapshot = NULL, activation_barrier = NULL, staged_at = NULL, detail = NULL
+         barrier_xid = NULL, barrier_snapshot = NULL, activation_barrier = NULL, staged_at = NULL, detail = NULL,
+         row_digest = NULL, scope_digest = NULL, index_step = NULL, index_rel = NULL, index_pk = NULL,
+         verify_rel = NULL, verify_pk = NULL, verify_count = NULL, verify_sum = NULL, verified = false
    WHERE x.reset_id = r.reset_id;
   RETURN slot;
 END

@@ -38,6 +38,18 @@ CREATE TABLE synchro.reset (
   -- again by activation: rows (relation, key, version) and scopes (membership).
   row_digest         text,
   scope_digest       text,
+  -- Resumable work in short transactions (the staged tables stand under the live names
+  -- only for one chunk at a time): indexing the staged baseline (index_step 'rules',
+  -- then 'scopes'; keyset position index_rel, index_pk) and verifying the staged
+  -- membership (position verify_rel, verify_pk; partial digest verify_count, verify_sum).
+  index_step         text CONSTRAINT reset_index_step CHECK (index_step IN ('rules', 'scopes')),
+  index_rel          bigint,
+  index_pk           text,
+  verify_rel         bigint,
+  verify_pk          text,
+  verify_count       bigint,
+  verify_sum         numeric,
+  verified           boolean NOT NULL DEFAULT false,
   detail             text CONSTRAINT reset_detail_bounded CHECK (detail ~ '^[a-z0-9_ =./]{0,120}$'),
   requested_at       timestamptz NOT NULL DEFAULT now(),
   staged_at          timestamptz,
