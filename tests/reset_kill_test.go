@@ -150,18 +150,32 @@ func TestResetKilledInEachPhase(t *testing.T) {
 	require.NoError(t, blocker.Rollback(ctx))
 	// Its exported snapshot died with the process: the next start discards it.
 
-	// catching_up: the coordinator's marker waits for a lock on the push fences (no xid:
-	// slot creation does not wait for it).
+	// staging, rows staged: indexing them waits for a lock on the live progress table
+	// (taken without an xid: slot creation does not wait for it).
+	held, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = held.Exec(ctx, `LOCK TABLE synchro.progress IN ACCESS SHARE MODE`)
+	require.NoError(t, err)
+	run = startRunProc(t, db)
+	eventually(t, 60*time.Second, "baseline rows staged", func() bool {
+		s = op.status(t, id)
+		return s.Phase == "staging" && s.ConsistentPoint != nil
+	})
+	second := *s.CandidateSlot
+	require.NotEqual(t, first, second, "a death before the rows were staged discards the candidate")
+	require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, first))
+	waitRunnerWaitsOnLock(t, db, "synchro-runner-reset")
+	run.kill(t, db)
+
+	// catching_up: the coordinator's marker waits for a lock on the push fences (no xid).
 	lock, err := db.Pool.Begin(ctx)
 	require.NoError(t, err)
 	_, err = lock.Exec(ctx, `LOCK TABLE synchro.write_fence IN ROW EXCLUSIVE MODE`)
 	require.NoError(t, err)
+	require.NoError(t, held.Rollback(ctx))
 	run = startRunProc(t, db)
 	s = op.waitPhase(t, id, "catching_up")
-	require.NotNil(t, s.CandidateSlot)
-	second := *s.CandidateSlot
-	require.NotEqual(t, first, second, "a death in staging discards the candidate")
-	require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, first))
+	require.Equal(t, second, *s.CandidateSlot, "indexing resumes with the same candidate")
 	mustExec(t, db, `INSERT INTO tasks (id, project_id, owner, title) VALUES (10, 1, 'o1', 'during catch-up')`)
 	waitRunnerWaitsOnLock(t, db, "synchro-runner-reset")
 	run.kill(t, db)
