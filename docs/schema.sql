@@ -5987,14 +5987,6 @@ ALTER TABLE ONLY synchro.registration
 
 
 --
--- Name: reset_baseline reset_baseline_fence_id_fkey; Type: FK CONSTRAINT; Schema: synchro; Owner: postgres
---
-
-ALTER TABLE ONLY synchro.reset_baseline
-    ADD CONSTRAINT reset_baseline_fence_id_fkey FOREIGN KEY (fence_id) REFERENCES synchro.write_fence(fence_id);
-
-
---
 -- Name: reset_baseline reset_baseline_reset_id_fkey; Type: FK CONSTRAINT; Schema: synchro; Owner: postgres
 --
 

@@ -65,7 +65,8 @@ CREATE UNIQUE INDEX reset_one_open ON synchro.reset ((true))
 -- reset activates; staged or failed resets do not clear capture_pending.
 CREATE TABLE synchro.reset_baseline (
   reset_id          uuid   NOT NULL REFERENCES synchro.reset,
-  fence_id          uuid   NOT NULL REFERENCES synchro.write_fence,
+  -- No foreign key to write_fence: the record outlives any retention of fences.
+  fence_id          uuid   NOT NULL,
   candidate_slot    text   NOT NULL,
   snapshot_boundary pg_snapshot NOT NULL,
   target_generation bigint NOT NULL,
