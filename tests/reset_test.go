@@ -72,7 +72,7 @@ func (o *operator) exec(sql string, args ...any) error {
 func (o *operator) waitPhase(t *testing.T, id, phase string) resetStatus {
 	t.Helper()
 	var s resetStatus
-	eventually(t, 60*time.Second, "reset phase "+phase, func() bool {
+	eventually(t, 180*time.Second, "reset phase "+phase, func() bool {
 		s = o.status(t, id)
 		if s.Phase == "failed" && phase != "failed" {
 			t.Fatalf("reset failed: %v", s.Detail)
