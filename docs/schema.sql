@@ -138,6 +138,111 @@ $$;
 ALTER FUNCTION synchro._base_type(typ oid) OWNER TO postgres;
 
 --
+-- Name: _baseline_index(bigint, text, bigint, text, bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._baseline_index(reg bigint, step text, after_rel bigint, after_pk text, lim bigint, OUT n bigint, OUT last_rel bigint, OUT last_pk text) RETURNS record
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  DELETE FROM pg_temp.synchro_w_final;
+  DELETE FROM pg_temp.synchro_w_impacted;
+  IF step = 'rules' THEN
+    INSERT INTO pg_temp.synchro_w_final (relation_id, pk)
+    SELECT p.relation_id, p.pk FROM synchro.projection p
+     WHERE after_rel IS NULL OR (p.relation_id, p.pk) > (after_rel, after_pk)
+     ORDER BY p.relation_id, p.pk LIMIT lim;
+    SELECT count(*) INTO n FROM pg_temp.synchro_w_final;
+    IF lim IS NOT NULL THEN
+      SELECT f.relation_id, f.pk INTO last_rel, last_pk FROM pg_temp.synchro_w_final f
+       ORDER BY f.relation_id DESC, f.pk DESC LIMIT 1;
+    END IF;
+    PERFORM synchro._refresh_rule_values(reg);
+  ELSIF step = 'scopes' THEN
+    INSERT INTO pg_temp.synchro_w_impacted (relation_id, pk, event_ordinal, touched)
+    SELECT p.relation_id, p.pk, 0, false FROM synchro.projection p
+      JOIN synchro.relation r ON r.relation_id = p.relation_id AND r.registration_kind = 'synced'
+     WHERE after_rel IS NULL OR (p.relation_id, p.pk) > (after_rel, after_pk)
+     ORDER BY p.relation_id, p.pk LIMIT lim;
+    SELECT count(*) INTO n FROM pg_temp.synchro_w_impacted;
+    IF lim IS NOT NULL THEN
+      SELECT i.relation_id, i.pk INTO last_rel, last_pk FROM pg_temp.synchro_w_impacted i
+       ORDER BY i.relation_id DESC, i.pk DESC LIMIT 1;
+    END IF;
+    PERFORM synchro._evaluate_membership(reg);
+    INSERT INTO synchro.membership (scope, relation_id, pk, table_id, pk_order)
+    SELECT s.scope, s.relation_id, s.pk, r.table_id, CASE WHEN r.key_type = 'string' THEN 0 ELSE s.pk::bigint END
+      FROM pg_temp.synchro_w_scopes s JOIN synchro.relation r ON r.relation_id = s.relation_id
+    ON CONFLICT DO NOTHING;
+  ELSE
+    RAISE EXCEPTION '_baseline_index: unknown step' USING ERRCODE = 'SY400';
+  END IF;
+END
+$$;
+
+
+ALTER FUNCTION synchro._baseline_index(reg bigint, step text, after_rel bigint, after_pk text, lim bigint, OUT n bigint, OUT last_rel bigint, OUT last_pk text) OWNER TO postgres;
+
+--
+-- Name: _baseline_project(bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._baseline_project(reg bigint) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  PERFORM synchro._baseline_rows(reg, 'synchro');
+
+  -- Rule index, then membership, of every projected row.
+  PERFORM synchro._baseline_index(reg, 'rules', NULL, NULL, NULL);
+  PERFORM synchro._baseline_index(reg, 'scopes', NULL, NULL, NULL);
+END
+$$;
+
+
+ALTER FUNCTION synchro._baseline_project(reg bigint) OWNER TO postgres;
+
+--
+-- Name: _baseline_rows(bigint, text); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._baseline_rows(reg bigint, sch text) RETURNS void
+    LANGUAGE plpgsql
+    AS $_$
+DECLARE
+  rel record;
+  missing bigint;
+BEGIN
+  IF sch NOT IN ('synchro', 'synchro_reset') THEN
+    RAISE EXCEPTION '_baseline_rows: not a projection schema' USING ERRCODE = 'SY400';
+  END IF;
+  FOR rel IN
+    SELECT r.*, g.columns FROM synchro.registration g JOIN synchro.relation r USING (relation_id)
+     WHERE g.generation = reg ORDER BY r.relation_id
+  LOOP
+    -- The image in the registered shape, as materialization renders it
+    -- (synchro._image_sql): no code of the application's runs with the owner's rights.
+    EXECUTE format(
+      'INSERT INTO %I.projection (relation_id, pk, pk_int, version, image) '
+      'SELECT $1, t.%I::text, CASE WHEN $2 <> %L THEN t.%I::text::bigint END, v.version, %s '
+      '  FROM ONLY %I.%I t LEFT JOIN synchro.row_version v ON v.relation_id = $1 AND v.pk = t.%I::text',
+      sch, rel.key_column, 'string', rel.key_column, synchro._image_sql(rel.relation_id, reg, 't', true),
+      rel.schema_name, rel.table_name, rel.key_column)
+    USING rel.relation_id, rel.key_type;
+  END LOOP;
+  -- Every row passed a fence or got a version at activation; a row without one means
+  -- the registry is inconsistent, and a baseline must not invent a version.
+  EXECUTE format('SELECT relation_id FROM %I.projection WHERE version IS NULL LIMIT 1', sch) INTO missing;
+  IF missing IS NOT NULL THEN
+    RAISE EXCEPTION 'baseline refused: a registered row has no version (relation_id %)', missing USING ERRCODE = 'SY400';
+  END IF;
+END
+$_$;
+
+
+ALTER FUNCTION synchro._baseline_rows(reg bigint, sch text) OWNER TO postgres;
+
+--
 -- Name: _called_from_push(); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -2705,6 +2810,194 @@ $$;
 ALTER FUNCTION synchro._render_kind(typ oid) OWNER TO postgres;
 
 --
+-- Name: _reset_digest(text, text); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._reset_digest(sch text, what text) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  d text;
+BEGIN
+  IF sch NOT IN ('synchro', 'synchro_reset') THEN
+    RAISE EXCEPTION '_reset_digest: not a reset schema' USING ERRCODE = 'SY400';
+  END IF;
+  IF what = 'rows' THEN
+    EXECUTE format(
+      'SELECT count(*) || '':'' || coalesce(sum((''x'' || left(md5(t.relation_id || '':'' || t.pk || '':'' || t.version), 16))::bit(64)::bigint::numeric), 0) '
+      'FROM %I.projection t', sch) INTO d;
+  ELSIF what = 'scopes' THEN
+    EXECUTE format(
+      'SELECT count(*) || '':'' || coalesce(sum((''x'' || left(md5(t.scope || '':'' || t.relation_id || '':'' || t.pk), 16))::bit(64)::bigint::numeric), 0) '
+      'FROM %I.membership t', sch) INTO d;
+  ELSE
+    RAISE EXCEPTION '_reset_digest: unknown digest' USING ERRCODE = 'SY400';
+  END IF;
+  RETURN d;
+END
+$$;
+
+
+ALTER FUNCTION synchro._reset_digest(sch text, what text) OWNER TO postgres;
+
+--
+-- Name: _reset_discard(uuid); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._reset_discard(reset_id uuid) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  target bigint;
+BEGIN
+  SELECT r.target_generation INTO STRICT target FROM synchro.reset r WHERE r.reset_id = _reset_discard.reset_id;
+  PERFORM synchro._reset_drop_tables('synchro_reset');
+  DELETE FROM synchro.effect e WHERE e.stream_generation = target;
+  DELETE FROM synchro.event e WHERE e.stream_generation = target;
+  DELETE FROM synchro.txn x WHERE x.stream_generation = target;
+  DELETE FROM synchro.quarantine q WHERE q.stream_generation = target;
+END
+$$;
+
+
+ALTER FUNCTION synchro._reset_discard(reset_id uuid) OWNER TO postgres;
+
+--
+-- Name: _reset_drop_tables(text); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._reset_drop_tables(sch text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  t text;
+BEGIN
+  IF sch NOT IN ('synchro_reset', 'synchro_retired') THEN
+    RAISE EXCEPTION '_reset_drop_tables: not a reset schema' USING ERRCODE = 'SY400';
+  END IF;
+  FOREACH t IN ARRAY synchro._reset_tables() LOOP
+    -- Looked up first rather than DROP ... IF EXISTS: no notice for the operator.
+    IF to_regclass(format('%I.%I', sch, t)) IS NOT NULL THEN
+      EXECUTE format('DROP TABLE %I.%I', sch, t);
+    END IF;
+  END LOOP;
+END
+$$;
+
+
+ALTER FUNCTION synchro._reset_drop_tables(sch text) OWNER TO postgres;
+
+--
+-- Name: _reset_guard(bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._reset_guard(stream_generation bigint) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  r record;
+BEGIN
+  SELECT x.phase, x.target_generation INTO r FROM synchro.reset x
+   WHERE x.phase IN ('requested', 'staging', 'catching_up', 'ready', 'failed')
+     FOR SHARE;
+  IF FOUND AND r.target_generation IS DISTINCT FROM _reset_guard.stream_generation THEN
+    RAISE EXCEPTION 'reset_in_progress: a stream reset blocks this stream generation (phase %)', r.phase
+      USING ERRCODE = 'SYR01';
+  END IF;
+END
+$$;
+
+
+ALTER FUNCTION synchro._reset_guard(stream_generation bigint) OWNER TO postgres;
+
+--
+-- Name: _reset_stage_tables(); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._reset_stage_tables() RETURNS void
+    LANGUAGE plpgsql
+    AS $_$
+DECLARE
+  t  text;
+  ix record;
+BEGIN
+  PERFORM synchro._reset_drop_tables('synchro_reset');
+  FOREACH t IN ARRAY synchro._reset_tables() LOOP
+    EXECUTE format('CREATE TABLE synchro_reset.%I (LIKE synchro.%I INCLUDING ALL)', t, t);
+    -- Pair each copied index with its original by definition (uniqueness and
+    -- everything after USING), in creation order among equal definitions; rename
+    -- through temporary names so that no intermediate name collides.
+    FOR ix IN
+      WITH src AS (
+        SELECT c.relname, i.indisunique, substring(pg_get_indexdef(i.indexrelid) FROM ' USING .*$') AS def,
+               row_number() OVER (PARTITION BY i.indisunique, substring(pg_get_indexdef(i.indexrelid) FROM ' USING .*$')
+                                  ORDER BY i.indexrelid) AS n
+          FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+         WHERE i.indrelid = format('synchro.%I', t)::regclass),
+      dst AS (
+        SELECT c.relname, i.indisunique, substring(pg_get_indexdef(i.indexrelid) FROM ' USING .*$') AS def,
+               row_number() OVER (PARTITION BY i.indisunique, substring(pg_get_indexdef(i.indexrelid) FROM ' USING .*$')
+                                  ORDER BY i.indexrelid) AS n
+          FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+         WHERE i.indrelid = format('synchro_reset.%I', t)::regclass)
+      SELECT src.relname AS want, dst.relname AS have
+        FROM src JOIN dst USING (indisunique, def, n)
+    LOOP
+      EXECUTE format('ALTER INDEX synchro_reset.%I RENAME TO %I', ix.have, 'synchro_tmp_' || md5(ix.want));
+    END LOOP;
+    FOR ix IN
+      SELECT c.relname AS want FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+       WHERE i.indrelid = format('synchro.%I', t)::regclass
+    LOOP
+      EXECUTE format('ALTER INDEX synchro_reset.%I RENAME TO %I', 'synchro_tmp_' || md5(ix.want), ix.want);
+    END LOOP;
+  END LOOP;
+END
+$_$;
+
+
+ALTER FUNCTION synchro._reset_stage_tables() OWNER TO postgres;
+
+--
+-- Name: _reset_swap(boolean); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._reset_swap(stage_in boolean) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  t text;
+BEGIN
+  LOCK TABLE synchro.progress, synchro.membership, synchro.projection, synchro.rule_value IN ACCESS EXCLUSIVE MODE;
+  FOREACH t IN ARRAY synchro._reset_tables() LOOP
+    IF stage_in THEN
+      EXECUTE format('ALTER TABLE synchro.%I SET SCHEMA synchro_retired', t);
+      EXECUTE format('ALTER TABLE synchro_reset.%I SET SCHEMA synchro', t);
+    ELSE
+      EXECUTE format('ALTER TABLE synchro.%I SET SCHEMA synchro_reset', t);
+      EXECUTE format('ALTER TABLE synchro_retired.%I SET SCHEMA synchro', t);
+    END IF;
+  END LOOP;
+END
+$$;
+
+
+ALTER FUNCTION synchro._reset_swap(stage_in boolean) OWNER TO postgres;
+
+--
+-- Name: _reset_tables(); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._reset_tables() RETURNS text[]
+    LANGUAGE sql IMMUTABLE
+    AS $$
+  SELECT ARRAY['projection', 'rule_value', 'membership', 'progress']
+$$;
+
+
+ALTER FUNCTION synchro._reset_tables() OWNER TO postgres;
+
+--
 -- Name: _row_image(jsonb, name[]); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -3003,6 +3296,34 @@ $$;
 ALTER FUNCTION synchro._via_scope_values(via_relation_id bigint, via_match name, via_scope name, value text) OWNER TO postgres;
 
 --
+-- Name: abort_reset(uuid); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro.abort_reset(reset_id uuid) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  r synchro.reset;
+BEGIN
+  -- The row lock serializes with the runner's staging and catch-up transactions,
+  -- which lock it too and check the phase again.
+  SELECT * INTO r FROM synchro.reset x WHERE x.reset_id = abort_reset.reset_id FOR UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'abort_reset: unknown reset_id' USING ERRCODE = 'SY400';
+  END IF;
+  IF r.phase IN ('activated', 'aborted') THEN
+    RAISE EXCEPTION 'abort_reset: refused in phase %', r.phase USING ERRCODE = 'SY400';
+  END IF;
+  PERFORM synchro._reset_discard(r.reset_id);
+  UPDATE synchro.reset x SET phase = 'aborted', ended_at = now() WHERE x.reset_id = r.reset_id;
+END
+$$;
+
+
+ALTER FUNCTION synchro.abort_reset(reset_id uuid) OWNER TO postgres;
+
+--
 -- Name: ack(text, bigint, text); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -3261,6 +3582,131 @@ $_$;
 ALTER FUNCTION synchro.activate_registry() OWNER TO postgres;
 
 --
+-- Name: activate_reset(uuid); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro.activate_reset(reset_id uuid) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  r      synchro.reset;
+  p      synchro.progress;
+  sp     record;
+  slot   record;
+  t      text;
+  n      bigint;
+BEGIN
+  SELECT * INTO r FROM synchro.reset x WHERE x.reset_id = activate_reset.reset_id FOR UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'activate_reset: unknown reset_id' USING ERRCODE = 'SY400';
+  END IF;
+  IF r.phase <> 'ready' THEN
+    RAISE EXCEPTION 'activate_reset: refused in phase %', r.phase USING ERRCODE = 'SY400';
+  END IF;
+
+  -- The old stream is still the active one, and still blocked (the open reset blocks
+  -- it; the progress lock keeps any materialization out until this commits).
+  SELECT * INTO STRICT p FROM synchro.progress FOR UPDATE;
+  IF p.stream_generation <> r.source_generation THEN
+    RAISE EXCEPTION 'activate_reset: refused: the active stream is not the one this reset replaces' USING ERRCODE = 'SY400';
+  END IF;
+
+  -- The staged state is complete: staged, caught up exactly through the barrier.
+  FOREACH t IN ARRAY synchro._reset_tables() LOOP
+    IF to_regclass(format('synchro_reset.%I', t)) IS NULL THEN
+      RAISE EXCEPTION 'activate_reset: refused: the staged state is incomplete' USING ERRCODE = 'SY400';
+    END IF;
+  END LOOP;
+  EXECUTE 'SELECT stream_generation, processed_end_lsn, registry_generation FROM synchro_reset.progress' INTO sp;
+  IF sp.stream_generation IS DISTINCT FROM r.target_generation OR r.activation_barrier IS NULL
+     OR sp.processed_end_lsn IS DISTINCT FROM r.activation_barrier THEN
+    RAISE EXCEPTION 'activate_reset: refused: the staged catch-up does not end at the activation barrier' USING ERRCODE = 'SY400';
+  END IF;
+
+  -- The candidate slot: permanent, logical, ours, with no gap through the barrier.
+  SELECT s.* INTO slot FROM pg_catalog.pg_replication_slots s WHERE s.slot_name = r.candidate_slot;
+  IF NOT FOUND OR slot.slot_type <> 'logical' OR slot.temporary OR slot.database IS DISTINCT FROM r.database_name
+     OR slot.plugin IS DISTINCT FROM r.plugin OR slot.wal_status = 'lost'
+     OR slot.confirmed_flush_lsn IS DISTINCT FROM r.activation_barrier THEN
+    RAISE EXCEPTION 'activate_reset: refused: the candidate slot is missing or not at the activation barrier'
+      USING ERRCODE = 'SY400';
+  END IF;
+
+  -- What activates is what was verified (synchro.runner_reset_ready).
+  IF r.row_digest IS NULL OR r.row_digest IS DISTINCT FROM synchro._reset_digest('synchro_reset', 'rows')
+     OR r.scope_digest IS DISTINCT FROM synchro._reset_digest('synchro_reset', 'scopes') THEN
+    RAISE EXCEPTION 'activate_reset: refused: the staged state differs from the verified one' USING ERRCODE = 'SY400';
+  END IF;
+
+  -- Every accepted push fence through the barrier is covered: visible in the baseline
+  -- snapshot (a reset_baseline record) or WAL-materialized by the catch-up.
+  SELECT count(*) INTO n FROM synchro.write_fence f
+   WHERE pg_visible_in_snapshot(synchro._full_xid(f.xmin::text::bigint, pg_snapshot_xmax(r.barrier_snapshot)::text::numeric),
+                                r.barrier_snapshot)
+     AND NOT EXISTS (SELECT 1 FROM synchro.reset_baseline b WHERE b.reset_id = r.reset_id AND b.fence_id = f.fence_id)
+     AND NOT EXISTS (SELECT 1 FROM synchro.event e WHERE e.stream_generation = r.target_generation AND e.fence_id = f.fence_id);
+  IF n > 0 THEN
+    RAISE EXCEPTION 'activate_reset: refused: % push fences through the barrier are not covered', n USING ERRCODE = 'SY400';
+  END IF;
+
+  -- A view on a table about to be set aside would follow it into synchro_retired.
+  IF EXISTS (SELECT 1 FROM pg_depend d JOIN pg_rewrite w ON w.oid = d.objid
+              WHERE d.classid = 'pg_rewrite'::regclass AND d.refclassid = 'pg_class'::regclass
+                AND d.refobjid IN ('synchro.projection'::regclass, 'synchro.rule_value'::regclass,
+                                   'synchro.membership'::regclass)
+                AND w.ev_class NOT IN ('synchro.projection'::regclass, 'synchro.rule_value'::regclass,
+                                       'synchro.membership'::regclass)) THEN
+    RAISE EXCEPTION 'activate_reset: refused: a view depends on the projected-state tables' USING ERRCODE = 'SY400';
+  END IF;
+
+  -- Install: the live projections step aside (kept until cleanup), the stage moves in.
+  -- The retired tables of an earlier reset, if its cleanup has not run, go now.
+  PERFORM synchro._reset_drop_tables('synchro_retired');
+  LOCK TABLE synchro.membership, synchro.projection, synchro.rule_value IN ACCESS EXCLUSIVE MODE;
+  FOREACH t IN ARRAY ARRAY['projection', 'rule_value', 'membership'] LOOP
+    EXECUTE format('ALTER TABLE synchro.%I SET SCHEMA synchro_retired', t);
+    EXECUTE format('ALTER TABLE synchro_reset.%I SET SCHEMA synchro', t);
+  END LOOP;
+  DROP TABLE synchro_reset.progress;
+
+  -- The new stream generation and the durable active-slot pointer.
+  UPDATE synchro.stream_generation g SET state = 'retired' WHERE g.stream_generation = r.source_generation;
+  INSERT INTO synchro.stream_generation (stream_generation, slot_name, plugin, database_name, generation_start_lsn, state)
+  VALUES (r.target_generation, r.candidate_slot, r.plugin, r.database_name, r.activation_barrier, 'active');
+  UPDATE synchro.progress
+     SET stream_generation = r.target_generation, generation_start_lsn = r.activation_barrier,
+         materialized_commit_lsn = NULL, processed_end_lsn = r.activation_barrier, acknowledged_end_lsn = NULL,
+         registry_generation = sp.registry_generation, updated_at = now();
+  -- No pre-activation catch-up effect is exposed: the baseline through the barrier is
+  -- generation_start, delivered by rebuild. The replay identities stay.
+  DELETE FROM synchro.effect e WHERE e.stream_generation = r.target_generation;
+  -- Likewise the consumer groups' change record of the catch-up: the new generation's
+  -- changes start after the barrier (groups of the old generation read SY409).
+  DELETE FROM synchro.change c WHERE c.stream_generation = r.target_generation;
+
+  -- Coverage now counts: the reset_baseline records, and the fences the catch-up
+  -- materialized (held back from coverage until now).
+  UPDATE synchro.write_fence f SET coverage = 'baseline', covered_at = now()
+   WHERE f.coverage IS NULL
+     AND f.fence_id IN (SELECT b.fence_id FROM synchro.reset_baseline b WHERE b.reset_id = r.reset_id);
+  UPDATE synchro.write_fence f SET coverage = 'wal', covered_at = now()
+   WHERE f.coverage IS NULL
+     AND f.fence_id IN (SELECT e.fence_id FROM synchro.event e WHERE e.stream_generation = r.target_generation);
+
+  -- The old stream's blocking poison is recovered by this reset (ADR 001, path 2).
+  UPDATE synchro.quarantine q SET resolved_at = now(), retry_requested = false
+   WHERE q.stream_generation = r.source_generation AND q.resolved_at IS NULL;
+  -- The runner reads the new slot from here on (readiness compares the two).
+  UPDATE synchro.runner SET slot_name = r.candidate_slot;
+  UPDATE synchro.reset x SET phase = 'activated', ended_at = now() WHERE x.reset_id = r.reset_id;
+END
+$$;
+
+
+ALTER FUNCTION synchro.activate_reset(reset_id uuid) OWNER TO postgres;
+
+--
 -- Name: add_scope_rule(text, text, name); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -3294,6 +3740,53 @@ $$;
 
 
 ALTER FUNCTION synchro.add_scope_rule(table_id text, scope_prefix text, column_name name, via regclass, via_match name, via_scope name) OWNER TO postgres;
+
+--
+-- Name: begin_reset(text); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro.begin_reset(reason text) RETURNS uuid
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  p      record;
+  cur    record;
+  target bigint;
+  id     uuid;
+BEGIN
+  IF reason IS NULL OR length(reason) < 1 OR length(reason) > 200 THEN
+    RAISE EXCEPTION 'begin_reset: reason must be 1 to 200 characters' USING ERRCODE = 'SY400';
+  END IF;
+  -- The progress row lock waits for a materialization in flight: the old stream's
+  -- last batch commits before the reset exists, or sees it and refuses.
+  SELECT pr.stream_generation, g.slot_name INTO p
+    FROM synchro.progress pr JOIN synchro.stream_generation g USING (stream_generation)
+     FOR UPDATE OF pr;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'begin_reset: no stream exists yet (the runner makes the first one)' USING ERRCODE = 'SY400';
+  END IF;
+  SELECT r.reset_id, r.phase INTO cur FROM synchro.reset r
+   WHERE r.phase IN ('requested', 'staging', 'catching_up', 'ready', 'failed');
+  IF FOUND THEN
+    RAISE EXCEPTION 'begin_reset: a reset is open already (phase %)', cur.phase USING ERRCODE = 'SY400';
+  END IF;
+  -- Target generations are never reused, not even those of aborted resets.
+  SELECT greatest((SELECT max(g.stream_generation) FROM synchro.stream_generation g),
+                  (SELECT max(r.target_generation) FROM synchro.reset r)) + 1 INTO target;
+  INSERT INTO synchro.reset (reason, phase, source_generation, target_generation, retired_slot)
+  VALUES (reason, 'requested', p.stream_generation, target, p.slot_name)
+  RETURNING reset_id INTO id;
+  -- A transaction on the old slot: a runner streaming an idle old stream reaches
+  -- materialize_batch, which the reset now refuses, and turns to the reset at once.
+  -- Outside the pack's "synchro." prefixes: never staged.
+  PERFORM pg_logical_emit_message(true, 'synchro_reset_requested', id::text);
+  RETURN id;
+END
+$$;
+
+
+ALTER FUNCTION synchro.begin_reset(reason text) OWNER TO postgres;
 
 --
 -- Name: compact(interval); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -3459,6 +3952,8 @@ BEGIN
     RAISE EXCEPTION 'materialize_batch: the batch arrays must be non-empty and of one length'
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
+  -- An open stream reset blocks every generation but its own target.
+  PERFORM synchro._reset_guard(stream_generation);
   -- Only the pack's own messages are staged: the runner parses each strictly and
   -- checks its MAC under the server key before staging it (runner/msgauth), and drops
   -- every other one, as if it had never been emitted.
@@ -4422,6 +4917,35 @@ $_$;
 ALTER FUNCTION synchro.remove_consumer_group(name text, confirm text) OWNER TO postgres;
 
 --
+-- Name: reset_status(uuid); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro.reset_status(reset_id uuid) RETURNS jsonb
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  r synchro.reset;
+BEGIN
+  SELECT * INTO r FROM synchro.reset x WHERE x.reset_id = reset_status.reset_id;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'reset_status: unknown reset_id' USING ERRCODE = 'SY400';
+  END IF;
+  RETURN jsonb_build_object(
+    'reset_id', r.reset_id,
+    'phase', r.phase,
+    'candidate_slot', r.candidate_slot,
+    'consistent_point', r.consistent_point::text,
+    'snapshot_boundary', r.snapshot_boundary::text,
+    'activation_barrier', r.activation_barrier::text,
+    'detail', r.detail);
+END
+$$;
+
+
+ALTER FUNCTION synchro.reset_status(reset_id uuid) OWNER TO postgres;
+
+--
 -- Name: retry_poison(); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -4473,11 +4997,9 @@ CREATE FUNCTION synchro.runner_baseline(slot_name text, plugin text, consistent_
     SET "DateStyle" TO 'ISO'
     SET "IntervalStyle" TO 'postgres'
     SET extra_float_digits TO '3'
-    AS $_$
+    AS $$
 DECLARE
   reg bigint;
-  rel record;
-  missing bigint;
 BEGIN
   IF current_setting('transaction_isolation') <> 'repeatable read' THEN
     RAISE EXCEPTION 'baseline refused: run it in the REPEATABLE READ transaction that imported the slot snapshot'
@@ -4489,38 +5011,7 @@ BEGIN
   PERFORM synchro.runner_stage_open();
   SELECT generation INTO reg FROM synchro.registry_generation WHERE state = 'active';
 
-  FOR rel IN
-    SELECT r.*, g.columns FROM synchro.registration g JOIN synchro.relation r USING (relation_id)
-     WHERE g.generation = reg ORDER BY r.relation_id
-  LOOP
-    -- The image in the registered shape, as materialization renders it
-    -- (synchro._image_sql): no code of the application's runs with the owner's rights.
-    EXECUTE format(
-      'INSERT INTO synchro.projection (relation_id, pk, pk_int, version, image) '
-      'SELECT $1, t.%I::text, CASE WHEN $2 <> %L THEN t.%I::text::bigint END, v.version, %s '
-      '  FROM ONLY %I.%I t LEFT JOIN synchro.row_version v ON v.relation_id = $1 AND v.pk = t.%I::text',
-      rel.key_column, 'string', rel.key_column, synchro._image_sql(rel.relation_id, reg, 't', true),
-      rel.schema_name, rel.table_name, rel.key_column)
-    USING rel.relation_id, rel.key_type;
-  END LOOP;
-  -- Every row passed a fence or got a version at activation; a row without one means
-  -- the registry is inconsistent, and a baseline must not invent a version.
-  SELECT relation_id INTO missing FROM synchro.projection WHERE version IS NULL LIMIT 1;
-  IF FOUND THEN
-    RAISE EXCEPTION 'baseline refused: a registered row has no version (relation_id %)', missing USING ERRCODE = 'SY400';
-  END IF;
-
-  -- Rule index and membership of every projected row.
-  INSERT INTO pg_temp.synchro_w_final (relation_id, pk) SELECT p.relation_id, p.pk FROM synchro.projection p;
-  PERFORM synchro._refresh_rule_values(reg);
-  INSERT INTO pg_temp.synchro_w_impacted (relation_id, pk, event_ordinal, touched)
-  SELECT p.relation_id, p.pk, 0, false FROM synchro.projection p
-    JOIN synchro.relation r ON r.relation_id = p.relation_id AND r.registration_kind = 'synced';
-  PERFORM synchro._evaluate_membership(reg);
-  INSERT INTO synchro.membership (scope, relation_id, pk, table_id, pk_order)
-  SELECT s.scope, s.relation_id, s.pk, r.table_id, CASE WHEN r.key_type = 'string' THEN 0 ELSE s.pk::bigint END
-    FROM pg_temp.synchro_w_scopes s JOIN synchro.relation r ON r.relation_id = s.relation_id
-  ON CONFLICT DO NOTHING;
+  PERFORM synchro._baseline_project(reg);
 
   -- Push fences visible in the snapshot are represented by this baseline.
   UPDATE synchro.write_fence SET coverage = 'baseline', covered_at = now() WHERE coverage IS NULL;
@@ -4532,7 +5023,7 @@ BEGIN
   PERFORM synchro._stage_reset(NULL);
   RETURN 1;
 END
-$_$;
+$$;
 
 
 ALTER FUNCTION synchro.runner_baseline(slot_name text, plugin text, consistent_point pg_lsn) OWNER TO postgres;
@@ -4545,6 +5036,8 @@ CREATE FUNCTION synchro.runner_claim(owner text, pid integer, slot_name text, pu
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
+DECLARE
+  active_slot text;
 BEGIN
   IF NOT pg_try_advisory_lock(hashtextextended('synchro.runner', synchro._lock_seed())) THEN
     RAISE EXCEPTION 'runner refused: another runner is active for this database' USING ERRCODE = 'object_in_use';
@@ -4561,9 +5054,15 @@ BEGIN
   IF decoder IS NULL OR decoder !~ '^[a-z0-9_]{1,63}$' THEN
     RAISE EXCEPTION 'runner refused: decoder must be an output plugin name' USING ERRCODE = 'SY400';
   END IF;
+  -- After a stream reset the runner reads the slot the durable active-slot pointer
+  -- names (the activated candidate), not the configured one: that is what it records.
+  SELECT coalesce((SELECT g.slot_name FROM synchro.stream_generation g JOIN synchro.reset x
+                      ON x.target_generation = g.stream_generation AND x.phase = 'activated'
+                    WHERE g.state = 'active'), runner_claim.slot_name)
+    INTO active_slot;
   INSERT INTO synchro.runner AS r (singleton, owner, pid, backend_pid, slot_name, publication, database_name,
                                    started_at, heartbeat_at, heartbeat_interval, state, decoder)
-  VALUES (true, left(owner, 200), pid, pg_backend_pid(), slot_name, publication, current_database(),
+  VALUES (true, left(owner, 200), pid, pg_backend_pid(), active_slot, publication, current_database(),
           now(), now(), heartbeat_interval, 'starting', decoder)
   ON CONFLICT (singleton) DO UPDATE
     SET owner = excluded.owner, pid = excluded.pid, backend_pid = excluded.backend_pid,
@@ -4713,6 +5212,381 @@ $$;
 
 
 ALTER FUNCTION synchro.runner_release() OWNER TO postgres;
+
+--
+-- Name: runner_reset_baseline(uuid, text, pg_lsn); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro.runner_reset_baseline(reset_id uuid, slot_name text, consistent_point pg_lsn) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET "TimeZone" TO 'UTC'
+    SET "DateStyle" TO 'ISO'
+    SET "IntervalStyle" TO 'postgres'
+    SET extra_float_digits TO '3'
+    AS $$
+DECLARE
+  r    synchro.reset;
+  reg  bigint;
+  snap pg_snapshot := pg_current_snapshot();
+  t    text;
+BEGIN
+  IF current_setting('transaction_isolation') <> 'repeatable read' THEN
+    RAISE EXCEPTION 'reset baseline refused: run it in the REPEATABLE READ transaction that imported the slot snapshot'
+      USING ERRCODE = 'SY400';
+  END IF;
+  SELECT * INTO r FROM synchro.reset x WHERE x.reset_id = runner_reset_baseline.reset_id FOR UPDATE;
+  IF NOT FOUND OR r.phase <> 'staging' OR r.candidate_slot IS DISTINCT FROM runner_reset_baseline.slot_name THEN
+    RAISE EXCEPTION 'reset baseline refused in phase % (or for another candidate slot)', coalesce(r.phase, 'unknown')
+      USING ERRCODE = 'SY400';
+  END IF;
+  PERFORM synchro.runner_stage_open();
+  -- The registry generation in effect at the snapshot (activation commits with it).
+  SELECT g.generation INTO reg FROM synchro.registry_generation g WHERE g.state = 'active';
+
+  -- The rows only, straight into the stage: the live tables' names are never taken
+  -- in this long transaction (pull, rebuild, readiness and the heartbeat read them).
+  -- Rule index and membership follow in short chunks (synchro.runner_reset_index).
+  PERFORM synchro._reset_stage_tables();
+  PERFORM synchro._baseline_rows(reg, 'synchro_reset');
+  INSERT INTO synchro_reset.progress (stream_generation, generation_start_lsn, processed_end_lsn, registry_generation)
+  VALUES (r.target_generation, consistent_point, consistent_point, reg);
+  -- Statistics for the indexing and the catch-up's index probes.
+  FOREACH t IN ARRAY synchro._reset_tables() LOOP
+    EXECUTE format('ANALYZE synchro_reset.%I', t);
+  END LOOP;
+
+  INSERT INTO synchro.reset_baseline (reset_id, fence_id, candidate_slot, snapshot_boundary, target_generation)
+  SELECT r.reset_id, f.fence_id, r.candidate_slot, snap, r.target_generation FROM synchro.write_fence f;
+
+  UPDATE synchro.reset x
+     SET consistent_point = runner_reset_baseline.consistent_point, snapshot_boundary = snap,
+         index_step = 'rules', index_rel = NULL, index_pk = NULL
+   WHERE x.reset_id = r.reset_id;
+END
+$$;
+
+
+ALTER FUNCTION synchro.runner_reset_baseline(reset_id uuid, slot_name text, consistent_point pg_lsn) OWNER TO postgres;
+
+--
+-- Name: runner_reset_candidate(uuid, text); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro.runner_reset_candidate(reset_id uuid, plugin text) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  r    synchro.reset;
+  slot text;
+BEGIN
+  SELECT * INTO r FROM synchro.reset x WHERE x.reset_id = runner_reset_candidate.reset_id FOR UPDATE;
+  IF NOT FOUND OR r.phase NOT IN ('requested', 'staging', 'catching_up') THEN
+    RAISE EXCEPTION 'runner_reset_candidate: refused in phase %', coalesce(r.phase, 'unknown') USING ERRCODE = 'SY400';
+  END IF;
+  PERFORM synchro._reset_discard(r.reset_id);
+  -- Unique in the cluster (slot names are): attempt and reset id, 42 characters at most.
+  slot := format('synchro_r%s_%s', r.attempt + 1, replace(r.reset_id::text, '-', ''));
+  UPDATE synchro.reset x
+     SET phase = 'staging', attempt = r.attempt + 1, candidate_slot = slot,
+         plugin = runner_reset_candidate.plugin, consistent_point = NULL, snapshot_boundary = NULL,
+         barrier_xid = NULL, barrier_snapshot = NULL, activation_barrier = NULL, staged_at = NULL, detail = NULL,
+         row_digest = NULL, scope_digest = NULL, index_step = NULL, index_rel = NULL, index_pk = NULL,
+         verify_rel = NULL, verify_pk = NULL, verify_count = NULL, verify_sum = NULL, verified = false
+   WHERE x.reset_id = r.reset_id;
+  RETURN slot;
+END
+$$;
+
+
+ALTER FUNCTION synchro.runner_reset_candidate(reset_id uuid, plugin text) OWNER TO postgres;
+
+--
+-- Name: runner_reset_cleaned(uuid); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro.runner_reset_cleaned(reset_id uuid) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  r synchro.reset;
+BEGIN
+  SELECT * INTO r FROM synchro.reset x WHERE x.reset_id = runner_reset_cleaned.reset_id FOR UPDATE;
+  IF NOT FOUND OR r.phase NOT IN ('activated', 'aborted') OR r.cleaned_at IS NOT NULL THEN
+    RAISE EXCEPTION 'runner_reset_cleaned: refused in phase %', coalesce(r.phase, 'unknown') USING ERRCODE = 'SY400';
+  END IF;
+  IF r.phase = 'activated' THEN
+    PERFORM synchro._reset_drop_tables('synchro_retired');
+    DELETE FROM synchro.effect e WHERE e.stream_generation = r.source_generation;
+  ELSE
+    PERFORM synchro._reset_discard(r.reset_id);
+  END IF;
+  UPDATE synchro.reset x SET cleaned_at = now() WHERE x.reset_id = r.reset_id;
+END
+$$;
+
+
+ALTER FUNCTION synchro.runner_reset_cleaned(reset_id uuid) OWNER TO postgres;
+
+--
+-- Name: runner_reset_fail(uuid, text); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro.runner_reset_fail(reset_id uuid, failure_class text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+BEGIN
+  IF failure_class IS NULL OR failure_class !~ '^[a-z0-9_]{1,48}$' THEN
+    RAISE EXCEPTION 'runner_reset_fail: failure_class must match ^[a-z0-9_]{1,48}$' USING ERRCODE = 'SY400';
+  END IF;
+  UPDATE synchro.reset x SET phase = 'failed', ended_at = now(), detail = failure_class
+   WHERE x.reset_id = runner_reset_fail.reset_id AND x.phase IN ('requested', 'staging', 'catching_up');
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'runner_reset_fail: no such reset in a running phase' USING ERRCODE = 'SY400';
+  END IF;
+END
+$_$;
+
+
+ALTER FUNCTION synchro.runner_reset_fail(reset_id uuid, failure_class text) OWNER TO postgres;
+
+--
+-- Name: runner_reset_index(uuid, integer); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro.runner_reset_index(reset_id uuid, chunk integer) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  r   synchro.reset;
+  reg bigint;
+  res record;
+BEGIN
+  IF chunk IS NULL OR chunk < 1 OR chunk > 1000000 THEN
+    RAISE EXCEPTION 'runner_reset_index: chunk must be 1 to 1000000' USING ERRCODE = 'SY400';
+  END IF;
+  SELECT * INTO r FROM synchro.reset x WHERE x.reset_id = runner_reset_index.reset_id FOR UPDATE;
+  IF NOT FOUND OR r.phase <> 'staging' OR r.index_step IS NULL THEN
+    RAISE EXCEPTION 'runner_reset_index: refused in phase % (or nothing staged)', coalesce(r.phase, 'unknown')
+      USING ERRCODE = 'SY400';
+  END IF;
+  PERFORM synchro.runner_stage_open();
+  PERFORM synchro._reset_swap(true);
+  SELECT p.registry_generation INTO STRICT reg FROM synchro.progress p;
+  res := synchro._baseline_index(reg, r.index_step, r.index_rel, r.index_pk, chunk);
+  PERFORM synchro._reset_swap(false);
+  PERFORM synchro._stage_reset(true);
+  IF res.n = chunk THEN
+    UPDATE synchro.reset x SET index_rel = res.last_rel, index_pk = res.last_pk WHERE x.reset_id = r.reset_id;
+    RETURN false;
+  ELSIF r.index_step = 'rules' THEN
+    UPDATE synchro.reset x SET index_step = 'scopes', index_rel = NULL, index_pk = NULL WHERE x.reset_id = r.reset_id;
+    RETURN false;
+  END IF;
+  UPDATE synchro.reset x SET phase = 'catching_up', index_step = NULL, index_rel = NULL, index_pk = NULL,
+         staged_at = now()
+   WHERE x.reset_id = r.reset_id;
+  RETURN true;
+END
+$$;
+
+
+ALTER FUNCTION synchro.runner_reset_index(reset_id uuid, chunk integer) OWNER TO postgres;
+
+--
+-- Name: runner_reset_mark(uuid); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro.runner_reset_mark(reset_id uuid) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  r synchro.reset;
+BEGIN
+  SELECT * INTO r FROM synchro.reset x WHERE x.reset_id = runner_reset_mark.reset_id FOR UPDATE;
+  IF NOT FOUND OR r.phase <> 'catching_up' OR r.barrier_xid IS NOT NULL THEN
+    RAISE EXCEPTION 'runner_reset_mark: refused in phase % (or marked already)', coalesce(r.phase, 'unknown')
+      USING ERRCODE = 'SY400';
+  END IF;
+  LOCK TABLE synchro.write_fence IN SHARE MODE;
+  UPDATE synchro.reset x SET barrier_xid = pg_current_xact_id(), barrier_snapshot = pg_current_snapshot()
+   WHERE x.reset_id = r.reset_id;
+  PERFORM pg_logical_emit_message(true, 'synchro_reset_barrier', r.reset_id::text);
+END
+$$;
+
+
+ALTER FUNCTION synchro.runner_reset_mark(reset_id uuid) OWNER TO postgres;
+
+--
+-- Name: runner_reset_materialize(uuid, pg_lsn[], pg_lsn[], bigint[], timestamp with time zone[], boolean); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro.runner_reset_materialize(reset_id uuid, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[], set_based boolean) RETURNS text[]
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  r        synchro.reset;
+  outcomes text[];
+  i        int;
+  xmax     numeric := pg_snapshot_xmax(pg_current_snapshot())::text::numeric;
+BEGIN
+  SELECT * INTO r FROM synchro.reset x WHERE x.reset_id = runner_reset_materialize.reset_id FOR UPDATE;
+  IF NOT FOUND OR r.phase <> 'catching_up' OR r.activation_barrier IS NOT NULL THEN
+    RAISE EXCEPTION 'reset catch-up refused in phase % (or past the barrier)', coalesce(r.phase, 'unknown')
+      USING ERRCODE = 'SY400';
+  END IF;
+  PERFORM synchro._reset_swap(true);
+  outcomes := synchro.materialize_batch(r.target_generation, commit_lsns, end_lsns, xids, commit_times, set_based);
+  PERFORM synchro._reset_swap(false);
+
+  UPDATE synchro.write_fence f SET coverage = NULL, covered_at = NULL
+   WHERE f.coverage = 'wal'
+     AND f.fence_id IN (SELECT e.fence_id FROM synchro.event e
+                         WHERE e.stream_generation = r.target_generation AND e.commit_lsn = ANY (commit_lsns));
+
+  IF r.barrier_xid IS NOT NULL THEN
+    FOR i IN 1 .. cardinality(xids) LOOP
+      IF synchro._full_xid(xids[i], xmax) = r.barrier_xid THEN
+        IF i <> cardinality(xids) THEN
+          RAISE EXCEPTION 'reset catch-up refused: a batch must end at the barrier transaction' USING ERRCODE = 'SY400';
+        END IF;
+        UPDATE synchro.reset x SET activation_barrier = end_lsns[i] WHERE x.reset_id = r.reset_id;
+      END IF;
+    END LOOP;
+  END IF;
+  RETURN outcomes;
+END
+$$;
+
+
+ALTER FUNCTION synchro.runner_reset_materialize(reset_id uuid, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[], set_based boolean) OWNER TO postgres;
+
+--
+-- Name: runner_reset_ready(uuid); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro.runner_reset_ready(reset_id uuid) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  r synchro.reset;
+BEGIN
+  SELECT * INTO r FROM synchro.reset x WHERE x.reset_id = runner_reset_ready.reset_id FOR UPDATE;
+  IF NOT FOUND OR r.phase <> 'catching_up' OR r.activation_barrier IS NULL THEN
+    RAISE EXCEPTION 'runner_reset_ready: refused in phase % (or no barrier yet)', coalesce(r.phase, 'unknown')
+      USING ERRCODE = 'SY400';
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots s
+                  WHERE s.slot_name = r.candidate_slot AND NOT s.temporary
+                    AND s.confirmed_flush_lsn = r.activation_barrier) THEN
+    RAISE EXCEPTION 'runner_reset_ready: refused: the candidate slot is not at the activation barrier' USING ERRCODE = 'SY400';
+  END IF;
+  IF NOT r.verified THEN
+    RAISE EXCEPTION 'runner_reset_ready: refused: the staged state is not verified (synchro.runner_reset_verify)'
+      USING ERRCODE = 'SY400';
+  END IF;
+  UPDATE synchro.reset x SET phase = 'ready', ready_at = now() WHERE x.reset_id = r.reset_id;
+END
+$$;
+
+
+ALTER FUNCTION synchro.runner_reset_ready(reset_id uuid) OWNER TO postgres;
+
+--
+-- Name: runner_reset_state(); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro.runner_reset_state() RETURNS TABLE(reset_id uuid, phase text, target_generation bigint, candidate_slot text, retired_slot text, consistent_point pg_lsn, barrier_xid xid8, activation_barrier pg_lsn)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  SELECT r.reset_id, r.phase, r.target_generation, r.candidate_slot, r.retired_slot, r.consistent_point,
+         r.barrier_xid, r.activation_barrier
+    FROM synchro.reset r
+   WHERE r.phase IN ('requested', 'staging', 'catching_up', 'ready', 'failed')
+      OR (r.phase IN ('activated', 'aborted') AND r.cleaned_at IS NULL)
+   ORDER BY r.cleaned_at IS NULL AND r.phase IN ('activated', 'aborted') DESC, r.requested_at
+   LIMIT 1
+$$;
+
+
+ALTER FUNCTION synchro.runner_reset_state() OWNER TO postgres;
+
+--
+-- Name: runner_reset_verify(uuid, integer); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro.runner_reset_verify(reset_id uuid, chunk integer) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  r      synchro.reset;
+  reg    bigint;
+  n      bigint;
+  c      bigint;
+  s      numeric;
+  lrel   bigint;
+  lpk    text;
+  staged text;
+BEGIN
+  IF chunk IS NULL OR chunk < 1 OR chunk > 1000000 THEN
+    RAISE EXCEPTION 'runner_reset_verify: chunk must be 1 to 1000000' USING ERRCODE = 'SY400';
+  END IF;
+  SELECT * INTO r FROM synchro.reset x WHERE x.reset_id = runner_reset_verify.reset_id FOR UPDATE;
+  IF NOT FOUND OR r.phase <> 'catching_up' OR r.activation_barrier IS NULL THEN
+    RAISE EXCEPTION 'runner_reset_verify: refused in phase % (or no barrier yet)', coalesce(r.phase, 'unknown')
+      USING ERRCODE = 'SY400';
+  END IF;
+  IF r.verified THEN
+    RETURN true;
+  END IF;
+  PERFORM synchro.runner_stage_open();
+  PERFORM synchro._reset_swap(true);
+  SELECT p.registry_generation INTO STRICT reg FROM synchro.progress p;
+  DELETE FROM pg_temp.synchro_w_impacted;
+  INSERT INTO pg_temp.synchro_w_impacted (relation_id, pk, event_ordinal, touched)
+  SELECT p.relation_id, p.pk, 0, false FROM synchro.projection p
+    JOIN synchro.relation rl ON rl.relation_id = p.relation_id AND rl.registration_kind = 'synced'
+   WHERE r.verify_rel IS NULL OR (p.relation_id, p.pk) > (r.verify_rel, r.verify_pk)
+   ORDER BY p.relation_id, p.pk LIMIT chunk;
+  SELECT count(*) INTO n FROM pg_temp.synchro_w_impacted;
+  SELECT i.relation_id, i.pk INTO lrel, lpk FROM pg_temp.synchro_w_impacted i ORDER BY i.relation_id DESC, i.pk DESC LIMIT 1;
+  PERFORM synchro._evaluate_membership(reg);
+  SELECT count(*), coalesce(sum(('x' || left(md5(w.scope || ':' || w.relation_id || ':' || w.pk), 16))::bit(64)::bigint::numeric), 0)
+    INTO c, s FROM (SELECT DISTINCT w0.scope, w0.relation_id, w0.pk FROM pg_temp.synchro_w_scopes w0) w;
+  PERFORM synchro._reset_swap(false);
+  PERFORM synchro._stage_reset(true);
+
+  c := coalesce(r.verify_count, 0) + c;
+  s := coalesce(r.verify_sum, 0) + s;
+  IF n = chunk THEN
+    UPDATE synchro.reset x SET verify_rel = lrel, verify_pk = lpk, verify_count = c, verify_sum = s
+     WHERE x.reset_id = r.reset_id;
+    RETURN false;
+  END IF;
+  staged := synchro._reset_digest('synchro_reset', 'scopes');
+  IF staged IS DISTINCT FROM c || ':' || s THEN
+    RAISE EXCEPTION 'reset verification failed: staged membership differs from its re-evaluation' USING ERRCODE = 'SYR02';
+  END IF;
+  UPDATE synchro.reset x
+     SET verified = true, verify_count = c, verify_sum = s, scope_digest = staged,
+         row_digest = synchro._reset_digest('synchro_reset', 'rows')
+   WHERE x.reset_id = r.reset_id;
+  RETURN true;
+END
+$$;
+
+
+ALTER FUNCTION synchro.runner_reset_verify(reset_id uuid, chunk integer) OWNER TO postgres;
 
 --
 -- Name: runner_stage_open(); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -5321,6 +6195,66 @@ ALTER TABLE synchro.relation ALTER COLUMN relation_id ADD GENERATED ALWAYS AS ID
 
 
 --
+-- Name: reset; Type: TABLE; Schema: synchro; Owner: postgres
+--
+
+CREATE TABLE synchro.reset (
+    reset_id uuid DEFAULT gen_random_uuid() NOT NULL,
+    reason text NOT NULL,
+    phase text NOT NULL,
+    source_generation bigint NOT NULL,
+    target_generation bigint NOT NULL,
+    retired_slot text NOT NULL,
+    attempt integer DEFAULT 0 NOT NULL,
+    candidate_slot text,
+    database_name name DEFAULT current_database() NOT NULL,
+    plugin text,
+    consistent_point pg_lsn,
+    snapshot_boundary pg_snapshot,
+    barrier_xid xid8,
+    barrier_snapshot pg_snapshot,
+    activation_barrier pg_lsn,
+    row_digest text,
+    scope_digest text,
+    index_step text,
+    index_rel bigint,
+    index_pk text,
+    verify_rel bigint,
+    verify_pk text,
+    verify_count bigint,
+    verify_sum numeric,
+    verified boolean DEFAULT false NOT NULL,
+    detail text,
+    requested_at timestamp with time zone DEFAULT now() NOT NULL,
+    staged_at timestamp with time zone,
+    ready_at timestamp with time zone,
+    ended_at timestamp with time zone,
+    cleaned_at timestamp with time zone,
+    CONSTRAINT reset_detail_bounded CHECK ((detail ~ '^[a-z0-9_ =./]{0,120}$'::text)),
+    CONSTRAINT reset_index_step CHECK ((index_step = ANY (ARRAY['rules'::text, 'scopes'::text]))),
+    CONSTRAINT reset_phase CHECK ((phase = ANY (ARRAY['requested'::text, 'staging'::text, 'catching_up'::text, 'ready'::text, 'activated'::text, 'aborted'::text, 'failed'::text]))),
+    CONSTRAINT reset_reason_bounded CHECK (((length(reason) >= 1) AND (length(reason) <= 200)))
+);
+
+
+ALTER TABLE synchro.reset OWNER TO postgres;
+
+--
+-- Name: reset_baseline; Type: TABLE; Schema: synchro; Owner: postgres
+--
+
+CREATE TABLE synchro.reset_baseline (
+    reset_id uuid NOT NULL,
+    fence_id uuid NOT NULL,
+    candidate_slot text NOT NULL,
+    snapshot_boundary pg_snapshot NOT NULL,
+    target_generation bigint NOT NULL
+);
+
+
+ALTER TABLE synchro.reset_baseline OWNER TO postgres;
+
+--
 -- Name: retention; Type: TABLE; Schema: synchro; Owner: postgres
 --
 
@@ -5663,6 +6597,30 @@ ALTER TABLE ONLY synchro.relation
 
 
 --
+-- Name: reset_baseline reset_baseline_pkey; Type: CONSTRAINT; Schema: synchro; Owner: postgres
+--
+
+ALTER TABLE ONLY synchro.reset_baseline
+    ADD CONSTRAINT reset_baseline_pkey PRIMARY KEY (reset_id, fence_id);
+
+
+--
+-- Name: reset reset_pkey; Type: CONSTRAINT; Schema: synchro; Owner: postgres
+--
+
+ALTER TABLE ONLY synchro.reset
+    ADD CONSTRAINT reset_pkey PRIMARY KEY (reset_id);
+
+
+--
+-- Name: reset reset_target_generation_key; Type: CONSTRAINT; Schema: synchro; Owner: postgres
+--
+
+ALTER TABLE ONLY synchro.reset
+    ADD CONSTRAINT reset_target_generation_key UNIQUE (target_generation);
+
+
+--
 -- Name: retention retention_pkey; Type: CONSTRAINT; Schema: synchro; Owner: postgres
 --
 
@@ -5787,6 +6745,13 @@ CREATE UNIQUE INDEX registry_generation_one_pending ON synchro.registry_generati
 
 
 --
+-- Name: reset_one_open; Type: INDEX; Schema: synchro; Owner: postgres
+--
+
+CREATE UNIQUE INDEX reset_one_open ON synchro.reset USING btree ((true)) WHERE (phase = ANY (ARRAY['requested'::text, 'staging'::text, 'catching_up'::text, 'ready'::text, 'failed'::text]));
+
+
+--
 -- Name: rule_value_by_row; Type: INDEX; Schema: synchro; Owner: postgres
 --
 
@@ -5844,6 +6809,22 @@ ALTER TABLE ONLY synchro.registration
 
 ALTER TABLE ONLY synchro.registration
     ADD CONSTRAINT registration_relation_id_fkey FOREIGN KEY (relation_id) REFERENCES synchro.relation(relation_id);
+
+
+--
+-- Name: reset_baseline reset_baseline_reset_id_fkey; Type: FK CONSTRAINT; Schema: synchro; Owner: postgres
+--
+
+ALTER TABLE ONLY synchro.reset_baseline
+    ADD CONSTRAINT reset_baseline_reset_id_fkey FOREIGN KEY (reset_id) REFERENCES synchro.reset(reset_id);
+
+
+--
+-- Name: reset reset_source_generation_fkey; Type: FK CONSTRAINT; Schema: synchro; Owner: postgres
+--
+
+ALTER TABLE ONLY synchro.reset
+    ADD CONSTRAINT reset_source_generation_fkey FOREIGN KEY (source_generation) REFERENCES synchro.stream_generation(stream_generation);
 
 
 --
@@ -5922,6 +6903,27 @@ REVOKE ALL ON FUNCTION synchro._await_visible_all(xids bigint[]) FROM PUBLIC;
 --
 
 REVOKE ALL ON FUNCTION synchro._base_type(typ oid) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _baseline_index(reg bigint, step text, after_rel bigint, after_pk text, lim bigint, OUT n bigint, OUT last_rel bigint, OUT last_pk text); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._baseline_index(reg bigint, step text, after_rel bigint, after_pk text, lim bigint, OUT n bigint, OUT last_rel bigint, OUT last_pk text) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _baseline_project(reg bigint); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._baseline_project(reg bigint) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _baseline_rows(reg bigint, sch text); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._baseline_rows(reg bigint, sch text) FROM PUBLIC;
 
 
 --
@@ -6259,6 +7261,55 @@ REVOKE ALL ON FUNCTION synchro._render_kind(typ oid) FROM PUBLIC;
 
 
 --
+-- Name: FUNCTION _reset_digest(sch text, what text); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._reset_digest(sch text, what text) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _reset_discard(reset_id uuid); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._reset_discard(reset_id uuid) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _reset_drop_tables(sch text); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._reset_drop_tables(sch text) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _reset_guard(stream_generation bigint); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._reset_guard(stream_generation bigint) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _reset_stage_tables(); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._reset_stage_tables() FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _reset_swap(stage_in boolean); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._reset_swap(stage_in boolean) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _reset_tables(); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._reset_tables() FROM PUBLIC;
+
+
+--
 -- Name: FUNCTION _row_image(full_row jsonb, columns name[]); Type: ACL; Schema: synchro; Owner: postgres
 --
 
@@ -6336,6 +7387,14 @@ REVOKE ALL ON FUNCTION synchro._via_scope_values(via_relation_id bigint, via_mat
 
 
 --
+-- Name: FUNCTION abort_reset(reset_id uuid); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro.abort_reset(reset_id uuid) FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.abort_reset(reset_id uuid) TO synchro_operator;
+
+
+--
 -- Name: FUNCTION ack(name text, token bigint, "position" text); Type: ACL; Schema: synchro; Owner: postgres
 --
 
@@ -6360,6 +7419,14 @@ GRANT ALL ON FUNCTION synchro.activate_registry() TO synchro_operator;
 
 
 --
+-- Name: FUNCTION activate_reset(reset_id uuid); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro.activate_reset(reset_id uuid) FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.activate_reset(reset_id uuid) TO synchro_operator;
+
+
+--
 -- Name: FUNCTION add_scope_rule(table_id text, scope_prefix text, column_name name); Type: ACL; Schema: synchro; Owner: postgres
 --
 
@@ -6373,6 +7440,14 @@ GRANT ALL ON FUNCTION synchro.add_scope_rule(table_id text, scope_prefix text, c
 
 REVOKE ALL ON FUNCTION synchro.add_scope_rule(table_id text, scope_prefix text, column_name name, via regclass, via_match name, via_scope name) FROM PUBLIC;
 GRANT ALL ON FUNCTION synchro.add_scope_rule(table_id text, scope_prefix text, column_name name, via regclass, via_match name, via_scope name) TO synchro_operator;
+
+
+--
+-- Name: FUNCTION begin_reset(reason text); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro.begin_reset(reason text) FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.begin_reset(reason text) TO synchro_operator;
 
 
 --
@@ -6490,6 +7565,14 @@ GRANT ALL ON FUNCTION synchro.remove_consumer_group(name text, confirm text) TO 
 
 
 --
+-- Name: FUNCTION reset_status(reset_id uuid); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro.reset_status(reset_id uuid) FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.reset_status(reset_id uuid) TO synchro_operator;
+
+
+--
 -- Name: FUNCTION retry_poison(); Type: ACL; Schema: synchro; Owner: postgres
 --
 
@@ -6567,6 +7650,86 @@ GRANT ALL ON FUNCTION synchro.runner_poison(stream_generation bigint, commit_lsn
 
 REVOKE ALL ON FUNCTION synchro.runner_release() FROM PUBLIC;
 GRANT ALL ON FUNCTION synchro.runner_release() TO synchro_runner;
+
+
+--
+-- Name: FUNCTION runner_reset_baseline(reset_id uuid, slot_name text, consistent_point pg_lsn); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro.runner_reset_baseline(reset_id uuid, slot_name text, consistent_point pg_lsn) FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.runner_reset_baseline(reset_id uuid, slot_name text, consistent_point pg_lsn) TO synchro_runner;
+
+
+--
+-- Name: FUNCTION runner_reset_candidate(reset_id uuid, plugin text); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro.runner_reset_candidate(reset_id uuid, plugin text) FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.runner_reset_candidate(reset_id uuid, plugin text) TO synchro_runner;
+
+
+--
+-- Name: FUNCTION runner_reset_cleaned(reset_id uuid); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro.runner_reset_cleaned(reset_id uuid) FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.runner_reset_cleaned(reset_id uuid) TO synchro_runner;
+
+
+--
+-- Name: FUNCTION runner_reset_fail(reset_id uuid, failure_class text); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro.runner_reset_fail(reset_id uuid, failure_class text) FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.runner_reset_fail(reset_id uuid, failure_class text) TO synchro_runner;
+
+
+--
+-- Name: FUNCTION runner_reset_index(reset_id uuid, chunk integer); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro.runner_reset_index(reset_id uuid, chunk integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.runner_reset_index(reset_id uuid, chunk integer) TO synchro_runner;
+
+
+--
+-- Name: FUNCTION runner_reset_mark(reset_id uuid); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro.runner_reset_mark(reset_id uuid) FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.runner_reset_mark(reset_id uuid) TO synchro_runner;
+
+
+--
+-- Name: FUNCTION runner_reset_materialize(reset_id uuid, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[], set_based boolean); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro.runner_reset_materialize(reset_id uuid, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[], set_based boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.runner_reset_materialize(reset_id uuid, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[], set_based boolean) TO synchro_runner;
+
+
+--
+-- Name: FUNCTION runner_reset_ready(reset_id uuid); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro.runner_reset_ready(reset_id uuid) FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.runner_reset_ready(reset_id uuid) TO synchro_runner;
+
+
+--
+-- Name: FUNCTION runner_reset_state(); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro.runner_reset_state() FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.runner_reset_state() TO synchro_runner;
+
+
+--
+-- Name: FUNCTION runner_reset_verify(reset_id uuid, chunk integer); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro.runner_reset_verify(reset_id uuid, chunk integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.runner_reset_verify(reset_id uuid, chunk integer) TO synchro_runner;
 
 
 --

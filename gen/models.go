@@ -205,6 +205,48 @@ type SynchroRelation struct {
 	StagedGeneration int64
 }
 
+type SynchroReset struct {
+	ResetID           pgtype.UUID
+	Reason            string
+	Phase             string
+	SourceGeneration  int64
+	TargetGeneration  int64
+	RetiredSlot       string
+	Attempt           int32
+	CandidateSlot     *string
+	DatabaseName      string
+	Plugin            *string
+	ConsistentPoint   interface{}
+	SnapshotBoundary  interface{}
+	BarrierXid        pgtype.Uint64
+	BarrierSnapshot   interface{}
+	ActivationBarrier interface{}
+	RowDigest         *string
+	ScopeDigest       *string
+	IndexStep         *string
+	IndexRel          *int64
+	IndexPk           *string
+	VerifyRel         *int64
+	VerifyPk          *string
+	VerifyCount       *int64
+	VerifySum         pgtype.Numeric
+	Verified          bool
+	Detail            *string
+	RequestedAt       time.Time
+	StagedAt          *time.Time
+	ReadyAt           *time.Time
+	EndedAt           *time.Time
+	CleanedAt         *time.Time
+}
+
+type SynchroResetBaseline struct {
+	ResetID          pgtype.UUID
+	FenceID          pgtype.UUID
+	CandidateSlot    string
+	SnapshotBoundary interface{}
+	TargetGeneration int64
+}
+
 type SynchroRetention struct {
 	StreamGeneration int64
 	HorizonCommitLsn interface{}

@@ -41,6 +41,7 @@ type applier struct {
 	wake     func() // tells the reader that the durable boundary moved
 
 	budget *byteBudget // the reader's; the applier releases what it takes
+	slot   string      // the stream's slot (the active-slot pointer); "" is Config.Slot
 
 	key        *msgauth.Key // authenticates the pack's messages before they are staged
 	stager     *Stager
@@ -382,7 +383,11 @@ func (a *applier) maybeRecordAck(ctx context.Context) error {
 	if a.tx != nil || !a.frontier.Unrecorded() {
 		return nil
 	}
-	s, err := slotPosition(ctx, a.conn, a.cfg.Slot)
+	slot := a.slot
+	if slot == "" {
+		slot = a.cfg.Slot
+	}
+	s, err := slotPosition(ctx, a.conn, slot)
 	if err != nil {
 		return err
 	}

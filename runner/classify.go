@@ -74,6 +74,10 @@ func IsTransientSQLState(code string) bool {
 	switch code {
 	case "40001", "40P01", "57P01", "57P02", "57P03":
 		return true
+	case "SYR01":
+		// An open stream reset blocks the old stream (synchro._reset_guard):
+		// nothing was written; the loop serves the reset next.
+		return true
 	case "57014", "55P03":
 		// A statement or lock timeout (or a cancel) says nothing about the source
 		// transaction: retrying it later is the same work, so it is never poison.

@@ -71,7 +71,15 @@ func (r *Runner) observe(ctx context.Context, conn *pgx.Conn) (gauges, error) {
 		return g, err
 	}
 	g = readinessGauges(rows, g)
-	slot, err := gen.New(conn).SlotRetention(ctx, r.cfg.Slot)
+	// The slot the active-slot pointer names (after a stream reset, the activated
+	// candidate's), else the configured one.
+	slotName := r.cfg.Slot
+	if st, ok, err := readState(ctx, conn); err == nil && ok {
+		if s, err := r.streamSlot(st); err == nil {
+			slotName = s
+		}
+	}
+	slot, err := gen.New(conn).SlotRetention(ctx, slotName)
 	if err != nil {
 		return g, err
 	}

@@ -310,6 +310,12 @@ func (r *Runner) step(work, stop context.Context) error {
 			"synchro: fatal: the stream records output plugin %q, the runner decodes with %q (--decoder): "+
 				"switching decoders needs a stream reset (docs/decoders.md)", st.Plugin, r.plugin.Name())}
 	}
+	if ok {
+		// An open stream reset blocks the old stream: serve it instead (reset.go).
+		if handled, err := r.serveReset(work, stop); handled {
+			return err
+		}
+	}
 	if !ok {
 		if err := r.bootstrap(work); err != nil {
 			if v := Classify(err); v.Disposition != Transient {
@@ -332,6 +338,9 @@ func (r *Runner) awaitRetry(work, stop context.Context) bool {
 		st, ok, err := r.ctl.state(work)
 		if err == nil && (!ok || !st.Poisoned() || st.RetryRequested) {
 			return stop.Err() == nil
+		}
+		if err == nil && r.resetOpen(work) {
+			return stop.Err() == nil // an operator's stream reset: the loop serves it
 		}
 		if err != nil && r.ctl.lost() {
 			return stop.Err() == nil // the next step reports the lost control session

@@ -63,7 +63,11 @@ func (r *Runner) session(work, stop context.Context) error {
 		return err
 	}
 	start := st.Ack()
-	err = pglogrepl.StartReplication(work, repl, r.cfg.Slot, start,
+	slotName, err := r.streamSlot(st)
+	if err != nil {
+		return err
+	}
+	err = pglogrepl.StartReplication(work, repl, slotName, start,
 		pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication, PluginArgs: dec.StartOptions()})
 	if err != nil {
 		return fmt.Errorf("synchro: start replication: %w", err)
@@ -83,6 +87,7 @@ func (r *Runner) session(work, stop context.Context) error {
 	ap := newApplier(&r.cfg, r.log, apply, st.StreamGeneration, frontier, rd.wake, r.serialUntil, key)
 	ap.dec = dec
 	ap.budget = budget
+	ap.slot = slotName
 	if err := ap.loadRegistered(work, apply, nil); err != nil {
 		return err
 	}
@@ -128,17 +133,18 @@ func (r *Runner) reconcile(ctx context.Context, conn *pgx.Conn) (Progress, error
 	if !ok {
 		return st, errors.New("synchro: no stream generation")
 	}
-	if st.SlotName != "" && st.SlotName != r.cfg.Slot {
-		return st, &fatalError{err: fmt.Errorf("synchro: the active stream uses slot %q, configured %q", st.SlotName, r.cfg.Slot)}
+	slotName, err := r.streamSlot(st)
+	if err != nil {
+		return st, err
 	}
 	if st.Poisoned() && !st.RetryRequested {
 		return st, errBlocked
 	}
-	slot, err := slotPosition(ctx, conn, r.cfg.Slot)
+	slot, err := slotPosition(ctx, conn, slotName)
 	if err != nil {
 		return st, err
 	}
-	if err := slotUsable(slot, r.cfg.Slot, r.plugin.Name()); err != nil {
+	if err := slotUsable(slot, slotName, r.plugin.Name()); err != nil {
 		return st, err
 	}
 	found, err := gen.New(conn).PublicationExists(ctx, r.cfg.Publication)
@@ -171,7 +177,7 @@ func (r *Runner) reconcile(ctx context.Context, conn *pgx.Conn) (Progress, error
 		}
 		r.log.Warn("slot behind the durable acknowledgement: advancing it", "slot_lsn", slot.ConfirmedFlush, "ack", target)
 		if err := gen.New(conn).AdvanceReplicationSlot(ctx, gen.AdvanceReplicationSlotParams{
-			SlotName: r.cfg.Slot, Upto: target.String()}); err != nil {
+			SlotName: slotName, Upto: target.String()}); err != nil {
 			return st, fmt.Errorf("synchro: advance slot: %w", err)
 		}
 	case SlotAdopt:
@@ -185,7 +191,7 @@ func (r *Runner) reconcile(ctx context.Context, conn *pgx.Conn) (Progress, error
 		if st, _, err = readState(ctx, conn); err != nil {
 			return st, err
 		}
-		if slot, err = slotPosition(ctx, conn, r.cfg.Slot); err != nil {
+		if slot, err = slotPosition(ctx, conn, slotName); err != nil {
 			return st, err
 		}
 		if slot.ConfirmedFlush != st.Ack() {

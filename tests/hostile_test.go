@@ -372,6 +372,16 @@ func TestHostileReaders(t *testing.T) {
 		hostileCase{name: "CompactEnormousKeepDays", operator: true, sql: `SELECT synchro.compact('2147483647 days')`},
 		hostileCase{name: "CompactEnormousKeepMicroseconds", operator: true, sql: `SELECT synchro.compact('9223372036854775807 microseconds')`},
 		hostileCase{name: "RetryPoisonWithoutPoison", operator: true, sql: `SELECT synchro.retry_poison()`, code: "SY400"},
+		// Stream reset (operator): nothing begins, activates or aborts on bad input.
+		hostileCase{name: "BeginResetNull", operator: true, sql: `SELECT synchro.begin_reset($1)`, args: []any{nil}, code: "SY400"},
+		hostileCase{name: "BeginResetEmpty", operator: true, sql: `SELECT synchro.begin_reset('')`, code: "SY400"},
+		hostileCase{name: "BeginResetHugeReason", operator: true, sql: `SELECT synchro.begin_reset(repeat('x', 10000000))`, code: "SY400"},
+		hostileCase{name: "ResetStatusNull", operator: true, sql: `SELECT synchro.reset_status($1)`, args: []any{nil}, code: "SY400"},
+		hostileCase{name: "ResetStatusUnknown", operator: true, sql: `SELECT synchro.reset_status(gen_random_uuid())`, code: "SY400"},
+		hostileCase{name: "ActivateResetNull", operator: true, sql: `SELECT synchro.activate_reset($1)`, args: []any{nil}, code: "SY400"},
+		hostileCase{name: "ActivateResetUnknown", operator: true, sql: `SELECT synchro.activate_reset(gen_random_uuid())`, code: "SY400"},
+		hostileCase{name: "AbortResetNull", operator: true, sql: `SELECT synchro.abort_reset($1)`, args: []any{nil}, code: "SY400"},
+		hostileCase{name: "AbortResetUnknown", operator: true, sql: `SELECT synchro.abort_reset(gen_random_uuid())`, code: "SY400"},
 	)
 	runHostile(t, env.db, cases)
 }
@@ -496,6 +506,7 @@ func TestHostileRegistry(t *testing.T) {
 		op("SetScopeAuthorizerWrongArguments", authz, "pg_catalog.now()"),
 		op("SetScopeAuthorizerSuperuserBuiltin", authz, "pg_catalog.texteq(text, text)"),
 		op("RetryPoisonWithoutStream", `SELECT synchro.retry_poison()`),
+		op("BeginResetWithoutStream", `SELECT synchro.begin_reset('no stream yet')`),
 		op("CompactNull", `SELECT synchro.compact($1::interval)`, nil),
 		op("CompactNegative", `SELECT synchro.compact('-1 hour')`),
 	}

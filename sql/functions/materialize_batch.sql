@@ -44,6 +44,8 @@ BEGIN
     RAISE EXCEPTION 'materialize_batch: the batch arrays must be non-empty and of one length'
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
+  -- An open stream reset blocks every generation but its own target.
+  PERFORM synchro._reset_guard(stream_generation);
   -- Only the pack's own messages are staged: the runner parses each strictly and
   -- checks its MAC under the server key before staging it (runner/msgauth), and drops
   -- every other one, as if it had never been emitted.

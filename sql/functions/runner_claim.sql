@@ -11,6 +11,8 @@ LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+  active_slot text;
 BEGIN
   IF NOT pg_try_advisory_lock(hashtextextended('synchro.runner', synchro._lock_seed())) THEN
     RAISE EXCEPTION 'runner refused: another runner is active for this database' USING ERRCODE = 'object_in_use';
@@ -27,9 +29,15 @@ BEGIN
   IF decoder IS NULL OR decoder !~ '^[a-z0-9_]{1,63}$' THEN
     RAISE EXCEPTION 'runner refused: decoder must be an output plugin name' USING ERRCODE = 'SY400';
   END IF;
+  -- After a stream reset the runner reads the slot the durable active-slot pointer
+  -- names (the activated candidate), not the configured one: that is what it records.
+  SELECT coalesce((SELECT g.slot_name FROM synchro.stream_generation g JOIN synchro.reset x
+                      ON x.target_generation = g.stream_generation AND x.phase = 'activated'
+                    WHERE g.state = 'active'), runner_claim.slot_name)
+    INTO active_slot;
   INSERT INTO synchro.runner AS r (singleton, owner, pid, backend_pid, slot_name, publication, database_name,
                                    started_at, heartbeat_at, heartbeat_interval, state, decoder)
-  VALUES (true, left(owner, 200), pid, pg_backend_pid(), slot_name, publication, current_database(),
+  VALUES (true, left(owner, 200), pid, pg_backend_pid(), active_slot, publication, current_database(),
           now(), now(), heartbeat_interval, 'starting', decoder)
   ON CONFLICT (singleton) DO UPDATE
     SET owner = excluded.owner, pid = excluded.pid, backend_pid = excluded.backend_pid,
