@@ -4,6 +4,7 @@ GO         ?= go
 TEST_FLAGS ?= -count=1 -timeout 15m
 BENCH_ARGS ?=
 FUZZTIME   ?= 5m
+PG_MAJORS  ?= 16 17 18
 
 .DEFAULT_GOAL := help
 
@@ -18,6 +19,16 @@ dev: ## Run a private PostgreSQL with Synchro and a demo schema (./.synchro-dev)
 .PHONY: test
 test: ## Run every test (starts its own PostgreSQL; no server needed)
 	$(GO) test $(TEST_FLAGS) ./...
+
+.PHONY: test-matrix
+test-matrix: ## Run every test once per PostgreSQL major in PG_MAJORS (16 17 18; binaries from scripts/fetch-pg)
+	@failed=""; for m in $(PG_MAJORS); do \
+	  bin="$$(scripts/fetch-pg $$m)" || exit 1; \
+	  echo "test-matrix: PostgreSQL $$m: SYNCHRO_PG_BIN=$$bin"; start=$$(date +%s); \
+	  if SYNCHRO_PG_BIN="$$bin" $(GO) test $(TEST_FLAGS) ./...; then r=passed; else r=FAILED; failed="$$failed $$m"; fi; \
+	  echo "test-matrix: PostgreSQL $$m $$r in $$(( $$(date +%s) - start ))s"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "test-matrix: failed on PostgreSQL$$failed"; exit 1; fi
 
 .PHONY: fuzz
 fuzz: ## Fuzz campaigns, FUZZTIME each (default 5m); commit every finding under testdata/fuzz with a fix

@@ -301,6 +301,10 @@ func TestRunnerFatalForeignPluginSlot(t *testing.T) {
 	waitStream(t, db)
 	waitAcked(t, db)
 	require.NoError(t, rr.stop(t))
+	// The walsender exits after the runner's connection closes, not with it.
+	eventually(t, 30*time.Second, "the stopped runner's walsender to release the slot", func() bool {
+		return countOf(t, db, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND active`, runnerSlot(db)) == 0
+	})
 	mustExec(t, db, `SELECT pg_drop_replication_slot($1)`, runnerSlot(db))
 	mustExec(t, db, `SELECT pg_create_logical_replication_slot($1, 'test_decoding')`, runnerSlot(db))
 

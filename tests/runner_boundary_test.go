@@ -129,7 +129,7 @@ func (e *appEnv) appFails(t *testing.T, sql string, args ...any) *pgconn.PgError
 func (e *appEnv) requireHealthy(t *testing.T, finalWrite string, finalPK string) {
 	t.Helper()
 	e.appExec(t, finalWrite)
-	eventually(t, 10*time.Second, "the final write's effect", func() bool {
+	eventually(t, 60*time.Second, "the final write's effect", func() bool {
 		if len(quarantines(t, e.db)) > 0 {
 			t.Fatalf("stream quarantined: %+v", quarantines(t, e.db))
 		}

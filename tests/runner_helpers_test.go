@@ -271,7 +271,7 @@ func waitStream(t *testing.T, db *testdb.DB) progressRow {
 	var p progressRow
 	// Slot creation waits for every transaction running in the cluster (parallel
 	// tests hold some), so this can take a while under load.
-	eventually(t, 10*time.Second, "the stream to exist", func() bool {
+	eventually(t, 60*time.Second, "the stream to exist", func() bool {
 		var ok bool
 		p, ok = runnerState(t, db)
 		return ok

@@ -84,6 +84,10 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if c.binDir == "" {
 		c.binDir = DefaultBinDir
 	}
+	// Absolute: initdb and postgres run in the cluster dir, not in ours.
+	if abs, err := filepath.Abs(c.binDir); err == nil {
+		c.binDir = abs
+	}
 	if _, err := os.Stat(filepath.Join(c.binDir, "postgres")); err != nil {
 		return nil, fmt.Errorf("pgcluster: postgres binaries not found in %s (set SYNCHRO_PG_BIN): %w", c.binDir, err)
 	}
@@ -93,6 +97,11 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			return nil, err
 		}
 		c.cred = cred
+		// Binaries unpacked under /root (scripts/fetch-pg's cache as root is elsewhere
+		// for this reason) cannot be run by the postgres user.
+		if err := c.checkReachable(c.binDir); err != nil {
+			return nil, fmt.Errorf("%w (binaries in %s)", err, c.binDir)
+		}
 	}
 	if err := c.prepareDir(opts.Dir); err != nil {
 		return nil, err
@@ -198,7 +207,8 @@ func (c *Cluster) prepareDir(dir string) error {
 }
 
 // checkReachable fails clearly when the postgres user cannot traverse to dir (a 0700
-// root-owned parent such as a t.TempDir), instead of initdb's bare "permission denied".
+// root-owned parent such as a t.TempDir or /root), instead of initdb's bare "permission
+// denied".
 func (c *Cluster) checkReachable(dir string) error {
 	for d := dir; ; d = filepath.Dir(d) {
 		fi, err := os.Stat(d)

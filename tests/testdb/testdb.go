@@ -166,6 +166,33 @@ func NewEmpty(t testing.TB) *DB {
 	return open(t, name, conf.URL(), true)
 }
 
+// RequireLibrary skips t unless the server's library directory holds the loadable module
+// name (without ".so"), such as the output plugin wal2json. The PostgreSQL 16, 17 and 18
+// binaries of the version matrix (scripts/fetch-pg, make test-matrix) have no wal2json;
+// PostgreSQL 15 from Debian has it with postgresql-15-wal2json.
+func RequireLibrary(t testing.TB, name string) {
+	t.Helper()
+	requireMain(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, harness.admin.URL())
+	if err != nil {
+		t.Fatalf("testdb: connect admin: %v", err)
+	}
+	defer conn.Close(ctx)
+	var dir, version string
+	var found bool
+	err = conn.QueryRow(ctx, `
+		SELECT setting, (pg_stat_file(setting || '/' || $1 || '.so', true)).size IS NOT NULL,
+		       current_setting('server_version')
+		FROM pg_config WHERE name = 'PKGLIBDIR'`, name).Scan(&dir, &found, &version)
+	if err != nil {
+		t.Fatalf("testdb: look for library %s: %v", name, err)
+	}
+	if !found {
+		t.Skipf("testdb: needs %s, which this server (PostgreSQL %s) does not have in %s", name, version, dir)
+	}
+}
+
 // ReplicationURL is URL for a logical replication connection (replication=database).
 func (db *DB) ReplicationURL() string {
 	sep := "?"
