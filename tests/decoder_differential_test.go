@@ -79,6 +79,7 @@ var differentialTables = []string{"txn", "event", "projection", "membership", "e
 // materialization are identical. A difference fails the test.
 func TestDecoderDifferential(t *testing.T) {
 	t.Parallel()
+	testdb.RequireLibrary(t, "wal2json")
 	ctx := context.Background()
 	db := testdb.New(t)
 	mustExec(t, db, differentialSchema)

@@ -91,6 +91,7 @@ func TestDecoderCapabilityRefused(t *testing.T) {
 // for it is the missing option.
 func TestDecoderWal2jsonMissingOption(t *testing.T) {
 	t.Parallel()
+	testdb.RequireLibrary(t, "wal2json")
 	ctx := context.Background()
 	db := runnerSetup(t)
 	conn, err := pgx.Connect(ctx, db.URL)
@@ -112,6 +113,7 @@ func TestDecoderWal2jsonMissingOption(t *testing.T) {
 // is carried exactly: TestDecoderDifferential).
 func TestDecoderWal2jsonRefusesNumeric(t *testing.T) {
 	t.Parallel()
+	testdb.RequireLibrary(t, "wal2json")
 	db := testdb.New(t)
 	mustExec(t, db, `
 		CREATE TABLE prices (id int8 PRIMARY KEY, owner text, price numeric);

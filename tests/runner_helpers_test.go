@@ -147,7 +147,13 @@ var testDecoders = [...]string{"pgoutput", "wal2json"}
 func eachDecoder(t *testing.T, test func(t *testing.T)) {
 	t.Helper()
 	for _, d := range testDecoders {
-		t.Run("decoder="+d, test)
+		t.Run("decoder="+d, func(t *testing.T) {
+			if d == "wal2json" {
+				// The version matrix's PostgreSQL 16-18 packages have no wal2json.
+				testdb.RequireLibrary(t, "wal2json")
+			}
+			test(t)
+		})
 	}
 }
 
