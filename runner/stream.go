@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/synchro/synchro/internal/fault"
 )
 
 // itemKind says what an item carries from the reader to the applier.
@@ -124,6 +126,7 @@ func (r *reader) sendStatus(ctx context.Context, reply bool) error {
 		return fmt.Errorf("synchro: standby status update: %w", err)
 	}
 	r.frontier.Sent(b)
+	r.cfg.faults.Reach(fault.StatusSent)
 	return nil
 }
 
