@@ -224,7 +224,7 @@ func (m *model) scopes(rel, pk string) map[string]bool {
 
 // apply runs one committed source transaction and returns its expected effects.
 func (m *model) apply(clsn pglogrepl.LSN, rows []auditRow) []effectRow {
-	touched := map[string]int{}  // rel/pk of synced rows -> last ordinal
+	touched := map[string]int{} // rel/pk of synced rows -> last ordinal
 	depvals := map[string]int{} // project_id value -> highest ordinal of a membership change with it
 	depLast := map[string]int{} // member pk -> last ordinal
 	depOld := map[string]string{}

@@ -70,7 +70,7 @@ var (
 // Key ranges: direct writers and pushers use their own task keys, so a push's base
 // version is usually current; everything else collides on purpose.
 const (
-	taskKeys     = 60  // direct writers: tasks 1..60
+	taskKeys     = 60   // direct writers: tasks 1..60
 	pushTaskBase = 1000 // pushers: 1000 + 100*client + k
 	memberKeys   = 16
 	noteKeys     = 30
