@@ -186,22 +186,22 @@ func TestMarquee(t *testing.T) {
 	// Quiescence: one runner without a fault materializes everything that committed.
 	final := cond.start("")
 	defer final.Kill()
-	waitFor(t, 3*time.Minute, "every committed source transaction to be materialized", func() bool {
+	// When the stream cannot catch up (a runner refuses to go on), the oracle still
+	// runs: it says what was lost.
+	caught := await(3*time.Minute, func() bool {
 		var pending int
 		err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT DISTINCT xid FROM marquee_audit) a
 			WHERE NOT EXISTS (SELECT 1 FROM synchro.txn t WHERE t.xid % 4294967296 = a.xid)`).Scan(&pending)
-		if final.Exited() {
-			t.Fatalf("the final runner exited: %s\n%s", final.Exit(), tailLines(final.Logs(), 40))
-		}
-		return err == nil && pending == 0
-	})
-	waitFor(t, time.Minute, "the slot to be acknowledged at the processed boundary", func() bool {
+		return final.Exited() || err == nil && pending == 0
+	}) && !final.Exited() && await(time.Minute, func() bool {
 		var ok bool
 		err := db.Pool.QueryRow(ctx, `SELECT s.confirmed_flush_lsn = p.processed_end_lsn AND p.acknowledged_end_lsn = p.processed_end_lsn
 			FROM pg_replication_slots s, synchro.progress p WHERE s.slot_name = $1`, slot).Scan(&ok)
 		return err == nil && ok
 	})
-
+	if !caught {
+		t.Errorf("the final runner did not catch up and acknowledge (%s):\n%s", final.Exit(), tailLines(final.Logs(), 40))
+	}
 	caughtUp := time.Now()
 	conn, err := pgx.Connect(ctx, db.URL)
 	if err != nil {
@@ -233,6 +233,9 @@ func TestMarquee(t *testing.T) {
 	}
 	diverged := 0
 	check := func(name string, c *client.Client, scopes []string) {
+		if !caught {
+			return // nothing to converge to
+		}
 		for _, s := range scopes {
 			if err := c.Sync(ctx, s); err != nil {
 				t.Errorf("client %s: sync %s: %v", name, s, err)
@@ -301,6 +304,18 @@ func TestMarquee(t *testing.T) {
 	if v.sourceTxns == 0 || sampler.samples == 0 {
 		t.Errorf("nothing was written or sampled")
 	}
+}
+
+// await polls cond until it holds (true) or timeout passes (false).
+func await(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return true
 }
 
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
