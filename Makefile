@@ -4,6 +4,8 @@ GO         ?= go
 TEST_FLAGS ?= -count=1 -timeout 15m
 BENCH_ARGS ?=
 FUZZTIME   ?= 5m
+MARQUEE_KILLS    ?= 200
+MARQUEE_RESTARTS ?= 20
 
 .DEFAULT_GOAL := help
 
@@ -18,6 +20,10 @@ dev: ## Run a private PostgreSQL with Synchro and a demo schema (./.synchro-dev)
 .PHONY: test
 test: ## Run every test (starts its own PostgreSQL; no server needed)
 	$(GO) test $(TEST_FLAGS) ./...
+
+.PHONY: marquee
+marquee: ## Crash-injection marquee at full size (MARQUEE_KILLS=200 runner kills, MARQUEE_RESTARTS=20 PostgreSQL crashes); docs/reliability.md
+	$(GO) test -count=1 -timeout 60m -v ./tests/marquee -run '^TestMarquee$$' -marquee.kills=$(MARQUEE_KILLS) -marquee.restarts=$(MARQUEE_RESTARTS)
 
 .PHONY: fuzz
 fuzz: ## Fuzz campaigns, FUZZTIME each (default 5m); commit every finding under testdata/fuzz with a fix
@@ -40,6 +46,7 @@ verify: ## Check generated code, the schema snapshot, vet, go.mod tidiness and f
 	$(GO) tool sqlc diff
 	$(GO) run ./cmd/synchro-schema -check docs/schema.sql
 	$(GO) vet ./...
+	$(GO) vet -tags synchrofaults ./internal/fault/ ./runner/... ./cmd/synchro/
 	$(GO) mod tidy -diff
 	@unformatted="$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go'))"; \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
