@@ -198,6 +198,12 @@ func (r *reader) handle(ctx context.Context, msg pgproto3.BackendMessage) error 
 				return fmt.Errorf("synchro: keepalive: %w", err)
 			}
 			r.noteReceived(pkm.ServerWALEnd)
+			if r.inTxn {
+				// A walsender sends keepalives while it streams a long transaction;
+				// its WAL end is past the transaction's commit: never an idle boundary.
+				r.cfg.Logger.Debug("keepalive inside a source transaction: answered, not an idle boundary",
+					"server_wal_end", pkm.ServerWALEnd, "reply_requested", pkm.ReplyRequested)
+			}
 			if pkm.ReplyRequested {
 				if err := r.sendStatus(ctx, false); err != nil {
 					return err

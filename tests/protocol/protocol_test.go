@@ -258,3 +258,58 @@ func TestWalSenderTimeoutDuringLongMaterialization(t *testing.T) {
 	require.False(t, p.Exited())
 	require.NoError(t, p.Stop(30*time.Second))
 }
+
+// The server's idle boundary when the last WAL belongs to another database: the
+// runner's walsender decodes and skips another database's transactions, and its
+// keepalives carry a WAL end past them. The runner records that idle boundary, the
+// slot follows, and nothing is materialized for the other database.
+func TestIdleBoundaryPastAnotherDatabase(t *testing.T) {
+	t.Parallel()
+	bin := runproc.BuildT(t)
+	db := setup(t)
+	ctx := context.Background()
+	// A long heartbeat: the runner itself writes as little WAL as it can.
+	p := run(t, bin, db.URL, db, "--heartbeat-interval", "1m")
+	xid, _ := commit(t, db, `INSERT INTO items VALUES (1, 'a', 'first')`)
+	exactlyOnce(t, db, xid, 1)
+	txns := count(t, db, `SELECT count(*) FROM synchro.txn`)
+	idle := metric(p, "synchro_runner_idle_boundaries_total")
+
+	admin, err := pgx.Connect(ctx, testdb.AdminURL())
+	require.NoError(t, err)
+	defer admin.Close(ctx)
+	other := "synchro_other_" + strings.ToLower(slotName(db)[len(slotName(db))-8:])
+	_, err = admin.Exec(ctx, `CREATE DATABASE `+other)
+	require.NoError(t, err)
+	defer func() {
+		_, err := admin.Exec(context.Background(), `DROP DATABASE `+other+` WITH (FORCE)`)
+		require.NoError(t, err)
+	}()
+	u, err := url.Parse(testdb.AdminURL())
+	require.NoError(t, err)
+	u.Path = "/" + other
+	oc, err := pgx.Connect(ctx, u.String())
+	require.NoError(t, err)
+	defer oc.Close(ctx)
+	_, err = oc.Exec(ctx, `CREATE TABLE items (id int8 PRIMARY KEY, owner text, body text);
+		INSERT INTO items SELECT g, 'a', 'other' FROM generate_series(1, 5000) g`)
+	require.NoError(t, err)
+	end := currentLSN(t, oc)
+
+	eventually(t, time.Minute, "durable progress, the slot and the acknowledgement past the other database's WAL", func() bool {
+		var ok bool
+		err := db.Pool.QueryRow(ctx, `SELECT p.processed_end_lsn >= $1::pg_lsn AND p.acknowledged_end_lsn >= $1::pg_lsn
+			AND s.confirmed_flush_lsn >= $1::pg_lsn FROM synchro.progress p, pg_replication_slots s WHERE s.slot_name = $2`,
+			end.String(), slotName(db)).Scan(&ok)
+		require.NoError(t, err)
+		return ok
+	})
+	require.Equal(t, txns, count(t, db, `SELECT count(*) FROM synchro.txn`), "nothing materialized for another database")
+	require.Greater(t, metric(p, "synchro_runner_idle_boundaries_total"), idle)
+	require.Zero(t, count(t, db, `SELECT count(*) FROM synchro.quarantine`))
+
+	// The stream goes on after it.
+	xid, _ = commit(t, db, `INSERT INTO items VALUES (2, 'a', 'after')`)
+	exactlyOnce(t, db, xid, 1)
+	require.NoError(t, p.Stop(30*time.Second))
+}
