@@ -199,8 +199,9 @@ func (r *reader) handle(ctx context.Context, msg pgproto3.BackendMessage) error 
 			}
 			r.noteReceived(pkm.ServerWALEnd)
 			if r.inTxn {
-				// A walsender sends keepalives while it streams a long transaction;
-				// its WAL end is past the transaction's commit: never an idle boundary.
+				// A walsender sends keepalives while it streams a long transaction
+				// (its WAL end is then the transaction's commit record): answered,
+				// never an idle boundary.
 				r.cfg.Logger.Debug("keepalive inside a source transaction: answered, not an idle boundary",
 					"server_wal_end", pkm.ServerWALEnd, "reply_requested", pkm.ReplyRequested)
 			}

@@ -45,7 +45,8 @@ func (l *logLines) count(substr string) int {
 // held inside a large transaction B (the runner's receive buffer is full while the
 // materialization of the transaction A before it waits on a lock), and asks for a
 // reply once half its wal_sender_timeout passed without one; that keepalive reaches
-// the runner between B's rows, with a WAL end past B's commit. The runner answers
+// the runner between B's rows, with a WAL end at B's commit record (PostgreSQL decodes a
+// transaction when it reads its commit record). The runner answers
 // (the walsender does not time out) and never takes that WAL end as an idle boundary:
 // durable progress never passes B before B is materialized, and A and B are
 // materialized once each.
@@ -180,7 +181,8 @@ func TestKeepaliveInsideTransaction(t *testing.T) {
 	}
 	smu.Unlock()
 	inside := logs.count("keepalive inside a source transaction")
-	t.Logf("%d keepalives inside a transaction, %d progress samples", inside, len(samples))
+	t.Logf("%d keepalives inside a transaction, %d progress samples; B: %s .. commit %s", inside, len(samples), beforeB, clsn)
+
 	require.Positive(t, inside, "no keepalive arrived inside the transaction")
 	require.Zero(t, gauge("synchro_runner_reconnects_total"), "the walsender did not time out")
 }
