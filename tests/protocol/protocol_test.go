@@ -313,3 +313,57 @@ func TestIdleBoundaryPastAnotherDatabase(t *testing.T) {
 	exactlyOnce(t, db, xid, 1)
 	require.NoError(t, p.Stop(30*time.Second))
 }
+
+// A keepalive before a deferred BEGIN: PostgreSQL 15's pgoutput sends BEGIN with the
+// first published change, so while the walsender decodes a long run of unpublished
+// changes at the start of transaction B it sends keepalives outside any transaction
+// the runner saw, with a WAL end at B's commit record. The runner may record that as
+// an idle boundary (every transaction whose commit record starts before it is durable;
+// B's starts at it), and the slot may be acknowledged there. The runner is killed in
+// that state, B not yet materialized: the next start decodes B from the slot and
+// materializes it once.
+func TestKilledAtIdleBoundaryBeforeDeferredBegin(t *testing.T) {
+	t.Parallel()
+	bin := runproc.BuildT(t)
+	db := setup(t)
+	ctx := context.Background()
+	dbURL := withOptions(t, db.URL, "wal_sender_timeout=2s")
+	args := []string{"--standby-interval", "1500ms"}
+	p := run(t, bin, dbURL, db, args...)
+	xid, _ := commit(t, db, `INSERT INTO items VALUES (1, 'a', 'first')`)
+	exactlyOnce(t, db, xid, 1)
+
+	beforeB := currentLSN(t, db.Pool)
+	xb, beforeCommitB := commit(t, db, `
+		INSERT INTO scratch SELECT g, repeat('s', 50) FROM generate_series(1, 1000000) g;
+		INSERT INTO items VALUES (2, 'b', 'after a long unpublished run')`)
+	var seen pglogrepl.LSN
+	eventually(t, 2*time.Minute, "an idle boundary at B's commit record while B is not materialized", func() bool {
+		var processed string
+		var materialized bool
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT processed_end_lsn::text,
+			EXISTS (SELECT 1 FROM synchro.txn WHERE xid % 4294967296 = $1) FROM synchro.progress`, xb).Scan(&processed, &materialized))
+		require.False(t, materialized, "B was materialized before an idle boundary inside it was seen")
+		l, err := pglogrepl.ParseLSN(processed)
+		require.NoError(t, err)
+		seen = l
+		return l >= beforeCommitB
+	})
+	p.Kill()
+	require.Zero(t, count(t, db, `SELECT count(*) FROM synchro.txn WHERE xid % 4294967296 = $1`, xb))
+	slot := count(t, db, `SELECT (confirmed_flush_lsn > $1::pg_lsn)::int FROM pg_replication_slots WHERE slot_name = $2`,
+		beforeB.String(), slotName(db))
+	t.Logf("killed with durable progress at %s (B: %s .. before commit %s), slot inside B: %v", seen, beforeB, beforeCommitB, slot == 1)
+	require.LessOrEqual(t, seen, beforeCommitB+64, "never past B's commit record")
+
+	eventually(t, 30*time.Second, "the killed runner's sessions to end", func() bool {
+		return count(t, db, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+			AND application_name LIKE 'synchro-runner%'`) == 0
+	})
+	p2 := run(t, bin, dbURL, db, args...)
+	exactlyOnce(t, db, xb, 1)
+	var commitB string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT commit_lsn::text FROM synchro.txn WHERE xid % 4294967296 = $1`, xb).Scan(&commitB))
+	t.Logf("B committed at %s", commitB)
+	require.NoError(t, p2.Stop(30*time.Second))
+}
