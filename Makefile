@@ -22,7 +22,7 @@ test: ## Run every test (starts its own PostgreSQL; no server needed)
 	$(GO) test $(TEST_FLAGS) ./...
 
 .PHONY: marquee
-marquee: ## Crash-injection marquee at full size (MARQUEE_KILLS=200 runner kills, MARQUEE_RESTARTS=20 PostgreSQL crashes); docs/reliability.md
+marquee: ## Crash-injection marquee at full size (MARQUEE_KILLS=200 runner deaths at fault points, MARQUEE_RESTARTS=20 PostgreSQL crashes); docs/reliability.md
 	$(GO) test -count=1 -timeout 60m -v ./tests/marquee -run '^TestMarquee$$' -marquee.kills=$(MARQUEE_KILLS) -marquee.restarts=$(MARQUEE_RESTARTS)
 
 .PHONY: fuzz

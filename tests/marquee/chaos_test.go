@@ -60,8 +60,12 @@ func newConductor(t *testing.T, bin, url, slot string, cluster *pgcluster.Cluste
 		named: map[fault.Point]int{}, missed: map[fault.Point]int{}}
 }
 
-func (c *conductor) kills() int {
-	n := c.random
+// kills counts every SIGKILL of a runner: at a fault point or from outside.
+func (c *conductor) kills() int { return c.random + c.namedKills() }
+
+// namedKills counts the deaths at a fault point.
+func (c *conductor) namedKills() int {
+	n := 0
 	for _, k := range c.named {
 		n += k
 	}
@@ -202,15 +206,16 @@ func (c *conductor) baselinePhase(ctx context.Context, rounds int) {
 }
 
 // streamPhase cycles through the stream's fault points, with random kills and
-// PostgreSQL crashes spread among them, until both targets are met.
+// PostgreSQL crashes spread among them, until both targets are met: kills deaths at
+// fault points (random kills come on top) and restarts crashes.
 func (c *conductor) streamPhase(ctx context.Context, kills, restarts int) {
 	next := 0
 	every := max(1, kills/max(1, restarts))
-	for step := 1; ctx.Err() == nil && (c.kills() < kills || c.restarts < restarts); step++ {
+	for step := 1; ctx.Err() == nil && (c.namedKills() < kills || c.restarts < restarts); step++ {
 		switch {
 		case c.restarts < restarts && step%every == 0:
 			c.crash(ctx)
-		case c.rng.IntN(5) == 0:
+		case c.rng.IntN(6) == 0:
 			c.randomKill(ctx)
 		default:
 			pt := streamPoints[next%len(streamPoints)]
