@@ -90,6 +90,9 @@ type workload struct {
 	// paused holds the writers back (the conductor arms the idle point: idle
 	// boundaries come only while no source transaction streams).
 	paused atomic.Bool
+	// behind holds them back while the stream is far behind the source (the runner
+	// is dead much of the time): the backlog, and the final catch-up, stay bounded.
+	behind atomic.Bool
 
 	mu     sync.Mutex
 	extras []string // tables registered by activations
@@ -112,12 +115,34 @@ func (w *workload) run(ctx context.Context) {
 		})
 	}
 	wg.Go(func() { w.loop(ctx, 4*time.Second, rand.New(rand.NewPCG(w.seed, 30)), w.activate) })
+	wg.Go(func() { w.backlog(ctx, 400, 100) })
 	wg.Wait()
+}
+
+// backlog watches the committed source transactions the stream has not materialized
+// yet: above high the writers hold back, below low they go on.
+func (w *workload) backlog(ctx context.Context, high, low int) {
+	for ctx.Err() == nil {
+		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		var n int
+		err := w.pool.QueryRow(qctx, `SELECT (SELECT count(DISTINCT xid) FROM marquee_audit) - (SELECT count(*) FROM synchro.txn)`).Scan(&n)
+		cancel()
+		if err == nil {
+			switch {
+			case n > high:
+				w.behind.Store(true)
+			case n < low:
+				w.behind.Store(false)
+			}
+		}
+		sleep(ctx, 250*time.Millisecond)
+	}
+	w.behind.Store(false)
 }
 
 func (w *workload) loop(ctx context.Context, pause time.Duration, rng *rand.Rand, step func(context.Context, *rand.Rand) error) {
 	for ctx.Err() == nil {
-		if w.paused.Load() {
+		if w.paused.Load() || w.behind.Load() {
 			sleep(ctx, 20*time.Millisecond)
 			continue
 		}
