@@ -143,6 +143,16 @@ func (c *conductor) randomKill(ctx context.Context) {
 // a while and is killed, sometimes while PostgreSQL is down.
 func (c *conductor) crash(ctx context.Context) {
 	p := c.start("")
+	// The crash hits a runner that streams: `synchro run` does not retry its first
+	// connection and claim (it exits and its supervisor starts it again), which is not
+	// what this step tests.
+	deadline := time.Now().Add(30 * time.Second)
+	for !p.Exited() && time.Now().Before(deadline) {
+		if n, err := countSessions(ctx, c.url, "synchro-runner-apply"); err == nil && n > 0 {
+			break
+		}
+		sleep(ctx, 20*time.Millisecond)
+	}
 	sleep(ctx, time.Duration(200+c.rng.IntN(1500))*time.Millisecond)
 	if err := c.cluster.StopImmediate(); err != nil {
 		c.t.Fatalf("stop immediate: %v", err)
@@ -181,6 +191,12 @@ func (c *conductor) waitGone(ctx context.Context) {
 }
 
 func countRunnerSessions(ctx context.Context, url string) (int, error) {
+	return countSessions(ctx, url, "synchro-runner%")
+}
+
+// countSessions counts the sessions of url's database whose application_name is LIKE
+// app.
+func countSessions(ctx context.Context, url, app string) (int, error) {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(cctx, url)
@@ -190,7 +206,7 @@ func countRunnerSessions(ctx context.Context, url string) (int, error) {
 	defer conn.Close(context.WithoutCancel(ctx))
 	var n int
 	err = conn.QueryRow(cctx, `SELECT count(*) FROM pg_stat_activity
-		WHERE datname = current_database() AND application_name LIKE 'synchro-runner%'`).Scan(&n)
+		WHERE datname = current_database() AND application_name LIKE $1`, app).Scan(&n)
 	return n, err
 }
 

@@ -210,10 +210,12 @@ func TestWalSenderTimeoutDuringLongMaterialization(t *testing.T) {
 	bin := runproc.BuildT(t)
 	db := setup(t)
 	ctx := context.Background()
-	// wal_sender_timeout is set per connection (PostgreSQL 12 and later), here for the
-	// runner's walsender only.
-	dbURL := withOptions(t, db.URL, "wal_sender_timeout=1s")
-	p := run(t, bin, dbURL, db, "--buffer-bytes", "65536", "--standby-interval", "5s", "--receive-timeout", "60s")
+	// wal_sender_timeout for this database's walsenders only, while the lock is held;
+	// the walsender of the session that recovers runs with the server default (with
+	// status updates further apart than the timeout, a slow machine could otherwise
+	// time out again and again).
+	exec(t, db, fmt.Sprintf(`ALTER DATABASE %q SET wal_sender_timeout = '1s'`, db.Name))
+	p := run(t, bin, db.URL, db, "--buffer-bytes", "65536", "--standby-interval", "5s", "--receive-timeout", "60s")
 	// The runner's walsenders, as they come and go.
 	walsenders := map[int]bool{}
 	seen := func() {
@@ -250,6 +252,7 @@ func TestWalSenderTimeoutDuringLongMaterialization(t *testing.T) {
 	})
 	require.Zero(t, count(t, db, `SELECT count(*) FROM synchro.txn WHERE xid % 4294967296 IN ($1, $2)`, first, second),
 		"nothing materialized while the lock is held")
+	exec(t, db, fmt.Sprintf(`ALTER DATABASE %q RESET wal_sender_timeout`, db.Name))
 	require.NoError(t, lock.Rollback(ctx))
 
 	exactlyOnce(t, db, first, 100)
