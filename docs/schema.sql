@@ -27,37 +27,6 @@ CREATE SCHEMA synchro;
 ALTER SCHEMA synchro OWNER TO postgres;
 
 --
--- Name: _authenticate_messages(); Type: FUNCTION; Schema: synchro; Owner: postgres
---
-
-CREATE FUNCTION synchro._authenticate_messages() RETURNS integer
-    LANGUAGE plpgsql
-    AS $$
-DECLARE
-  n integer;
-BEGIN
-  -- synchro._message_mac inlined, with the key read once for the whole statement
-  -- (a call per message would read it per message).
-  DELETE FROM pg_temp.synchro_stage s
-   USING synchro.server_key k
-   WHERE s.kind = 'M'
-     AND (s.prefix IS NULL OR s.prefix NOT IN ('synchro.fence', 'synchro.registry')
-          OR s.content IS NULL OR jsonb_typeof(s.content) IS DISTINCT FROM 'object'
-          OR jsonb_typeof(s.content -> 'mac') IS DISTINCT FROM 'string'
-          OR (s.content ->> 'mac') IS DISTINCT FROM encode(substr(sha256(
-               k.outer_pad || sha256(k.inner_pad || '\x73796e6368726f2e6d736700'::bytea || convert_to(s.prefix, 'UTF8')
-                             || '\x00'::bytea || convert_to(synchro._message_body(s.prefix, s.content), 'UTF8'))),
-               1, 16), 'hex'));
-  GET DIAGNOSTICS n = ROW_COUNT;
-  PERFORM set_config('synchro.ignored_messages', n::text, true);
-  RETURN n;
-END
-$$;
-
-
-ALTER FUNCTION synchro._authenticate_messages() OWNER TO postgres;
-
---
 -- Name: _authorize_scope(text, text); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -113,14 +82,30 @@ CREATE FUNCTION synchro._await_visible_all(xids bigint[]) RETURNS void
     LANGUAGE plpgsql
     AS $$
 DECLARE
-  snap_xmax numeric;
-  tries     int := 0;
+  snap pg_snapshot;
+  xmin bigint;
+  xmax bigint;
+  tries int := 0;
 BEGIN
   LOOP
-    snap_xmax := pg_snapshot_xmax(pg_current_snapshot())::text::numeric;
+    -- One snapshot for the whole check, in bigint arithmetic: a transaction whose
+    -- 64-bit id lies below the snapshot's xmin is visible (it committed: it was
+    -- decoded), and only the few at or above it need pg_visible_in_snapshot. Taken per
+    -- xid, with numeric arithmetic, the check cost ~10 µs per source transaction.
+    snap := pg_current_snapshot();
+    xmin := pg_snapshot_xmin(snap)::text::bigint;
+    xmax := pg_snapshot_xmax(snap)::text::bigint;
     EXIT WHEN NOT EXISTS (
-      SELECT 1 FROM unnest(xids) AS x(xid)
-       WHERE x.xid >= 3 AND NOT pg_visible_in_snapshot(synchro._full_xid(x.xid, snap_xmax), pg_current_snapshot()));
+      SELECT 1
+        FROM (SELECT x.xid,
+                     -- The 64-bit id nearest to xmax with these low 32 bits (live ids
+                     -- lie within 2^31 of each other; see synchro._full_xid).
+                     xmax + ((((x.xid - (xmax & 4294967295)) % 4294967296) + 6442450944) % 4294967296)
+                          - 2147483648 AS full
+                FROM unnest(xids) AS x(xid)
+               WHERE x.xid >= 3) f
+       WHERE f.full >= xmin
+         AND NOT pg_visible_in_snapshot(f.full::text::xid8, snap));
     tries := tries + 1;
     IF tries > 10000 THEN
       -- Retryable: the runner backs off and tries the same transactions again.
@@ -413,6 +398,21 @@ $$;
 
 
 ALTER FUNCTION synchro._check_render(relation regclass, columns name[]) OWNER TO postgres;
+
+--
+-- Name: _cursor(uuid, text, text, text); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._cursor(stream_token uuid, rule_generation text, point text, scope text) RETURNS text
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+  RETURN synchro._token(pg_catalog.format('c1:%s:%s:%s', stream_token, rule_generation, point), scope);
+END
+$$;
+
+
+ALTER FUNCTION synchro._cursor(stream_token uuid, rule_generation text, point text, scope text) OWNER TO postgres;
 
 --
 -- Name: _evaluate_membership(bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -944,7 +944,7 @@ BEGIN
   -- Net pull effects per scope: upsert when the row is in the scope and was touched
   -- (or just entered it); delete when it left the scope or was deleted. effect_ordinal
   -- counts within (event, scope) in canonical (table_id, typed key, operation) order.
-  -- The impacted rows' current memberships, probed by row (membership_by_row).
+  -- The impacted rows' current memberships, probed by row (the primary key's prefix).
   INSERT INTO pg_temp.synchro_w_oldscopes (relation_id, pk, scope)
   SELECT i.relation_id, i.pk, m.scope
     FROM pg_temp.synchro_w_impacted i
@@ -1012,12 +1012,9 @@ BEGIN
   -- with the fence of the k-th lowest registered-DML ordinal, and must agree on kind,
   -- relation identity, operation and keys.
   WITH f AS (
-    SELECT (s.content ->> 'relation_id')::bigint AS rid, s.content ->> 'kind' AS kind,
-           s.content ->> 'schema' AS sch, s.content ->> 'table' AS tbl, s.content ->> 'op' AS op,
-           s.content ->> 'old_key' AS old_key, s.content ->> 'new_key' AS new_key,
-           s.content ->> 'version' AS version, (s.content ->> 'fence_id')::uuid AS fid,
-           (s.content ->> 'ordinal')::bigint AS ord, s.content ->> 'table_id' AS tid,
-           coalesce(s.content ->> 'new_key', s.content ->> 'old_key') AS k
+    SELECT s.f_relation_id AS rid, s.f_kind AS kind, s.f_schema AS sch, s.f_table AS tbl, s.f_op AS op,
+           s.f_old_key AS old_key, s.f_new_key AS new_key, s.f_version AS version, s.f_fence_id AS fid,
+           s.f_ordinal AS ord, s.f_table_id AS tid, coalesce(s.f_new_key, s.f_old_key) AS k
       FROM (SELECT * FROM pg_temp.synchro_stage s0 WHERE s0.txn = _mat_pair_fences.t) s
      WHERE s.kind = 'M' AND s.prefix = 'synchro.fence'),
   fr AS (SELECT f.*, row_number() OVER (PARTITION BY f.rid, f.k ORDER BY f.ord) AS rnk FROM f)
@@ -1073,6 +1070,8 @@ DECLARE
   n_fence int;
   big     boolean;
   rel     record;
+  nestloop text;
+  mergejoin text;
 BEGIN
   SELECT * INTO p FROM synchro.progress FOR UPDATE;
   IF NOT FOUND OR p.stream_generation <> gen OR p.registry_generation IS NULL THEN
@@ -1085,6 +1084,7 @@ BEGIN
   DELETE FROM pg_temp.synchro_b_rows;
   DELETE FROM pg_temp.synchro_b_links;
   DELETE FROM pg_temp.synchro_b_scopes;
+  DELETE FROM pg_temp.synchro_b_old;
 
   -- The run's transactions, less those already durable (a replay after a crash:
   -- same result, nothing new).
@@ -1138,22 +1138,63 @@ BEGIN
     RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'relation identity';
   END IF;
 
-  -- Row events, each ranked within its row identity in its own transaction.
+  IF (SELECT sum(b.n_events) FROM pg_temp.synchro_b_txn b) > 1000 THEN
+    -- Temp tables have no statistics: without them the pairing join below can be
+    -- planned as a nested loop, quadratic in the run's row events.
+    ANALYZE pg_temp.synchro_stage;
+  END IF;
+
+  -- Row events, each ranked within its row identity in its own transaction and paired
+  -- with its fence in the same statement (fence reconciliation inside each
+  -- transaction: per row identity, the k-th row event pairs with the fence of the k-th
+  -- lowest registered-DML ordinal). The runner staged each fence's fields as typed
+  -- columns after checking its MAC: nothing is parsed here.
+  --
+  -- The planner cannot estimate this join of two derived sets: guessing a few rows, it
+  -- chose a nested loop, or a merge join on (txn, relation) alone with the key as a
+  -- filter, quadratic in a transaction's rows (1.9 s for one 1,000-row transaction).
+  -- A hash join on all four keys is linear: the other two are off for this statement.
+  nestloop := current_setting('enable_nestloop');
+  mergejoin := current_setting('enable_mergejoin');
+  PERFORM set_config('enable_nestloop', 'off', true), set_config('enable_mergejoin', 'off', true);
+  WITH ev AS (
+    SELECT x.*, row_number() OVER (PARTITION BY x.t, x.relation_id, x.pk ORDER BY x.seq) AS grp_rank
+      FROM (SELECT s.txn AS t, s.seq, s.event_ordinal,
+                   CASE s.kind WHEN 'I' THEN 'insert' WHEN 'U' THEN 'update' ELSE 'delete' END AS op,
+                   r.relation_id, r.table_id, r.key_column, r.key_type, r.schema_name, r.table_name,
+                   CASE WHEN s.kind = 'D' THEN s.old_row ->> r.key_column::text
+                        ELSE s.new_row ->> r.key_column::text END AS pk,
+                   s.new_row, s.old_row ->> r.key_column::text AS old_pk
+              FROM pg_temp.synchro_stage s
+              JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
+              JOIN synchro.relation r ON r.relid = s.relid
+             WHERE s.kind IN ('I', 'U', 'D')) x),
+  fr AS (
+    SELECT s.txn AS t, s.f_relation_id AS rid, s.f_kind AS kind, s.f_schema AS sch, s.f_table AS tbl,
+           s.f_op AS op, s.f_old_key AS old_key, s.f_new_key AS new_key, s.f_version AS version,
+           s.f_fence_id AS fid, s.f_table_id AS tid, coalesce(s.f_new_key, s.f_old_key) AS k,
+           row_number() OVER (PARTITION BY s.txn, s.f_relation_id, coalesce(s.f_new_key, s.f_old_key)
+                              ORDER BY s.f_ordinal) AS rnk
+      FROM pg_temp.synchro_stage s
+      JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
+     WHERE s.kind = 'M' AND s.prefix = 'synchro.fence')
   INSERT INTO pg_temp.synchro_b_rows (t, seq, event_ordinal, op, relation_id, table_id, key_column, key_type, pk,
-                                      new_row, old_pk, grp_rank)
-  SELECT x.t, x.seq, x.event_ordinal, x.op, x.relation_id, x.table_id, x.key_column, x.key_type, x.pk, x.new_row,
-         x.old_pk, row_number() OVER (PARTITION BY x.t, x.relation_id, x.pk ORDER BY x.seq)
-    FROM (SELECT s.txn AS t, s.seq, s.event_ordinal,
-                 CASE s.kind WHEN 'I' THEN 'insert' WHEN 'U' THEN 'update' ELSE 'delete' END AS op,
-                 r.relation_id, r.table_id, r.key_column, r.key_type,
-                 CASE WHEN s.kind = 'D' THEN s.old_row ->> r.key_column::text
-                      ELSE s.new_row ->> r.key_column::text END AS pk,
-                 s.new_row, s.old_row ->> r.key_column::text AS old_pk
-            FROM pg_temp.synchro_stage s
-            JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
-            JOIN synchro.relation r ON r.relid = s.relid
-           WHERE s.kind IN ('I', 'U', 'D')) x;
+                                      new_row, old_pk, grp_rank, fence_id, version)
+  SELECT ev.t, ev.seq, ev.event_ordinal, ev.op, ev.relation_id, ev.table_id, ev.key_column, ev.key_type, ev.pk,
+         ev.new_row, ev.old_pk, ev.grp_rank, fr.fid, fr.version
+    FROM ev
+    LEFT JOIN fr
+      ON fr.t = ev.t AND fr.rid = ev.relation_id AND fr.k = ev.pk AND fr.rnk = ev.grp_rank
+     AND fr.kind = 'synced' AND fr.op = ev.op
+     AND fr.sch = ev.schema_name::text AND fr.tbl = ev.table_name::text
+     AND fr.tid IS NOT DISTINCT FROM ev.table_id
+     AND CASE ev.op
+           WHEN 'insert' THEN fr.old_key IS NULL AND fr.new_key = ev.pk
+           WHEN 'update' THEN fr.old_key = ev.pk AND fr.new_key = ev.pk
+           ELSE fr.old_key = ev.pk AND fr.new_key IS NULL END
+     AND fr.version IS NOT NULL AND fr.fid IS NOT NULL;
   GET DIAGNOSTICS n_rows = ROW_COUNT;
+  PERFORM set_config('enable_nestloop', nestloop, true), set_config('enable_mergejoin', mergejoin, true);
   big := n_rows > 1000;
   IF big THEN
     -- Temp tables have no statistics: give the planner real ones for the joins below.
@@ -1164,67 +1205,49 @@ BEGIN
                  WHERE w.pk IS NULL OR (w.op = 'update' AND w.old_pk IS NOT NULL AND w.old_pk IS DISTINCT FROM w.pk)) THEN
     RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'row events';
   END IF;
-
-  -- Fence reconciliation inside each transaction: per row identity, the k-th row
-  -- event pairs with the fence of the k-th lowest registered-DML ordinal.
-  WITH f AS (
-    SELECT s.txn AS t, (s.content ->> 'relation_id')::bigint AS rid, s.content ->> 'kind' AS kind,
-           s.content ->> 'schema' AS sch, s.content ->> 'table' AS tbl, s.content ->> 'op' AS op,
-           s.content ->> 'old_key' AS old_key, s.content ->> 'new_key' AS new_key,
-           s.content ->> 'version' AS version, (s.content ->> 'fence_id')::uuid AS fid,
-           (s.content ->> 'ordinal')::bigint AS ord, s.content ->> 'table_id' AS tid,
-           coalesce(s.content ->> 'new_key', s.content ->> 'old_key') AS k
-      FROM pg_temp.synchro_stage s
-      JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
-     WHERE s.kind = 'M' AND s.prefix = 'synchro.fence'),
-  fr AS (SELECT f.*, row_number() OVER (PARTITION BY f.t, f.rid, f.k ORDER BY f.ord) AS rnk FROM f)
-  UPDATE pg_temp.synchro_b_rows w
-     SET fence_id = fr.fid, version = fr.version
-    FROM fr, synchro.relation r
-   WHERE fr.t = w.t AND fr.rid = w.relation_id AND fr.k = w.pk AND fr.rnk = w.grp_rank
-     AND r.relation_id = w.relation_id
-     AND fr.kind = 'synced' AND fr.op = w.op
-     AND fr.sch = r.schema_name::text AND fr.tbl = r.table_name::text
-     AND fr.tid IS NOT DISTINCT FROM w.table_id
-     AND CASE w.op
-           WHEN 'insert' THEN fr.old_key IS NULL AND fr.new_key = w.pk
-           WHEN 'update' THEN fr.old_key = w.pk AND fr.new_key = w.pk
-           ELSE fr.old_key = w.pk AND fr.new_key IS NULL END
-     AND fr.version IS NOT NULL AND fr.fid IS NOT NULL;
+  -- Every row event paired, every fence used once. A fence id already in the ledger
+  -- (a replayed or forged fence) is refused by synchro.event's unique index when the
+  -- run's events are written below: that error, like every other one here, makes the
+  -- runner re-run the batch through the reference path, which names the class.
   SELECT count(*) INTO n_fence FROM pg_temp.synchro_stage s
     JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
    WHERE s.kind = 'M' AND s.prefix = 'synchro.fence';
   IF EXISTS (SELECT 1 FROM pg_temp.synchro_b_rows w WHERE w.fence_id IS NULL)
      OR n_fence <> n_rows
-     OR n_fence <> (SELECT count(DISTINCT w.fence_id) FROM pg_temp.synchro_b_rows w)
-     OR EXISTS (SELECT 1 FROM synchro.event e
-                 WHERE e.fence_id = ANY (ARRAY(SELECT w.fence_id FROM pg_temp.synchro_b_rows w))) THEN
+     OR n_fence <> (SELECT count(DISTINCT w.fence_id) FROM pg_temp.synchro_b_rows w) THEN
     RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'fence reconciliation';
   END IF;
 
-  -- Links: each row's last event in each transaction, numbered along the run.
-  INSERT INTO pg_temp.synchro_b_links (t, relation_id, pk, pk_int, table_id, key_type, op, new_row, version,
-                                       event_ordinal, link, last)
-  SELECT l.t, l.relation_id, l.pk, CASE WHEN l.key_type <> 'string' THEN l.pk::bigint END, l.table_id, l.key_type,
-         l.op, l.new_row, l.version, l.event_ordinal,
-         row_number() OVER (PARTITION BY l.relation_id, l.pk ORDER BY l.t),
-         l.t = max(l.t) OVER (PARTITION BY l.relation_id, l.pk)
-    FROM (SELECT DISTINCT ON (w.relation_id, w.pk, w.t) w.*
-            FROM pg_temp.synchro_b_rows w
-           ORDER BY w.relation_id, w.pk, w.t, w.seq DESC) l;
+  -- Links: each row's last event in each transaction, numbered along the run, with
+  -- its row image rendered once, in the same statement: the registered columns in the
+  -- registered shape (synchro._image_sql), as the per-transaction path renders them.
+  -- One statement per relation of the run (each has its own image SQL).
+  FOR rel IN SELECT DISTINCT w.relation_id FROM pg_temp.synchro_b_rows w LOOP
+    EXECUTE format(
+      'INSERT INTO pg_temp.synchro_b_links (t, relation_id, pk, pk_int, table_id, key_type, op, version,
+                                            event_ordinal, image, link, last)
+       SELECT x.t, x.relation_id, x.pk, CASE WHEN x.key_type <> $2 THEN x.pk::bigint END, x.table_id, x.key_type,
+              x.op, x.version, x.event_ordinal, CASE WHEN x.op <> $3 THEN %s END,
+              row_number() OVER (PARTITION BY x.pk ORDER BY x.t), x.t = max(x.t) OVER (PARTITION BY x.pk)
+         FROM (SELECT DISTINCT ON (w.pk, w.t) w.* FROM pg_temp.synchro_b_rows w
+                WHERE w.relation_id = $1 ORDER BY w.pk, w.t, w.seq DESC) x',
+      synchro._image_sql(rel.relation_id, reg, 'x.new_row', false))
+    USING rel.relation_id, 'string', 'delete';
+  END LOOP;
   IF big THEN
     ANALYZE pg_temp.synchro_b_links;
   END IF;
 
-  -- Row images, rendered once per link: the registered columns in the registered
-  -- shape (synchro._image_sql), as the per-transaction path renders them.
-  FOR rel IN
-    SELECT DISTINCT l.relation_id FROM pg_temp.synchro_b_links l WHERE l.op <> 'delete'
-  LOOP
-    EXECUTE format('UPDATE pg_temp.synchro_b_links l SET image = %s WHERE l.relation_id = $1 AND l.op <> $2',
-                   synchro._image_sql(rel.relation_id, reg, 'l.new_row', false))
-    USING rel.relation_id, 'delete';
-  END LOOP;
+  -- The memberships the run's rows held before it, read once (each row's first link):
+  -- the delete effects of first links, and the membership changes at the end, come
+  -- from here instead of probing synchro.membership three times per row. Only this
+  -- transaction writes membership (progress is locked), so the ctids stay valid.
+  INSERT INTO pg_temp.synchro_b_old (relation_id, pk, scope, mctid)
+  SELECT l.relation_id, l.pk, m.scope, m.ctid
+    FROM pg_temp.synchro_b_links l
+    CROSS JOIN LATERAL (SELECT m.scope, m.ctid FROM synchro.membership m
+                         WHERE m.relation_id = l.relation_id AND m.pk = l.pk OFFSET 0) m
+   WHERE l.link = 1;
 
   -- Projections: the last link of each row decides.
   DELETE FROM synchro.projection pr
@@ -1238,20 +1261,24 @@ BEGIN
    WHERE l.last AND l.op <> 'delete'
   ON CONFLICT (relation_id, pk) DO UPDATE SET version = excluded.version, image = excluded.image;
 
-  -- Rule values of the rule columns, as the last link leaves them; a value that did
-  -- not change is neither deleted nor written again.
-  DELETE FROM synchro.rule_value v
-   WHERE v.ctid = ANY (ARRAY(
-     SELECT x.ctid FROM pg_temp.synchro_b_links l
-      CROSS JOIN LATERAL (SELECT v2.ctid, v2.column_name, v2.value FROM synchro.rule_value v2
-                           WHERE v2.relation_id = l.relation_id AND v2.pk = l.pk OFFSET 0) x
-      WHERE l.last AND (l.op = 'delete' OR l.image ->> x.column_name::text IS DISTINCT FROM x.value)));
-  INSERT INTO synchro.rule_value (relation_id, column_name, value, pk)
-  SELECT DISTINCT l.relation_id, r.column_name, l.image ->> r.column_name::text, l.pk
-    FROM pg_temp.synchro_b_links l
-    JOIN synchro.scope_rule r ON r.generation = reg AND r.relation_id = l.relation_id
-   WHERE l.last AND l.op <> 'delete' AND l.image ->> r.column_name::text IS NOT NULL
-  ON CONFLICT DO NOTHING;
+  -- Rule values (the columns synchro._rule_value_columns names) as the last link
+  -- leaves them; a value that did not change is neither deleted nor written again. A
+  -- run whose tables have direct rules only has nothing to index.
+  IF EXISTS (SELECT 1 FROM synchro._rule_value_columns(reg) c
+              WHERE c.relation_id IN (SELECT DISTINCT l.relation_id FROM pg_temp.synchro_b_links l)) THEN
+    DELETE FROM synchro.rule_value v
+     WHERE v.ctid = ANY (ARRAY(
+       SELECT x.ctid FROM pg_temp.synchro_b_links l
+        CROSS JOIN LATERAL (SELECT v2.ctid, v2.column_name, v2.value FROM synchro.rule_value v2
+                             WHERE v2.relation_id = l.relation_id AND v2.pk = l.pk OFFSET 0) x
+        WHERE l.last AND (l.op = 'delete' OR l.image ->> x.column_name::text IS DISTINCT FROM x.value)));
+    INSERT INTO synchro.rule_value (relation_id, column_name, value, pk)
+    SELECT DISTINCT l.relation_id, c.column_name, l.image ->> c.column_name::text, l.pk
+      FROM pg_temp.synchro_b_links l
+      JOIN synchro._rule_value_columns(reg) c ON c.relation_id = l.relation_id
+     WHERE l.last AND l.op <> 'delete' AND l.image ->> c.column_name::text IS NOT NULL
+    ON CONFLICT DO NOTHING;
+  END IF;
 
   -- Each link's scopes under the generation's rules, from its own image (direct
   -- rules) and the unchanged dependency projections (via rules).
@@ -1285,10 +1312,9 @@ BEGIN
       JOIN pg_temp.synchro_b_scopes s ON s.relation_id = pl.relation_id AND s.pk = pl.pk AND s.t = pl.t
      WHERE l.link > 1
     UNION ALL
-    SELECT l.t, l.relation_id, l.pk, m.scope
+    SELECT l.t, l.relation_id, l.pk, o.scope
       FROM pg_temp.synchro_b_links l
-      CROSS JOIN LATERAL (SELECT m.scope FROM synchro.membership m
-                           WHERE m.relation_id = l.relation_id AND m.pk = l.pk OFFSET 0) m
+      JOIN pg_temp.synchro_b_old o ON o.relation_id = l.relation_id AND o.pk = l.pk
      WHERE l.link = 1),
   e AS (
     SELECT n.scope, n.t, n.relation_id, n.pk, 'upsert' AS op FROM pg_temp.synchro_b_scopes n
@@ -1311,19 +1337,17 @@ BEGIN
   -- Membership as the last link leaves it: memberships that ended, then new ones.
   DELETE FROM synchro.membership m
    WHERE m.ctid = ANY (ARRAY(
-     SELECT x.ctid FROM pg_temp.synchro_b_links l
-      CROSS JOIN LATERAL (SELECT m2.ctid, m2.scope FROM synchro.membership m2
-                           WHERE m2.relation_id = l.relation_id AND m2.pk = l.pk OFFSET 0) x
-      WHERE l.last
-        AND NOT EXISTS (SELECT 1 FROM pg_temp.synchro_b_scopes n
-                         WHERE n.relation_id = l.relation_id AND n.pk = l.pk AND n.t = l.t AND n.scope = x.scope)));
+     SELECT o.mctid FROM pg_temp.synchro_b_old o
+       JOIN pg_temp.synchro_b_links l ON l.relation_id = o.relation_id AND l.pk = o.pk AND l.last
+      WHERE NOT EXISTS (SELECT 1 FROM pg_temp.synchro_b_scopes n
+                         WHERE n.relation_id = l.relation_id AND n.pk = l.pk AND n.t = l.t AND n.scope = o.scope)));
   INSERT INTO synchro.membership (scope, relation_id, pk, table_id, pk_order)
   SELECT n.scope, n.relation_id, n.pk, l.table_id, coalesce(l.pk_int, 0)
     FROM pg_temp.synchro_b_links l
     JOIN pg_temp.synchro_b_scopes n ON n.relation_id = l.relation_id AND n.pk = l.pk AND n.t = l.t
    WHERE l.last
-     AND NOT EXISTS (SELECT 1 FROM synchro.membership m
-                      WHERE m.scope = n.scope AND m.relation_id = n.relation_id AND m.pk = n.pk);
+     AND NOT EXISTS (SELECT 1 FROM pg_temp.synchro_b_old o
+                      WHERE o.relation_id = n.relation_id AND o.pk = n.pk AND o.scope = n.scope);
 
   -- Write-fence reconciliation: exactly these fences are now WAL-materialized.
   UPDATE synchro.write_fence wf SET coverage = 'wal', covered_at = now()
@@ -1415,15 +1439,16 @@ BEGIN
   -- Registry activations in source order: each must follow the generation in effect.
   reg_start := p.registry_generation;
   reg_end := reg_start;
-  FOR act IN SELECT s.seq, s.content FROM (SELECT * FROM pg_temp.synchro_stage s0 WHERE s0.txn = _materialize_txn.t) s
+  FOR act IN SELECT s.seq, s.a_generation, s.a_previous
+               FROM (SELECT * FROM pg_temp.synchro_stage s0 WHERE s0.txn = _materialize_txn.t) s
               WHERE s.kind = 'M' AND s.prefix = 'synchro.registry' ORDER BY s.seq LOOP
-    IF (act.content ->> 'generation') IS NULL
+    IF act.a_generation IS NULL
        OR NOT EXISTS (SELECT 1 FROM synchro.registry_generation g
-                       WHERE g.generation = (act.content ->> 'generation')::bigint AND g.state IN ('active', 'retired'))
-       OR (act.content ->> 'previous')::bigint IS DISTINCT FROM reg_end THEN
+                       WHERE g.generation = act.a_generation AND g.state IN ('active', 'retired'))
+       OR act.a_previous IS DISTINCT FROM reg_end THEN
       RAISE EXCEPTION 'poison: message_format' USING ERRCODE = 'SYP05', DETAIL = 'registry activation out of order';
     END IF;
-    reg_end := (act.content ->> 'generation')::bigint;
+    reg_end := act.a_generation;
     act_seqs := act_seqs || act.seq;
     act_gens := act_gens || reg_end;
   END LOOP;
@@ -2256,10 +2281,7 @@ BEGIN
   DELETE FROM synchro.rule_value;
   INSERT INTO synchro.rule_value (relation_id, column_name, value, pk)
   SELECT DISTINCT p.relation_id, c.col, p.image ->> c.col::text, p.pk
-    FROM (SELECT r.relation_id, r.column_name AS col FROM synchro.scope_rule r WHERE r.generation = reg_end
-          UNION
-          SELECT r.via_relation_id, r.via_match FROM synchro.scope_rule r
-           WHERE r.generation = reg_end AND r.via_relation_id IS NOT NULL) c
+    FROM (SELECT c.relation_id, c.column_name AS col FROM synchro._rule_value_columns(reg_end) c) c
     JOIN synchro.projection p ON p.relation_id = c.relation_id
    WHERE p.image ->> c.col::text IS NOT NULL;
   IF changed IS NULL THEN
@@ -2336,10 +2358,8 @@ BEGIN
     FROM pg_temp.synchro_w_final f
     CROSS JOIN LATERAL (SELECT p.image FROM synchro.projection p
                          WHERE p.relation_id = f.relation_id AND p.pk = f.pk OFFSET 0) p
-    JOIN (SELECT r.relation_id, r.column_name AS col FROM synchro.scope_rule r WHERE r.generation = reg_gen
-          UNION
-          SELECT r.via_relation_id, r.via_match FROM synchro.scope_rule r
-           WHERE r.generation = reg_gen AND r.via_relation_id IS NOT NULL) c ON c.relation_id = f.relation_id
+    JOIN (SELECT c.relation_id, c.column_name AS col FROM synchro._rule_value_columns(reg_gen) c) c
+      ON c.relation_id = f.relation_id
    WHERE p.image ->> c.col::text IS NOT NULL;
 END
 $$;
@@ -2480,6 +2500,23 @@ $$;
 ALTER FUNCTION synchro._row_image(full_row jsonb, columns name[]) OWNER TO postgres;
 
 --
+-- Name: _rule_value_columns(bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._rule_value_columns(reg_gen bigint) RETURNS TABLE(relation_id bigint, column_name name)
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT r.relation_id, r.column_name FROM synchro.scope_rule r
+   WHERE r.generation = _rule_value_columns.reg_gen AND r.via_relation_id IS NOT NULL
+  UNION
+  SELECT r.via_relation_id, r.via_match FROM synchro.scope_rule r
+   WHERE r.generation = _rule_value_columns.reg_gen AND r.via_relation_id IS NOT NULL
+$$;
+
+
+ALTER FUNCTION synchro._rule_value_columns(reg_gen bigint) OWNER TO postgres;
+
+--
 -- Name: _scope_hash(text); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -2585,20 +2622,22 @@ $_$;
 ALTER FUNCTION synchro._stage_registration(relation regclass, kind text, table_id text, columns name[]) OWNER TO postgres;
 
 --
--- Name: _stage_reset(boolean); Type: FUNCTION; Schema: synchro; Owner: postgres
+-- Name: _stage_reset(bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
-CREATE FUNCTION synchro._stage_reset(big boolean) RETURNS void
+CREATE FUNCTION synchro._stage_reset(staged bigint) RETURNS void
     LANGUAGE plpgsql
     AS $$
 DECLARE
-  n int := coalesce(nullif(current_setting('synchro.stage_resets', true), ''), '0')::int + 1;
+  since bigint := coalesce(nullif(current_setting('synchro.stage_rows', true), ''), '0')::bigint
+                  + coalesce(staged, 0);
 BEGIN
-  IF big OR n >= 64 THEN
+  IF staged IS NULL OR staged > 50000 OR since > 200000 THEN
     TRUNCATE pg_temp.synchro_stage, pg_temp.synchro_w_rows, pg_temp.synchro_w_final, pg_temp.synchro_w_impacted,
              pg_temp.synchro_w_scopes, pg_temp.synchro_w_depvals, pg_temp.synchro_w_oldscopes,
-             pg_temp.synchro_b_txn, pg_temp.synchro_b_rows, pg_temp.synchro_b_links, pg_temp.synchro_b_scopes;
-    n := 0;
+             pg_temp.synchro_b_txn, pg_temp.synchro_b_rows, pg_temp.synchro_b_links, pg_temp.synchro_b_scopes,
+             pg_temp.synchro_b_old;
+    since := 0;
   ELSE
     DELETE FROM pg_temp.synchro_stage;
     PERFORM synchro._stage_clear(false);
@@ -2606,15 +2645,16 @@ BEGIN
     DELETE FROM pg_temp.synchro_b_rows;
     DELETE FROM pg_temp.synchro_b_links;
     DELETE FROM pg_temp.synchro_b_scopes;
+    DELETE FROM pg_temp.synchro_b_old;
   END IF;
   -- Session-level on purpose: the count goes on across batches. A rolled-back batch
   -- does not count (its rows went with it).
-  PERFORM set_config('synchro.stage_resets', n::text, false);
+  PERFORM set_config('synchro.stage_rows', since::text, false);
 END
 $$;
 
 
-ALTER FUNCTION synchro._stage_reset(big boolean) OWNER TO postgres;
+ALTER FUNCTION synchro._stage_reset(staged bigint) OWNER TO postgres;
 
 --
 -- Name: _stage_scope_rule(text, text, name, regclass, name, name); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -3039,9 +3079,9 @@ BEGIN
     RAISE EXCEPTION 'materialize_batch: the batch arrays must be non-empty and of one length'
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
-  -- Only the pack's own messages count: unauthenticated ones are dropped from the
-  -- whole batch (and counted for the runner) before anything counts or pairs them.
-  PERFORM synchro._authenticate_messages();
+  -- Only the pack's own messages are staged: the runner parses each strictly and
+  -- checks its MAC under the server key before staging it (runner/msgauth), and drops
+  -- every other one, as if it had never been emitted.
   IF set_based THEN
     -- Transactions the set-based path does not take: they go alone, in order.
     SELECT coalesce(array_agg(DISTINCT s.txn), '{}') INTO alone
@@ -3071,7 +3111,7 @@ BEGIN
   -- commits: runner_stage_open). The count is read first: a statement that still
   -- scans the stage table could not truncate it (55006).
   SELECT count(*) INTO staged FROM pg_temp.synchro_stage;
-  PERFORM synchro._stage_reset(staged > 2000);
+  PERFORM synchro._stage_reset(staged);
   RETURN outcomes;
 END
 $$;
@@ -3215,11 +3255,11 @@ BEGIN
   IF n > n_sent THEN
     -- Stop inside the stream (row bound or byte budget): the cursor is the position of
     -- the last change returned.
-    next_cur := synchro._token(format('c1:%s:%s:%s', g.token, parts[3], last_point), scope);
+    next_cur := synchro._cursor(g.token, parts[3], last_point, scope);
     RETURN jsonb_build_object('changes', changes, 'cursor', next_cur, 'has_more', true);
   END IF;
   -- The end of the eligible effects: the high-watermark, so a quiet scope moves on.
-  next_cur := synchro._token(format('c1:%s:%s:t.%s', g.token, parts[3], hw), scope);
+  next_cur := synchro._cursor(g.token, parts[3], 't.' || hw, scope);
   RETURN jsonb_build_object('changes', changes, 'cursor', next_cur, 'has_more', false);
 END
 $_$;
@@ -3773,7 +3813,7 @@ BEGIN
     FROM pos o
     CROSS JOIN LATERAL (SELECT o.tok AS session, o.rows AS rows, true AS has_more) d
     CROSS JOIN LATERAL (SELECT o.tok AS session, o.rows AS rows, false AS has_more, encode(o.chain, 'hex') AS checksum,
-                               synchro._token(format('c1:%s:%s:%s', g.token, rg, p_point), rebuild.scope) AS cursor) e;
+                               synchro._cursor(g.token, rg, p_point, rebuild.scope) AS cursor) e;
   RETURN result;
 END
 $_$;
@@ -3921,7 +3961,7 @@ BEGIN
   VALUES (1, slot_name, plugin, current_database(), consistent_point, 'active');
   INSERT INTO synchro.progress (stream_generation, generation_start_lsn, processed_end_lsn, registry_generation)
   VALUES (1, consistent_point, consistent_point, reg);
-  PERFORM synchro._stage_reset(true);
+  PERFORM synchro._stage_reset(NULL);
   RETURN 1;
 END
 $_$;
@@ -4053,6 +4093,20 @@ $$;
 ALTER FUNCTION synchro.runner_idle(boundary pg_lsn) OWNER TO postgres;
 
 --
+-- Name: runner_message_key(); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro.runner_message_key() RETURNS TABLE(inner_pad bytea, outer_pad bytea)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  SELECT k.inner_pad, k.outer_pad FROM synchro.server_key k
+$$;
+
+
+ALTER FUNCTION synchro.runner_message_key() OWNER TO postgres;
+
+--
 -- Name: runner_poison(bigint, pg_lsn, text, bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -4127,7 +4181,22 @@ BEGIN
     toast         text[],
     truncated     oid[],
     prefix        text,
-    content       jsonb
+    -- M: the message's fields, parsed strictly and authenticated by the runner
+    -- (runner/msgauth): a synchro.fence's (f_*) or a synchro.registry's (a_*).
+    -- Typed columns, so materialization never re-parses JSON (issue 7).
+    f_kind        text,
+    f_relation_id bigint,
+    f_schema      text,
+    f_table       text,
+    f_op          text,
+    f_old_key     text,
+    f_new_key     text,
+    f_version     text,
+    f_fence_id    uuid,
+    f_ordinal     bigint,
+    f_table_id    text,
+    a_generation  bigint,
+    a_previous    bigint
   ) ON COMMIT PRESERVE ROWS;
   EXECUTE format('GRANT INSERT, SELECT ON TABLE pg_temp.synchro_stage TO %I', session_user);
 
@@ -4168,7 +4237,7 @@ BEGIN
   -- One link per (transaction, row): the row's last event in that transaction.
   CREATE TEMP TABLE synchro_b_links (
     t int, relation_id bigint, pk text, pk_int bigint, table_id text, key_type text, op text,
-    new_row jsonb, version text, event_ordinal int, image jsonb, link int, last boolean,
+    version text, event_ordinal int, image jsonb, link int, last boolean,
     PRIMARY KEY (relation_id, pk, t)
   ) ON COMMIT PRESERVE ROWS;
   -- The row-image SQL of each (relation, registry generation, source), made once per
@@ -4179,6 +4248,10 @@ BEGIN
   ) ON COMMIT PRESERVE ROWS;
   CREATE TEMP TABLE synchro_b_scopes (
     t int, relation_id bigint, pk text, scope text
+  ) ON COMMIT PRESERVE ROWS;
+  -- The memberships the run's rows held before it (mctid: the membership row).
+  CREATE TEMP TABLE synchro_b_old (
+    relation_id bigint, pk text, scope text, mctid tid
   ) ON COMMIT PRESERVE ROWS;
 END
 $$;
@@ -4750,7 +4823,7 @@ ALTER TABLE ONLY synchro.event
 --
 
 ALTER TABLE ONLY synchro.membership
-    ADD CONSTRAINT membership_pkey PRIMARY KEY (scope_hash, relation_id, pk);
+    ADD CONSTRAINT membership_pkey PRIMARY KEY (relation_id, pk, scope_hash);
 
 
 --
@@ -4938,13 +5011,6 @@ ALTER TABLE ONLY synchro.write_fence
 
 
 --
--- Name: membership_by_row; Type: INDEX; Schema: synchro; Owner: postgres
---
-
-CREATE INDEX membership_by_row ON synchro.membership USING btree (relation_id, pk);
-
-
---
 -- Name: membership_rebuild_order; Type: INDEX; Schema: synchro; Owner: postgres
 --
 
@@ -5074,13 +5140,6 @@ GRANT USAGE ON SCHEMA synchro TO synchro_runner;
 
 
 --
--- Name: FUNCTION _authenticate_messages(); Type: ACL; Schema: synchro; Owner: postgres
---
-
-REVOKE ALL ON FUNCTION synchro._authenticate_messages() FROM PUBLIC;
-
-
---
 -- Name: FUNCTION _authorize_scope(client_id text, scope text); Type: ACL; Schema: synchro; Owner: postgres
 --
 
@@ -5162,6 +5221,13 @@ REVOKE ALL ON FUNCTION synchro._check_relation(relation regclass, OUT schema_nam
 --
 
 REVOKE ALL ON FUNCTION synchro._check_render(relation regclass, columns name[]) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _cursor(stream_token uuid, rule_generation text, point text, scope text); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._cursor(stream_token uuid, rule_generation text, point text, scope text) FROM PUBLIC;
 
 
 --
@@ -5408,6 +5474,13 @@ REVOKE ALL ON FUNCTION synchro._row_image(full_row jsonb, columns name[]) FROM P
 
 
 --
+-- Name: FUNCTION _rule_value_columns(reg_gen bigint); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._rule_value_columns(reg_gen bigint) FROM PUBLIC;
+
+
+--
 -- Name: FUNCTION _scope_hash(v text); Type: ACL; Schema: synchro; Owner: postgres
 --
 
@@ -5436,10 +5509,10 @@ REVOKE ALL ON FUNCTION synchro._stage_registration(relation regclass, kind text,
 
 
 --
--- Name: FUNCTION _stage_reset(big boolean); Type: ACL; Schema: synchro; Owner: postgres
+-- Name: FUNCTION _stage_reset(staged bigint); Type: ACL; Schema: synchro; Owner: postgres
 --
 
-REVOKE ALL ON FUNCTION synchro._stage_reset(big boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION synchro._stage_reset(staged bigint) FROM PUBLIC;
 
 
 --
@@ -5622,6 +5695,14 @@ GRANT ALL ON FUNCTION synchro.runner_heartbeat(received_lsn pg_lsn, state text) 
 
 REVOKE ALL ON FUNCTION synchro.runner_idle(boundary pg_lsn) FROM PUBLIC;
 GRANT ALL ON FUNCTION synchro.runner_idle(boundary pg_lsn) TO synchro_runner;
+
+
+--
+-- Name: FUNCTION runner_message_key(); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro.runner_message_key() FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.runner_message_key() TO synchro_runner;
 
 
 --

@@ -54,12 +54,9 @@ func (q *Queries) DropReplicationSlot(ctx context.Context, slotName string) erro
 }
 
 const materializeBatch = `-- name: MaterializeBatch :one
-SELECT m.outcomes::text[] AS outcomes,
-       coalesce(nullif(current_setting('synchro.ignored_messages', true), ''), '0')::int AS ignored_messages
-FROM (SELECT synchro.materialize_batch($1::bigint, $2::text[]::pg_lsn[],
-                                       $3::text[]::pg_lsn[], $4::bigint[],
-                                       $5::timestamptz[], $6::boolean) AS outcomes
-      OFFSET 0) m
+SELECT synchro.materialize_batch($1::bigint, $2::text[]::pg_lsn[],
+                                 $3::text[]::pg_lsn[], $4::bigint[],
+                                 $5::timestamptz[], $6::boolean)::text[] AS outcomes
 `
 
 type MaterializeBatchParams struct {
@@ -71,15 +68,10 @@ type MaterializeBatchParams struct {
 	SetBased         bool
 }
 
-type MaterializeBatchRow struct {
-	Outcomes        []string
-	IgnoredMessages int32
-}
-
 // Applier (runner/apply.go): materialize a staged batch of source transactions, inside its database
 // transaction, and how many staged messages it dropped as unauthenticated (synchro._authenticate_messages
 // leaves the count in a transaction-local setting; the subquery runs first, OFFSET 0 keeps it from being flattened).
-func (q *Queries) MaterializeBatch(ctx context.Context, arg MaterializeBatchParams) (MaterializeBatchRow, error) {
+func (q *Queries) MaterializeBatch(ctx context.Context, arg MaterializeBatchParams) ([]string, error) {
 	row := q.db.QueryRow(ctx, materializeBatch,
 		arg.StreamGeneration,
 		arg.CommitLsns,
@@ -88,9 +80,9 @@ func (q *Queries) MaterializeBatch(ctx context.Context, arg MaterializeBatchPara
 		arg.CommitTimes,
 		arg.SetBased,
 	)
-	var i MaterializeBatchRow
-	err := row.Scan(&i.Outcomes, &i.IgnoredMessages)
-	return i, err
+	var outcomes []string
+	err := row.Scan(&outcomes)
+	return outcomes, err
 }
 
 const publicationExists = `-- name: PublicationExists :one
@@ -222,6 +214,24 @@ func (q *Queries) RunnerIdle(ctx context.Context, boundary string) (string, erro
 	var processed_end_lsn string
 	err := row.Scan(&processed_end_lsn)
 	return processed_end_lsn, err
+}
+
+const runnerMessageKey = `-- name: RunnerMessageKey :one
+SELECT k.inner_pad::bytea AS inner_pad, k.outer_pad::bytea AS outer_pad FROM synchro.runner_message_key() AS k
+`
+
+type RunnerMessageKeyRow struct {
+	InnerPad []byte
+	OuterPad []byte
+}
+
+// Applier (runner/msgauth): the server key's HMAC pads, read once per session to
+// authenticate the pack's logical messages before they are staged.
+func (q *Queries) RunnerMessageKey(ctx context.Context) (RunnerMessageKeyRow, error) {
+	row := q.db.QueryRow(ctx, runnerMessageKey)
+	var i RunnerMessageKeyRow
+	err := row.Scan(&i.InnerPad, &i.OuterPad)
+	return i, err
 }
 
 const runnerPoison = `-- name: RunnerPoison :exec

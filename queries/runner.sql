@@ -69,12 +69,14 @@ SELECT synchro.runner_stage_open();
 -- transaction, and how many staged messages it dropped as unauthenticated (synchro._authenticate_messages
 -- leaves the count in a transaction-local setting; the subquery runs first, OFFSET 0 keeps it from being flattened).
 -- name: MaterializeBatch :one
-SELECT m.outcomes::text[] AS outcomes,
-       coalesce(nullif(current_setting('synchro.ignored_messages', true), ''), '0')::int AS ignored_messages
-FROM (SELECT synchro.materialize_batch(sqlc.arg(stream_generation)::bigint, sqlc.arg(commit_lsns)::text[]::pg_lsn[],
-                                       sqlc.arg(end_lsns)::text[]::pg_lsn[], sqlc.arg(xids)::bigint[],
-                                       sqlc.arg(commit_times)::timestamptz[], sqlc.arg(set_based)::boolean) AS outcomes
-      OFFSET 0) m;
+SELECT synchro.materialize_batch(sqlc.arg(stream_generation)::bigint, sqlc.arg(commit_lsns)::text[]::pg_lsn[],
+                                 sqlc.arg(end_lsns)::text[]::pg_lsn[], sqlc.arg(xids)::bigint[],
+                                 sqlc.arg(commit_times)::timestamptz[], sqlc.arg(set_based)::boolean)::text[] AS outcomes;
+
+-- Applier (runner/msgauth): the server key's HMAC pads, read once per session to
+-- authenticate the pack's logical messages before they are staged.
+-- name: RunnerMessageKey :one
+SELECT k.inner_pad::bytea AS inner_pad, k.outer_pad::bytea AS outer_pad FROM synchro.runner_message_key() AS k;
 
 -- Applier (runner/apply.go): move the processed boundary to an idle WAL position; returns the boundary now in force.
 -- name: RunnerIdle :one

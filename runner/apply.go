@@ -14,6 +14,7 @@ import (
 	"github.com/synchro/synchro/internal/fault"
 	"github.com/synchro/synchro/runner/collate"
 	"github.com/synchro/synchro/runner/decode"
+	"github.com/synchro/synchro/runner/msgauth"
 )
 
 var stageTable = pgx.Identifier{"pg_temp", "synchro_stage"}
@@ -41,6 +42,7 @@ type applier struct {
 
 	budget *byteBudget // the reader's; the applier releases what it takes
 
+	key        *msgauth.Key // authenticates the pack's messages before they are staged
 	stager     *Stager
 	batch      []StageRow // staged rows not yet sent by COPY
 	batchBytes int64      // row data in batch (Config.BatchBytes)
@@ -78,9 +80,9 @@ type pendingTxn struct {
 }
 
 func newApplier(cfg *Config, log *slog.Logger, conn *pgx.Conn, gen int64, f *Frontier, wake func(),
-	serialUntil pglogrepl.LSN) *applier {
+	serialUntil pglogrepl.LSN, key *msgauth.Key) *applier {
 	return &applier{
-		cfg: cfg, log: log, conn: conn, gen: gen, frontier: f, wake: wake,
+		cfg: cfg, log: log, conn: conn, gen: gen, frontier: f, wake: wake, key: key,
 		stager:      NewStager(),
 		batch:       make([]StageRow, 0, cfg.BatchRows),
 		serialUntil: serialUntil,
@@ -128,12 +130,38 @@ func (a *applier) maybeReload(ctx context.Context, e collate.Event) error {
 	return a.loadRegistered(ctx, a.tx, &xid)
 }
 
+// loadMessageKey reads the server key's HMAC pads (synchro.runner_message_key).
+func loadMessageKey(ctx context.Context, conn *pgx.Conn) (*msgauth.Key, error) {
+	k, err := gen.New(conn).RunnerMessageKey(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("synchro: runner_message_key: %w", err)
+	}
+	return msgauth.NewKey(k.InnerPad, k.OuterPad)
+}
+
 // openStage creates pg_temp.synchro_stage for this session.
 func openStage(ctx context.Context, conn *pgx.Conn) error {
 	if err := gen.New(conn).RunnerStageOpen(ctx); err != nil {
 		return fmt.Errorf("synchro: runner_stage_open: %w", err)
 	}
 	return nil
+}
+
+// ignoreUnauthenticated labels the messages dropped for a MAC that is not the
+// server key's (the collator's reasons label the others).
+const ignoreUnauthenticated = "unauthenticated"
+
+// authentic reports whether a message event is one of the pack's own: a parsed
+// fence or registry activation whose MAC is the server key's (runner/msgauth).
+// The collator passes only messages with a Synchro prefix that parse.
+func (a *applier) authentic(e collate.Event) bool {
+	switch {
+	case e.Fence != nil:
+		return a.key.VerifyFence(e.Fence)
+	case e.Activation != nil:
+		return a.key.VerifyActivation(e.Activation)
+	}
+	return false
 }
 
 // Ignored counts a "synchro." message the collator dropped (collate.IgnoreSink).
@@ -159,6 +187,12 @@ func (a *applier) Begin(ctx context.Context, h collate.TxnHeader) error {
 
 // Event stages one event, flushing a full batch.
 func (a *applier) Event(ctx context.Context, e collate.Event) error {
+	if e.Kind == collate.KindMessage && !a.authentic(e) {
+		// Not the pack's: dropped as if it had never been emitted (it never
+		// stops the stream, and costs no reload).
+		a.cfg.Metrics.ignoredMessages(ignoreUnauthenticated, 1)
+		return nil
+	}
 	if err := a.maybeReload(ctx, e); err != nil {
 		return err
 	}
@@ -170,7 +204,11 @@ func (a *applier) Event(ctx context.Context, e collate.Event) error {
 	case collate.KindTruncate:
 		a.batch, err = a.stager.Truncate(a.batch, e.Ordinal, e.Truncate)
 	case collate.KindMessage:
-		a.batch = a.stager.Message(a.batch, e.Message)
+		if e.Fence != nil {
+			a.batch = a.stager.Fence(a.batch, e.Fence)
+		} else {
+			a.batch = a.stager.Activation(a.batch, e.Activation)
+		}
 	}
 	if err != nil {
 		return err
@@ -265,15 +303,14 @@ func (a *applier) materialize(ctx context.Context) error {
 		p.CommitTimes[i] = t.trailer.CommitTime
 	}
 	callStart := time.Now()
-	res, err := gen.New(a.tx).MaterializeBatch(ctx, p)
+	outcomes, err := gen.New(a.tx).MaterializeBatch(ctx, p)
 	if err != nil {
 		return err
 	}
 	a.beat()
-	if len(res.Outcomes) != n {
-		return fmt.Errorf("synchro: materialize_batch returned %d outcomes for %d transactions", len(res.Outcomes), n)
+	if len(outcomes) != n {
+		return fmt.Errorf("synchro: materialize_batch returned %d outcomes for %d transactions", len(outcomes), n)
 	}
-	outcomes := res.Outcomes
 	a.cfg.faults.Reach(fault.BeforeCommit)
 	if err := a.tx.Commit(ctx); err != nil {
 		return err
@@ -281,8 +318,6 @@ func (a *applier) materialize(ctx context.Context) error {
 	a.tx = nil
 	a.lastCall = time.Since(callStart)
 	last := a.txns[n-1].trailer
-	// Messages materialization dropped: well-formed, but not under the server key.
-	a.cfg.Metrics.ignoredMessages("unauthenticated", int(res.IgnoredMessages))
 	a.cfg.faults.Reach(fault.AfterCommit)
 	now := time.Now()
 	for i, t := range a.txns {

@@ -45,6 +45,10 @@ func (r *Runner) session(work, stop context.Context) error {
 	if err := openStage(work, apply); err != nil {
 		return err
 	}
+	key, err := loadMessageKey(work, apply)
+	if err != nil {
+		return err
+	}
 
 	repl, err := connectReplication(work, r.cfg.DatabaseURL)
 	if err != nil {
@@ -73,7 +77,7 @@ func (r *Runner) session(work, stop context.Context) error {
 	items := make(chan item, itemBuffer)
 	budget := newByteBudget(r.cfg.BufferBytes, r.cfg.Metrics)
 	rd := newReader(&r.cfg, repl, frontier, items, budget, stop, &r.received)
-	ap := newApplier(&r.cfg, r.log, apply, st.StreamGeneration, frontier, rd.wake, r.serialUntil)
+	ap := newApplier(&r.cfg, r.log, apply, st.StreamGeneration, frontier, rd.wake, r.serialUntil, key)
 	ap.budget = budget
 	if err := ap.loadRegistered(work, apply, nil); err != nil {
 		return err
@@ -144,7 +148,8 @@ func (r *Runner) reconcile(ctx context.Context, conn *pgx.Conn) (Progress, error
 			return st, errNoRegistry
 		}
 		return st, &fatalError{err: fmt.Errorf(
-			"synchro: fatal: publication %q does not exist: activate the registry (synchro.activate_registry()) to make it",
+			"synchro: fatal: publication %q does not exist: the stream must be reset "+
+				"(a publication created again stays invisible to the slot until it decodes past its creation)",
 			r.cfg.Publication)}
 	}
 	action, target, err := Reconcile(slot.ConfirmedFlush, st)

@@ -1,8 +1,8 @@
 package runner
 
 import (
+	"encoding/hex"
 	"encoding/json"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/synchro/synchro/runner/decode"
@@ -28,11 +28,14 @@ const (
 var StageColumns = []string{
 	"txn", "seq", "kind", "event_ordinal", "relid", "nspname", "relname", "replident",
 	"col_names", "col_types", "col_keys", "new_row", "old_row", "toast", "truncated",
-	"prefix", "content",
+	"prefix", "f_kind", "f_relation_id", "f_schema", "f_table", "f_op", "f_old_key", "f_new_key",
+	"f_version", "f_fence_id", "f_ordinal", "f_table_id", "a_generation", "a_previous",
 }
 
 // StageRow is one row of pg_temp.synchro_stage. Nil slices and nil pointers are
-// NULL. NewRow, OldRow and Content hold JSON text. A StageRow carries row values:
+// NULL. NewRow and OldRow hold JSON text. A message row carries its parsed,
+// authenticated fields as typed columns (Fence or Activation): materialization
+// neither re-parses JSON nor recomputes the MAC. A StageRow carries row values:
 // it implements no Stringer and must never be logged.
 type StageRow struct {
 	Txn          int32 // the source transaction's index in its batch
@@ -51,13 +54,18 @@ type StageRow struct {
 	Toast        []string
 	Truncated    []uint32
 	Prefix       *string
-	Content      []byte
+	Fence        *decode.Fence      // a synchro.fence message
+	Activation   *decode.Activation // a synchro.registry message
 }
 
 // size is what the row counts against Config.BatchBytes: its row data and
 // message content, plus a little for the other columns.
 func (s *StageRow) size() int64 {
-	return int64(len(s.NewRow)+len(s.OldRow)+len(s.Content)) + 64
+	n := int64(len(s.NewRow)+len(s.OldRow)) + 64
+	if f := s.Fence; f != nil {
+		n += int64(len(f.Schema)+len(f.Table)+2*len(f.Key())+len(f.Version)+len(f.TableID)) + 96
+	}
+	return n
 }
 
 // Values returns the row as COPY values in StageColumns order.
@@ -67,7 +75,22 @@ func (s *StageRow) Values() []any {
 		nullable(s.Nspname), nullable(s.Relname), nullable(s.Replident))
 	v = append(v, nilIfEmpty(s.ColNames), nilIfEmpty(s.ColTypes), nilIfEmpty(s.ColKeys))
 	v = append(v, jsonOrNil(s.NewRow), jsonOrNil(s.OldRow), nilIfEmpty(s.Toast), nilIfEmpty(s.Truncated))
-	v = append(v, nullable(s.Prefix), jsonOrNil(s.Content))
+	v = append(v, nullable(s.Prefix))
+	if f := s.Fence; f != nil {
+		var tableID any
+		if f.Kind == decode.FenceSynced {
+			tableID = f.TableID
+		}
+		v = append(v, string(f.Kind), f.RelationID, f.Schema, f.Table, string(f.Op), nullable(f.OldKey),
+			nullable(f.NewKey), f.Version, uuidBytes(f.FenceID), f.Ordinal, tableID)
+	} else {
+		v = append(v, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil)
+	}
+	if a := s.Activation; a != nil {
+		v = append(v, a.Generation, nullable(a.Previous))
+	} else {
+		v = append(v, nil, nil)
+	}
 	return v
 }
 
@@ -93,6 +116,20 @@ func jsonOrNil(b []byte) any {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// uuidBytes returns the 16 bytes of a canonical UUID (the parser checked its
+// form), which COPY sends as a uuid; nil (NULL) if it is not one.
+func uuidBytes(s string) any {
+	if len(s) != 36 {
+		return nil
+	}
+	var b [16]byte
+	h := s[0:8] + s[9:13] + s[14:18] + s[19:23] + s[24:36]
+	if _, err := hex.Decode(b[:], []byte(h)); err != nil {
+		return nil
+	}
+	return b
+}
 
 // Stager turns one source transaction's collated events into staged rows. It
 // numbers every staged row (seq), marks it with the transaction's index in its
@@ -222,13 +259,15 @@ func (s *Stager) Truncate(out []StageRow, ordinal uint64, t *decode.Truncate) ([
 	return append(out, StageRow{Txn: s.txn, Seq: s.next(), Kind: StageTruncate, EventOrdinal: ptr(ord), Truncated: oids}), nil
 }
 
-// Message appends a staged row for a transactional Synchro message; other
-// prefixes are not staged.
-func (s *Stager) Message(out []StageRow, m *decode.LogicalMessage) []StageRow {
-	if m == nil || !m.Transactional || !strings.HasPrefix(m.Prefix, decode.PrefixNamespace) {
-		return out
-	}
-	return append(out, StageRow{Txn: s.txn, Seq: s.next(), Kind: StageMessage, Prefix: ptr(m.Prefix), Content: m.Content})
+// Fence appends a staged row for a parsed, authenticated synchro.fence message.
+func (s *Stager) Fence(out []StageRow, f *decode.Fence) []StageRow {
+	return append(out, StageRow{Txn: s.txn, Seq: s.next(), Kind: StageMessage, Prefix: ptr(decode.PrefixFence), Fence: f})
+}
+
+// Activation appends a staged row for a parsed, authenticated synchro.registry
+// message.
+func (s *Stager) Activation(out []StageRow, a *decode.Activation) []StageRow {
+	return append(out, StageRow{Txn: s.txn, Seq: s.next(), Kind: StageMessage, Prefix: ptr(decode.PrefixRegistry), Activation: a})
 }
 
 func ordinal32(o uint64) (int32, error) {

@@ -196,16 +196,46 @@ func TestRunnerStagerTruncateAndMessages(t *testing.T) {
 	require.Equal(t, []uint32{16384, 16390}, tr.Truncated)
 	require.Nil(t, tr.RelID)
 
-	out = s.Message(out, &decode.LogicalMessage{Transactional: true, Prefix: "synchro.fence", Content: []byte(`{"v":1}`)})
-	out = s.Message(out, &decode.LogicalMessage{Transactional: true, Prefix: "other.app", Content: []byte(`x`)})
-	out = s.Message(out, &decode.LogicalMessage{Transactional: false, Prefix: "synchro.fence", Content: []byte(`{}`)})
-	require.Len(t, out, 4)
+	newKey := "7"
+	f := &decode.Fence{Kind: decode.FenceSynced, RelationID: 3, Schema: "public", Table: "tasks", Op: decode.FenceInsert,
+		NewKey: &newKey, Version: "v1", FenceID: "6f1e2c3d-4b5a-4789-9abc-def012345678", Ordinal: 11, TableID: "tasks",
+		PK: &decode.PrimaryKey{Str: "7"}}
+	prev := int64(1)
+	out = s.Fence(out, f)
+	out = s.Activation(out, &decode.Activation{Generation: 2, Previous: &prev})
+	require.Len(t, out, 5)
 	m := out[3]
 	require.Equal(t, StageMessage, m.Kind)
 	require.Equal(t, int32(3), m.Seq)
 	require.Equal(t, "synchro.fence", *m.Prefix)
-	require.Equal(t, `{"v":1}`, string(m.Content))
 	require.Nil(t, m.EventOrdinal)
+	v := m.Values()
+	require.Len(t, v, len(StageColumns))
+	col := func(name string) any {
+		for i, c := range StageColumns {
+			if c == name {
+				return v[i]
+			}
+		}
+		t.Fatalf("no stage column %s", name)
+		return nil
+	}
+	require.Equal(t, "synced", col("f_kind"))
+	require.Equal(t, int64(3), col("f_relation_id"))
+	require.Equal(t, "insert", col("f_op"))
+	require.Nil(t, col("f_old_key"))
+	require.Equal(t, "7", col("f_new_key"))
+	require.Equal(t, [16]byte{0x6f, 0x1e, 0x2c, 0x3d, 0x4b, 0x5a, 0x47, 0x89, 0x9a, 0xbc, 0xde, 0xf0, 0x12, 0x34, 0x56, 0x78},
+		col("f_fence_id"))
+	require.Equal(t, int64(11), col("f_ordinal"))
+	require.Equal(t, "tasks", col("f_table_id"))
+	require.Nil(t, col("a_generation"))
+	act := out[4]
+	require.Equal(t, "synchro.registry", *act.Prefix)
+	v = act.Values()
+	require.Equal(t, int64(2), col("a_generation"))
+	require.Equal(t, int64(1), col("a_previous"))
+	require.Nil(t, col("f_kind"))
 }
 
 func TestRunnerStagerRefusesWhatItCannotRepresent(t *testing.T) {
@@ -250,7 +280,7 @@ func TestRunnerStageRowValuesOrder(t *testing.T) {
 	require.NotNil(t, v[11]) // new_row
 	require.Nil(t, v[12])    // old_row
 	require.Equal(t, []string{"body"}, v[13])
-	require.Nil(t, v[14])
-	require.Nil(t, v[15])
-	require.Nil(t, v[16])
+	for i := 14; i < len(v); i++ {
+		require.Nil(t, v[i], StageColumns[i])
+	}
 }

@@ -234,7 +234,7 @@ func (r *reader) handle(ctx context.Context, msg pgproto3.BackendMessage) error 
 		}
 		return nil // an unknown CopyData kind carries nothing for a logical client
 	case *pgproto3.ErrorResponse:
-		return pgconn.ErrorResponseToPgError(msg)
+		return walsenderError(pgconn.ErrorResponseToPgError(msg))
 	case *pgproto3.CopyDone:
 		return errors.New("synchro: server ended the replication stream")
 	}
@@ -301,4 +301,18 @@ func (r *reader) noteReceived(lsn pglogrepl.LSN) {
 			return
 		}
 	}
+}
+
+// walsenderError classifies an error the walsender sent mid-stream. An object the
+// output plugin cannot find in the slot's view of the catalog (undefined_object:
+// the publication was dropped; created again, it stays invisible to the slot until
+// decoding passes its creation) can never be read past by retrying: it is fatal,
+// and only a stream reset recovers. Everything else is retried as before.
+func walsenderError(err *pgconn.PgError) error {
+	if err.Code == "42704" {
+		return &fatalError{err: fmt.Errorf(
+			"synchro: fatal: the walsender cannot find an object of the stream (SQLSTATE %s: a dropped publication?): "+
+				"the stream must be reset: %w", err.Code, err)}
+	}
+	return err
 }

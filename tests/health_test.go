@@ -340,3 +340,29 @@ func TestRunnerFatalMissingPublication(t *testing.T) {
 	require.False(t, pub.OK)
 	require.Equal(t, "publication missing", pub.Detail)
 }
+
+// A publication dropped and created again is still a fatal state (found while writing
+// the runbook: the runner used to retry it for ever). The walsender decodes with the
+// catalog as of the slot's position, where the new publication does not exist yet, so
+// it answers undefined_object for the writes made while it was gone, on every session:
+// only a stream reset recovers.
+func TestRunnerFatalRecreatedPublication(t *testing.T) {
+	t.Parallel()
+	db := runnerSetup(t)
+	cfg := testRunnerConfig(t, db)
+	rr := startRunner(t, cfg)
+	waitStream(t, db)
+	waitAcked(t, db)
+	require.NoError(t, rr.stop(t))
+	mustExec(t, db, `DROP PUBLICATION synchro`)
+	// A write while the publication is gone: decoding it needs the publication.
+	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (5, 'a')`)
+	mustExec(t, db, `CREATE PUBLICATION synchro WITH (publish = 'insert, update, delete, truncate')`)
+	mustExec(t, db, `ALTER PUBLICATION synchro ADD TABLE items`)
+	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (6, 'a')`)
+
+	err, logs := fatalRunner(t, cfg)
+	require.ErrorContains(t, err, "the stream must be reset")
+	require.Len(t, logs.lines("fatal state"), 1, "one log line names the fatal state")
+	require.Empty(t, logs.lines("retrying"), "a fatal state is not retried")
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +20,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/synchro/synchro/runner"
+	"github.com/synchro/synchro/runner/decode"
+	"github.com/synchro/synchro/runner/msgauth"
 	"github.com/synchro/synchro/tests/testdb"
 )
 
@@ -359,8 +362,8 @@ func TestBoundaryLongScopeValues(t *testing.T) {
 	// characters, docs/sql/pull.md, so it is checked in the tables).
 	require.Equal(t, 2, countOf(t, e.db, `SELECT count(*) FROM synchro.membership WHERE scope = 'owner:' || $1 OR scope = 'owner:' || $1 || 'x'`, long))
 	require.Equal(t, 1, countOf(t, e.db, `SELECT count(*) FROM synchro.effect WHERE scope = 'owner:' || $1`, long))
-	require.Equal(t, 3, countOf(t, e.db, `SELECT count(*) FROM synchro.rule_value WHERE value = $1`, long),
-		"items.owner, tasks.team and members.team")
+	require.Equal(t, 2, countOf(t, e.db, `SELECT count(*) FROM synchro.rule_value WHERE value = $1`, long),
+		"tasks.team and members.team (items.owner has a direct rule: not indexed)")
 
 	// A rule value of any length through a dependency: tasks reach "user:<user_id>"
 	// through members.team, an 8,000-character value on both sides.
@@ -432,81 +435,137 @@ func TestBoundaryRunnerBoundedByBytes(t *testing.T) {
 	require.Equal(t, 1.0, e.rr.counter(t, "synchro_runner_ignored_messages_total", "reason", "malformed"))
 }
 
-// Item 3: materialization's verifier keeps exactly the messages whose MAC under the
-// server key matches their fields; changing any field, the prefix or the MAC drops it.
+// Item 3 (issue 7 moved the verifier into the runner): runner/msgauth keeps exactly
+// the messages whose MAC under the server key matches their fields, and computes
+// the MAC synchro._message_mac does (the fence triggers' and activate_registry's);
+// changing any field, the prefix or the MAC drops a message.
 func TestBoundaryMessageAuthentication(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testdb.New(t)
-	conn, err := db.Pool.Acquire(ctx)
+	var inner, outer []byte
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT inner_pad, outer_pad FROM synchro.runner_message_key()`).Scan(&inner, &outer))
+	key, err := msgauth.NewKey(inner, outer)
 	require.NoError(t, err)
-	defer conn.Release()
-	_, err = conn.Exec(ctx, `SELECT synchro.runner_stage_open()`)
-	require.NoError(t, err)
-	// The stage is emptied at every commit: one transaction, as the runner does.
-	_, err = conn.Exec(ctx, `BEGIN`)
-	require.NoError(t, err)
-	defer func() { _, _ = conn.Exec(ctx, `ROLLBACK`) }()
 
-	fence := map[string]any{
-		"v": 2, "kind": "synced", "relation_id": 3, "schema": "public", "table": "tasks", "op": "update",
-		"old_key": "4:2|", "new_key": "4:2|", "version": "9b3c", "fence_id": "6f1e2c3d-4b5a-4789-9abc-def012345678",
-		"ordinal": 1017, "table_id": "tasks", "pk": "4:2|",
-	}
-	registry := map[string]any{"v": 2, "generation": 2, "previous": nil}
 	sign := func(prefix string, m map[string]any) map[string]any {
 		out := map[string]any{}
 		for k, v := range m {
 			out[k] = v
 		}
 		var mac string
-		require.NoError(t, conn.QueryRow(ctx, `SELECT synchro._message_mac($1, synchro._message_body($1, $2::jsonb))`,
-			prefix, out).Scan(&mac))
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT synchro._message_mac($1, synchro._message_body($1, $2::jsonb))`,
+			prefix, m).Scan(&mac))
 		out["mac"] = mac
 		return out
 	}
+	// verify parses a message as the collator does and authenticates it as the
+	// applier does; a message that does not parse is dropped before that.
+	verify := func(prefix string, content map[string]any) bool {
+		raw, err := json.Marshal(content)
+		require.NoError(t, err)
+		switch prefix {
+		case decode.PrefixFence:
+			f, err := decode.ParseFence(raw)
+			return err == nil && key.VerifyFence(&f)
+		case decode.PrefixRegistry:
+			a, err := decode.ParseRegistryActivation(raw)
+			return err == nil && key.VerifyActivation(&a)
+		}
+		return false
+	}
+
+	fence := map[string]any{
+		"v": 2, "kind": "synced", "relation_id": 3, "schema": "public", "table": "tasks", "op": "update",
+		"old_key": "4:2|", "new_key": "4:2|", "version": "9b3c", "fence_id": "6f1e2c3d-4b5a-4789-9abc-def012345678",
+		"ordinal": 1017, "table_id": "tasks", "pk": "4:2|",
+	}
+	// Keys and names outside ASCII, escapes and an integer key: the body counts
+	// characters, not bytes, and renders what ->> renders.
+	wide := map[string]any{
+		"v": 2, "kind": "synced", "relation_id": 12, "schema": "scheme \"ü\"", "table": "täsks\n", "op": "insert",
+		"old_key": nil, "new_key": "42", "version": "v-€", "fence_id": "00000000-0000-4000-8000-00000000002a",
+		"ordinal": 0, "table_id": "tä\tsks", "pk": 42,
+	}
+	dependency := map[string]any{
+		"v": 2, "kind": "capture_dependency", "relation_id": 5, "schema": "app", "table": "members", "op": "delete",
+		"old_key": "7", "new_key": nil, "version": "x", "fence_id": "6f1e2c3d-4b5a-4789-9abc-def012345679",
+		"ordinal": 3, "capture_key": "7|日本",
+	}
+	registry := map[string]any{"v": 2, "generation": 2, "previous": nil}
+	next := map[string]any{"v": 2, "generation": 3, "previous": 2}
+
 	type msg struct {
 		name    string
 		prefix  string
-		content any
+		content map[string]any
 		keep    bool
 	}
 	msgs := []msg{
-		{"genuine fence", "synchro.fence", sign("synchro.fence", fence), true},
-		{"genuine activation", "synchro.registry", sign("synchro.registry", registry), true},
-		{"activation mac on a fence prefix", "synchro.fence", sign("synchro.registry", registry), false},
-		{"unknown prefix", "synchro.other", sign("synchro.fence", fence), false},
-		{"no mac", "synchro.fence", fence, false},
-		{"not an object", "synchro.fence", []any{1}, false},
+		{"genuine fence", decode.PrefixFence, sign(decode.PrefixFence, fence), true},
+		{"genuine fence, wide characters", decode.PrefixFence, sign(decode.PrefixFence, wide), true},
+		{"genuine dependency fence", decode.PrefixFence, sign(decode.PrefixFence, dependency), true},
+		{"genuine first activation", decode.PrefixRegistry, sign(decode.PrefixRegistry, registry), true},
+		{"genuine activation", decode.PrefixRegistry, sign(decode.PrefixRegistry, next), true},
+		{"activation mac on a fence prefix", decode.PrefixFence, sign(decode.PrefixRegistry, registry), false},
+		{"fence mac on a registry prefix", decode.PrefixRegistry, sign(decode.PrefixFence, fence), false},
+		{"no mac", decode.PrefixFence, fence, false},
 	}
 	for k := range fence {
-		tampered := sign("synchro.fence", fence)
+		tampered := sign(decode.PrefixFence, fence)
 		switch v := tampered[k].(type) {
 		case string:
 			tampered[k] = v + "x"
 		case int:
 			tampered[k] = v + 1
 		}
-		msgs = append(msgs, msg{"changed " + k, "synchro.fence", tampered, false})
+		msgs = append(msgs, msg{"changed " + k, decode.PrefixFence, tampered, false})
+	}
+	macChanged := sign(decode.PrefixFence, fence)
+	macChanged["mac"] = strings.Replace(macChanged["mac"].(string), macChanged["mac"].(string)[:1], "f", 1)
+	if macChanged["mac"] == sign(decode.PrefixFence, fence)["mac"] {
+		macChanged["mac"] = "0" + macChanged["mac"].(string)[1:]
+	}
+	msgs = append(msgs, msg{"changed mac", decode.PrefixFence, macChanged, false})
+	upper := sign(decode.PrefixFence, fence)
+	upper["mac"] = strings.ToUpper(upper["mac"].(string))
+	if upper["mac"] != sign(decode.PrefixFence, fence)["mac"] {
+		msgs = append(msgs, msg{"mac in upper case", decode.PrefixFence, upper, false})
 	}
 	// Moving a length prefix: "4:2|" split differently across old_key and new_key.
-	shifted := sign("synchro.fence", fence)
-	shifted["old_key"], shifted["new_key"] = "4:2|4", ":2|"
-	msgs = append(msgs, msg{"shifted fields", "synchro.fence", shifted, false})
-	for i, m := range msgs {
-		_, err := conn.Exec(ctx, `INSERT INTO pg_temp.synchro_stage (txn, seq, kind, prefix, content) VALUES (0, $1, 'M', $2, $3::jsonb)`,
-			i, m.prefix, m.content)
-		require.NoError(t, err, m.name)
+	shifted := sign(decode.PrefixFence, fence)
+	shifted["op"], shifted["old_key"], shifted["new_key"] = "update", "4:2|4", ":2|"
+	msgs = append(msgs, msg{"shifted fields", decode.PrefixFence, shifted, false})
+	for _, m := range msgs {
+		require.Equal(t, m.keep, verify(m.prefix, m.content), m.name)
 	}
-	var dropped int
-	require.NoError(t, conn.QueryRow(ctx, `SELECT synchro._authenticate_messages()`).Scan(&dropped))
-	rows, err := conn.Query(ctx, `SELECT seq FROM pg_temp.synchro_stage ORDER BY seq`)
-	require.NoError(t, err)
-	kept, err := pgx.CollectRows(rows, pgx.RowTo[int32])
-	require.NoError(t, err)
-	require.Equal(t, []int32{0, 1}, kept, "only the genuine messages are kept")
-	require.Equal(t, len(msgs)-2, dropped)
-	var setting string
-	require.NoError(t, conn.QueryRow(ctx, `SELECT current_setting('synchro.ignored_messages')`).Scan(&setting))
-	require.Equal(t, fmt.Sprint(len(msgs)-2), setting)
+
+	// The Go MAC is the SQL one, field for field.
+	for _, c := range []struct {
+		prefix  string
+		content map[string]any
+	}{{decode.PrefixFence, fence}, {decode.PrefixFence, wide}, {decode.PrefixFence, dependency},
+		{decode.PrefixRegistry, registry}, {decode.PrefixRegistry, next}} {
+		signed := sign(c.prefix, c.content)
+		raw, err := json.Marshal(signed)
+		require.NoError(t, err)
+		var body, mac string
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT synchro._message_body($1, $2::jsonb), $2::jsonb ->> 'mac'`,
+			c.prefix, raw).Scan(&body, &mac))
+		if c.prefix == decode.PrefixFence {
+			f, err := decode.ParseFence(raw)
+			require.NoError(t, err)
+			require.Equal(t, body, msgauth.FenceBody(&f))
+		} else {
+			a, err := decode.ParseRegistryActivation(raw)
+			require.NoError(t, err)
+			require.Equal(t, body, msgauth.ActivationBody(&a))
+		}
+		require.Equal(t, mac, key.MAC(c.prefix, body))
+	}
+
+	// Only the runner reads the key.
+	app := newHostileApp(t, db, false)
+	_, err = app.conn.Exec(ctx, `SELECT * FROM synchro.runner_message_key()`)
+	requireSQLState(t, err, "42501")
 }

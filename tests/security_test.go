@@ -531,6 +531,7 @@ func TestPrivilegeBoundary(t *testing.T) {
 		"synchro.runner_columns(bigint)",
 		"synchro.runner_heartbeat(pg_lsn,text)",
 		"synchro.runner_idle(pg_lsn)",
+		"synchro.runner_message_key()",
 		"synchro.runner_poison(bigint,pg_lsn,text,bigint)",
 		"synchro.runner_release()",
 		"synchro.runner_stage_open()",

@@ -411,7 +411,7 @@ func (e *matEnv) profile(ctx context.Context, shapes []matShape) (string, error)
 		if err != nil {
 			return "", err
 		}
-		plans := loggedPlans(logPath, logStart, []string{"DELETE FROM synchro.membership", "INSERT INTO synchro.effect"})
+		plans := loggedPlans(logPath, logStart, []string{"WITH ev AS", "INSERT INTO synchro.membership", "INSERT INTO synchro.effect"})
 		fmt.Fprintf(&sb, "\n**%s transactions** (%d txns, %d row events, runner wall %.2f s, %.0f ev/s, load %.1f; "+
 			"CPU s: apply backend %.2f, walsender %.2f, runner Go %.2f):\n\n",
 			sh.name, r.txns, r.events, r.synSec, r.synRate(), r.synLoad, r.synApplyCPU, r.synWalsenderCPU, r.synRunnerCPU)

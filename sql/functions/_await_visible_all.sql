@@ -7,14 +7,30 @@ LANGUAGE plpgsql
 -- search_path already.
 AS $$
 DECLARE
-  snap_xmax numeric;
-  tries     int := 0;
+  snap pg_snapshot;
+  xmin bigint;
+  xmax bigint;
+  tries int := 0;
 BEGIN
   LOOP
-    snap_xmax := pg_snapshot_xmax(pg_current_snapshot())::text::numeric;
+    -- One snapshot for the whole check, in bigint arithmetic: a transaction whose
+    -- 64-bit id lies below the snapshot's xmin is visible (it committed: it was
+    -- decoded), and only the few at or above it need pg_visible_in_snapshot. Taken per
+    -- xid, with numeric arithmetic, the check cost ~10 µs per source transaction.
+    snap := pg_current_snapshot();
+    xmin := pg_snapshot_xmin(snap)::text::bigint;
+    xmax := pg_snapshot_xmax(snap)::text::bigint;
     EXIT WHEN NOT EXISTS (
-      SELECT 1 FROM unnest(xids) AS x(xid)
-       WHERE x.xid >= 3 AND NOT pg_visible_in_snapshot(synchro._full_xid(x.xid, snap_xmax), pg_current_snapshot()));
+      SELECT 1
+        FROM (SELECT x.xid,
+                     -- The 64-bit id nearest to xmax with these low 32 bits (live ids
+                     -- lie within 2^31 of each other; see synchro._full_xid).
+                     xmax + ((((x.xid - (xmax & 4294967295)) % 4294967296) + 6442450944) % 4294967296)
+                          - 2147483648 AS full
+                FROM unnest(xids) AS x(xid)
+               WHERE x.xid >= 3) f
+       WHERE f.full >= xmin
+         AND NOT pg_visible_in_snapshot(f.full::text::xid8, snap));
     tries := tries + 1;
     IF tries > 10000 THEN
       -- Retryable: the runner backs off and tries the same transactions again.

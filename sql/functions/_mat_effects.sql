@@ -10,7 +10,7 @@ BEGIN
   -- Net pull effects per scope: upsert when the row is in the scope and was touched
   -- (or just entered it); delete when it left the scope or was deleted. effect_ordinal
   -- counts within (event, scope) in canonical (table_id, typed key, operation) order.
-  -- The impacted rows' current memberships, probed by row (membership_by_row).
+  -- The impacted rows' current memberships, probed by row (the primary key's prefix).
   INSERT INTO pg_temp.synchro_w_oldscopes (relation_id, pk, scope)
   SELECT i.relation_id, i.pk, m.scope
     FROM pg_temp.synchro_w_impacted i

@@ -14,12 +14,9 @@ BEGIN
   -- with the fence of the k-th lowest registered-DML ordinal, and must agree on kind,
   -- relation identity, operation and keys.
   WITH f AS (
-    SELECT (s.content ->> 'relation_id')::bigint AS rid, s.content ->> 'kind' AS kind,
-           s.content ->> 'schema' AS sch, s.content ->> 'table' AS tbl, s.content ->> 'op' AS op,
-           s.content ->> 'old_key' AS old_key, s.content ->> 'new_key' AS new_key,
-           s.content ->> 'version' AS version, (s.content ->> 'fence_id')::uuid AS fid,
-           (s.content ->> 'ordinal')::bigint AS ord, s.content ->> 'table_id' AS tid,
-           coalesce(s.content ->> 'new_key', s.content ->> 'old_key') AS k
+    SELECT s.f_relation_id AS rid, s.f_kind AS kind, s.f_schema AS sch, s.f_table AS tbl, s.f_op AS op,
+           s.f_old_key AS old_key, s.f_new_key AS new_key, s.f_version AS version, s.f_fence_id AS fid,
+           s.f_ordinal AS ord, s.f_table_id AS tid, coalesce(s.f_new_key, s.f_old_key) AS k
       FROM (SELECT * FROM pg_temp.synchro_stage s0 WHERE s0.txn = _mat_pair_fences.t) s
      WHERE s.kind = 'M' AND s.prefix = 'synchro.fence'),
   fr AS (SELECT f.*, row_number() OVER (PARTITION BY f.rid, f.k ORDER BY f.ord) AS rnk FROM f)

@@ -32,6 +32,8 @@ DECLARE
   n_fence int;
   big     boolean;
   rel     record;
+  nestloop text;
+  mergejoin text;
 BEGIN
   SELECT * INTO p FROM synchro.progress FOR UPDATE;
   IF NOT FOUND OR p.stream_generation <> gen OR p.registry_generation IS NULL THEN
@@ -44,6 +46,7 @@ BEGIN
   DELETE FROM pg_temp.synchro_b_rows;
   DELETE FROM pg_temp.synchro_b_links;
   DELETE FROM pg_temp.synchro_b_scopes;
+  DELETE FROM pg_temp.synchro_b_old;
 
   -- The run's transactions, less those already durable (a replay after a crash:
   -- same result, nothing new).
@@ -97,22 +100,63 @@ BEGIN
     RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'relation identity';
   END IF;
 
-  -- Row events, each ranked within its row identity in its own transaction.
+  IF (SELECT sum(b.n_events) FROM pg_temp.synchro_b_txn b) > 1000 THEN
+    -- Temp tables have no statistics: without them the pairing join below can be
+    -- planned as a nested loop, quadratic in the run's row events.
+    ANALYZE pg_temp.synchro_stage;
+  END IF;
+
+  -- Row events, each ranked within its row identity in its own transaction and paired
+  -- with its fence in the same statement (fence reconciliation inside each
+  -- transaction: per row identity, the k-th row event pairs with the fence of the k-th
+  -- lowest registered-DML ordinal). The runner staged each fence's fields as typed
+  -- columns after checking its MAC: nothing is parsed here.
+  --
+  -- The planner cannot estimate this join of two derived sets: guessing a few rows, it
+  -- chose a nested loop, or a merge join on (txn, relation) alone with the key as a
+  -- filter, quadratic in a transaction's rows (1.9 s for one 1,000-row transaction).
+  -- A hash join on all four keys is linear: the other two are off for this statement.
+  nestloop := current_setting('enable_nestloop');
+  mergejoin := current_setting('enable_mergejoin');
+  PERFORM set_config('enable_nestloop', 'off', true), set_config('enable_mergejoin', 'off', true);
+  WITH ev AS (
+    SELECT x.*, row_number() OVER (PARTITION BY x.t, x.relation_id, x.pk ORDER BY x.seq) AS grp_rank
+      FROM (SELECT s.txn AS t, s.seq, s.event_ordinal,
+                   CASE s.kind WHEN 'I' THEN 'insert' WHEN 'U' THEN 'update' ELSE 'delete' END AS op,
+                   r.relation_id, r.table_id, r.key_column, r.key_type, r.schema_name, r.table_name,
+                   CASE WHEN s.kind = 'D' THEN s.old_row ->> r.key_column::text
+                        ELSE s.new_row ->> r.key_column::text END AS pk,
+                   s.new_row, s.old_row ->> r.key_column::text AS old_pk
+              FROM pg_temp.synchro_stage s
+              JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
+              JOIN synchro.relation r ON r.relid = s.relid
+             WHERE s.kind IN ('I', 'U', 'D')) x),
+  fr AS (
+    SELECT s.txn AS t, s.f_relation_id AS rid, s.f_kind AS kind, s.f_schema AS sch, s.f_table AS tbl,
+           s.f_op AS op, s.f_old_key AS old_key, s.f_new_key AS new_key, s.f_version AS version,
+           s.f_fence_id AS fid, s.f_table_id AS tid, coalesce(s.f_new_key, s.f_old_key) AS k,
+           row_number() OVER (PARTITION BY s.txn, s.f_relation_id, coalesce(s.f_new_key, s.f_old_key)
+                              ORDER BY s.f_ordinal) AS rnk
+      FROM pg_temp.synchro_stage s
+      JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
+     WHERE s.kind = 'M' AND s.prefix = 'synchro.fence')
   INSERT INTO pg_temp.synchro_b_rows (t, seq, event_ordinal, op, relation_id, table_id, key_column, key_type, pk,
-                                      new_row, old_pk, grp_rank)
-  SELECT x.t, x.seq, x.event_ordinal, x.op, x.relation_id, x.table_id, x.key_column, x.key_type, x.pk, x.new_row,
-         x.old_pk, row_number() OVER (PARTITION BY x.t, x.relation_id, x.pk ORDER BY x.seq)
-    FROM (SELECT s.txn AS t, s.seq, s.event_ordinal,
-                 CASE s.kind WHEN 'I' THEN 'insert' WHEN 'U' THEN 'update' ELSE 'delete' END AS op,
-                 r.relation_id, r.table_id, r.key_column, r.key_type,
-                 CASE WHEN s.kind = 'D' THEN s.old_row ->> r.key_column::text
-                      ELSE s.new_row ->> r.key_column::text END AS pk,
-                 s.new_row, s.old_row ->> r.key_column::text AS old_pk
-            FROM pg_temp.synchro_stage s
-            JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
-            JOIN synchro.relation r ON r.relid = s.relid
-           WHERE s.kind IN ('I', 'U', 'D')) x;
+                                      new_row, old_pk, grp_rank, fence_id, version)
+  SELECT ev.t, ev.seq, ev.event_ordinal, ev.op, ev.relation_id, ev.table_id, ev.key_column, ev.key_type, ev.pk,
+         ev.new_row, ev.old_pk, ev.grp_rank, fr.fid, fr.version
+    FROM ev
+    LEFT JOIN fr
+      ON fr.t = ev.t AND fr.rid = ev.relation_id AND fr.k = ev.pk AND fr.rnk = ev.grp_rank
+     AND fr.kind = 'synced' AND fr.op = ev.op
+     AND fr.sch = ev.schema_name::text AND fr.tbl = ev.table_name::text
+     AND fr.tid IS NOT DISTINCT FROM ev.table_id
+     AND CASE ev.op
+           WHEN 'insert' THEN fr.old_key IS NULL AND fr.new_key = ev.pk
+           WHEN 'update' THEN fr.old_key = ev.pk AND fr.new_key = ev.pk
+           ELSE fr.old_key = ev.pk AND fr.new_key IS NULL END
+     AND fr.version IS NOT NULL AND fr.fid IS NOT NULL;
   GET DIAGNOSTICS n_rows = ROW_COUNT;
+  PERFORM set_config('enable_nestloop', nestloop, true), set_config('enable_mergejoin', mergejoin, true);
   big := n_rows > 1000;
   IF big THEN
     -- Temp tables have no statistics: give the planner real ones for the joins below.
@@ -123,67 +167,49 @@ BEGIN
                  WHERE w.pk IS NULL OR (w.op = 'update' AND w.old_pk IS NOT NULL AND w.old_pk IS DISTINCT FROM w.pk)) THEN
     RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'row events';
   END IF;
-
-  -- Fence reconciliation inside each transaction: per row identity, the k-th row
-  -- event pairs with the fence of the k-th lowest registered-DML ordinal.
-  WITH f AS (
-    SELECT s.txn AS t, (s.content ->> 'relation_id')::bigint AS rid, s.content ->> 'kind' AS kind,
-           s.content ->> 'schema' AS sch, s.content ->> 'table' AS tbl, s.content ->> 'op' AS op,
-           s.content ->> 'old_key' AS old_key, s.content ->> 'new_key' AS new_key,
-           s.content ->> 'version' AS version, (s.content ->> 'fence_id')::uuid AS fid,
-           (s.content ->> 'ordinal')::bigint AS ord, s.content ->> 'table_id' AS tid,
-           coalesce(s.content ->> 'new_key', s.content ->> 'old_key') AS k
-      FROM pg_temp.synchro_stage s
-      JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
-     WHERE s.kind = 'M' AND s.prefix = 'synchro.fence'),
-  fr AS (SELECT f.*, row_number() OVER (PARTITION BY f.t, f.rid, f.k ORDER BY f.ord) AS rnk FROM f)
-  UPDATE pg_temp.synchro_b_rows w
-     SET fence_id = fr.fid, version = fr.version
-    FROM fr, synchro.relation r
-   WHERE fr.t = w.t AND fr.rid = w.relation_id AND fr.k = w.pk AND fr.rnk = w.grp_rank
-     AND r.relation_id = w.relation_id
-     AND fr.kind = 'synced' AND fr.op = w.op
-     AND fr.sch = r.schema_name::text AND fr.tbl = r.table_name::text
-     AND fr.tid IS NOT DISTINCT FROM w.table_id
-     AND CASE w.op
-           WHEN 'insert' THEN fr.old_key IS NULL AND fr.new_key = w.pk
-           WHEN 'update' THEN fr.old_key = w.pk AND fr.new_key = w.pk
-           ELSE fr.old_key = w.pk AND fr.new_key IS NULL END
-     AND fr.version IS NOT NULL AND fr.fid IS NOT NULL;
+  -- Every row event paired, every fence used once. A fence id already in the ledger
+  -- (a replayed or forged fence) is refused by synchro.event's unique index when the
+  -- run's events are written below: that error, like every other one here, makes the
+  -- runner re-run the batch through the reference path, which names the class.
   SELECT count(*) INTO n_fence FROM pg_temp.synchro_stage s
     JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
    WHERE s.kind = 'M' AND s.prefix = 'synchro.fence';
   IF EXISTS (SELECT 1 FROM pg_temp.synchro_b_rows w WHERE w.fence_id IS NULL)
      OR n_fence <> n_rows
-     OR n_fence <> (SELECT count(DISTINCT w.fence_id) FROM pg_temp.synchro_b_rows w)
-     OR EXISTS (SELECT 1 FROM synchro.event e
-                 WHERE e.fence_id = ANY (ARRAY(SELECT w.fence_id FROM pg_temp.synchro_b_rows w))) THEN
+     OR n_fence <> (SELECT count(DISTINCT w.fence_id) FROM pg_temp.synchro_b_rows w) THEN
     RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'fence reconciliation';
   END IF;
 
-  -- Links: each row's last event in each transaction, numbered along the run.
-  INSERT INTO pg_temp.synchro_b_links (t, relation_id, pk, pk_int, table_id, key_type, op, new_row, version,
-                                       event_ordinal, link, last)
-  SELECT l.t, l.relation_id, l.pk, CASE WHEN l.key_type <> 'string' THEN l.pk::bigint END, l.table_id, l.key_type,
-         l.op, l.new_row, l.version, l.event_ordinal,
-         row_number() OVER (PARTITION BY l.relation_id, l.pk ORDER BY l.t),
-         l.t = max(l.t) OVER (PARTITION BY l.relation_id, l.pk)
-    FROM (SELECT DISTINCT ON (w.relation_id, w.pk, w.t) w.*
-            FROM pg_temp.synchro_b_rows w
-           ORDER BY w.relation_id, w.pk, w.t, w.seq DESC) l;
+  -- Links: each row's last event in each transaction, numbered along the run, with
+  -- its row image rendered once, in the same statement: the registered columns in the
+  -- registered shape (synchro._image_sql), as the per-transaction path renders them.
+  -- One statement per relation of the run (each has its own image SQL).
+  FOR rel IN SELECT DISTINCT w.relation_id FROM pg_temp.synchro_b_rows w LOOP
+    EXECUTE format(
+      'INSERT INTO pg_temp.synchro_b_links (t, relation_id, pk, pk_int, table_id, key_type, op, version,
+                                            event_ordinal, image, link, last)
+       SELECT x.t, x.relation_id, x.pk, CASE WHEN x.key_type <> $2 THEN x.pk::bigint END, x.table_id, x.key_type,
+              x.op, x.version, x.event_ordinal, CASE WHEN x.op <> $3 THEN %s END,
+              row_number() OVER (PARTITION BY x.pk ORDER BY x.t), x.t = max(x.t) OVER (PARTITION BY x.pk)
+         FROM (SELECT DISTINCT ON (w.pk, w.t) w.* FROM pg_temp.synchro_b_rows w
+                WHERE w.relation_id = $1 ORDER BY w.pk, w.t, w.seq DESC) x',
+      synchro._image_sql(rel.relation_id, reg, 'x.new_row', false))
+    USING rel.relation_id, 'string', 'delete';
+  END LOOP;
   IF big THEN
     ANALYZE pg_temp.synchro_b_links;
   END IF;
 
-  -- Row images, rendered once per link: the registered columns in the registered
-  -- shape (synchro._image_sql), as the per-transaction path renders them.
-  FOR rel IN
-    SELECT DISTINCT l.relation_id FROM pg_temp.synchro_b_links l WHERE l.op <> 'delete'
-  LOOP
-    EXECUTE format('UPDATE pg_temp.synchro_b_links l SET image = %s WHERE l.relation_id = $1 AND l.op <> $2',
-                   synchro._image_sql(rel.relation_id, reg, 'l.new_row', false))
-    USING rel.relation_id, 'delete';
-  END LOOP;
+  -- The memberships the run's rows held before it, read once (each row's first link):
+  -- the delete effects of first links, and the membership changes at the end, come
+  -- from here instead of probing synchro.membership three times per row. Only this
+  -- transaction writes membership (progress is locked), so the ctids stay valid.
+  INSERT INTO pg_temp.synchro_b_old (relation_id, pk, scope, mctid)
+  SELECT l.relation_id, l.pk, m.scope, m.ctid
+    FROM pg_temp.synchro_b_links l
+    CROSS JOIN LATERAL (SELECT m.scope, m.ctid FROM synchro.membership m
+                         WHERE m.relation_id = l.relation_id AND m.pk = l.pk OFFSET 0) m
+   WHERE l.link = 1;
 
   -- Projections: the last link of each row decides.
   DELETE FROM synchro.projection pr
@@ -197,20 +223,24 @@ BEGIN
    WHERE l.last AND l.op <> 'delete'
   ON CONFLICT (relation_id, pk) DO UPDATE SET version = excluded.version, image = excluded.image;
 
-  -- Rule values of the rule columns, as the last link leaves them; a value that did
-  -- not change is neither deleted nor written again.
-  DELETE FROM synchro.rule_value v
-   WHERE v.ctid = ANY (ARRAY(
-     SELECT x.ctid FROM pg_temp.synchro_b_links l
-      CROSS JOIN LATERAL (SELECT v2.ctid, v2.column_name, v2.value FROM synchro.rule_value v2
-                           WHERE v2.relation_id = l.relation_id AND v2.pk = l.pk OFFSET 0) x
-      WHERE l.last AND (l.op = 'delete' OR l.image ->> x.column_name::text IS DISTINCT FROM x.value)));
-  INSERT INTO synchro.rule_value (relation_id, column_name, value, pk)
-  SELECT DISTINCT l.relation_id, r.column_name, l.image ->> r.column_name::text, l.pk
-    FROM pg_temp.synchro_b_links l
-    JOIN synchro.scope_rule r ON r.generation = reg AND r.relation_id = l.relation_id
-   WHERE l.last AND l.op <> 'delete' AND l.image ->> r.column_name::text IS NOT NULL
-  ON CONFLICT DO NOTHING;
+  -- Rule values (the columns synchro._rule_value_columns names) as the last link
+  -- leaves them; a value that did not change is neither deleted nor written again. A
+  -- run whose tables have direct rules only has nothing to index.
+  IF EXISTS (SELECT 1 FROM synchro._rule_value_columns(reg) c
+              WHERE c.relation_id IN (SELECT DISTINCT l.relation_id FROM pg_temp.synchro_b_links l)) THEN
+    DELETE FROM synchro.rule_value v
+     WHERE v.ctid = ANY (ARRAY(
+       SELECT x.ctid FROM pg_temp.synchro_b_links l
+        CROSS JOIN LATERAL (SELECT v2.ctid, v2.column_name, v2.value FROM synchro.rule_value v2
+                             WHERE v2.relation_id = l.relation_id AND v2.pk = l.pk OFFSET 0) x
+        WHERE l.last AND (l.op = 'delete' OR l.image ->> x.column_name::text IS DISTINCT FROM x.value)));
+    INSERT INTO synchro.rule_value (relation_id, column_name, value, pk)
+    SELECT DISTINCT l.relation_id, c.column_name, l.image ->> c.column_name::text, l.pk
+      FROM pg_temp.synchro_b_links l
+      JOIN synchro._rule_value_columns(reg) c ON c.relation_id = l.relation_id
+     WHERE l.last AND l.op <> 'delete' AND l.image ->> c.column_name::text IS NOT NULL
+    ON CONFLICT DO NOTHING;
+  END IF;
 
   -- Each link's scopes under the generation's rules, from its own image (direct
   -- rules) and the unchanged dependency projections (via rules).
@@ -244,10 +274,9 @@ BEGIN
       JOIN pg_temp.synchro_b_scopes s ON s.relation_id = pl.relation_id AND s.pk = pl.pk AND s.t = pl.t
      WHERE l.link > 1
     UNION ALL
-    SELECT l.t, l.relation_id, l.pk, m.scope
+    SELECT l.t, l.relation_id, l.pk, o.scope
       FROM pg_temp.synchro_b_links l
-      CROSS JOIN LATERAL (SELECT m.scope FROM synchro.membership m
-                           WHERE m.relation_id = l.relation_id AND m.pk = l.pk OFFSET 0) m
+      JOIN pg_temp.synchro_b_old o ON o.relation_id = l.relation_id AND o.pk = l.pk
      WHERE l.link = 1),
   e AS (
     SELECT n.scope, n.t, n.relation_id, n.pk, 'upsert' AS op FROM pg_temp.synchro_b_scopes n
@@ -270,19 +299,17 @@ BEGIN
   -- Membership as the last link leaves it: memberships that ended, then new ones.
   DELETE FROM synchro.membership m
    WHERE m.ctid = ANY (ARRAY(
-     SELECT x.ctid FROM pg_temp.synchro_b_links l
-      CROSS JOIN LATERAL (SELECT m2.ctid, m2.scope FROM synchro.membership m2
-                           WHERE m2.relation_id = l.relation_id AND m2.pk = l.pk OFFSET 0) x
-      WHERE l.last
-        AND NOT EXISTS (SELECT 1 FROM pg_temp.synchro_b_scopes n
-                         WHERE n.relation_id = l.relation_id AND n.pk = l.pk AND n.t = l.t AND n.scope = x.scope)));
+     SELECT o.mctid FROM pg_temp.synchro_b_old o
+       JOIN pg_temp.synchro_b_links l ON l.relation_id = o.relation_id AND l.pk = o.pk AND l.last
+      WHERE NOT EXISTS (SELECT 1 FROM pg_temp.synchro_b_scopes n
+                         WHERE n.relation_id = l.relation_id AND n.pk = l.pk AND n.t = l.t AND n.scope = o.scope)));
   INSERT INTO synchro.membership (scope, relation_id, pk, table_id, pk_order)
   SELECT n.scope, n.relation_id, n.pk, l.table_id, coalesce(l.pk_int, 0)
     FROM pg_temp.synchro_b_links l
     JOIN pg_temp.synchro_b_scopes n ON n.relation_id = l.relation_id AND n.pk = l.pk AND n.t = l.t
    WHERE l.last
-     AND NOT EXISTS (SELECT 1 FROM synchro.membership m
-                      WHERE m.scope = n.scope AND m.relation_id = n.relation_id AND m.pk = n.pk);
+     AND NOT EXISTS (SELECT 1 FROM pg_temp.synchro_b_old o
+                      WHERE o.relation_id = n.relation_id AND o.pk = n.pk AND o.scope = n.scope);
 
   -- Write-fence reconciliation: exactly these fences are now WAL-materialized.
   UPDATE synchro.write_fence wf SET coverage = 'wal', covered_at = now()

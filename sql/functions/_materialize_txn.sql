@@ -77,15 +77,16 @@ BEGIN
   -- Registry activations in source order: each must follow the generation in effect.
   reg_start := p.registry_generation;
   reg_end := reg_start;
-  FOR act IN SELECT s.seq, s.content FROM (SELECT * FROM pg_temp.synchro_stage s0 WHERE s0.txn = _materialize_txn.t) s
+  FOR act IN SELECT s.seq, s.a_generation, s.a_previous
+               FROM (SELECT * FROM pg_temp.synchro_stage s0 WHERE s0.txn = _materialize_txn.t) s
               WHERE s.kind = 'M' AND s.prefix = 'synchro.registry' ORDER BY s.seq LOOP
-    IF (act.content ->> 'generation') IS NULL
+    IF act.a_generation IS NULL
        OR NOT EXISTS (SELECT 1 FROM synchro.registry_generation g
-                       WHERE g.generation = (act.content ->> 'generation')::bigint AND g.state IN ('active', 'retired'))
-       OR (act.content ->> 'previous')::bigint IS DISTINCT FROM reg_end THEN
+                       WHERE g.generation = act.a_generation AND g.state IN ('active', 'retired'))
+       OR act.a_previous IS DISTINCT FROM reg_end THEN
       RAISE EXCEPTION 'poison: message_format' USING ERRCODE = 'SYP05', DETAIL = 'registry activation out of order';
     END IF;
-    reg_end := (act.content ->> 'generation')::bigint;
+    reg_end := act.a_generation;
     act_seqs := act_seqs || act.seq;
     act_gens := act_gens || reg_end;
   END LOOP;

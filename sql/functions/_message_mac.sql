@@ -2,9 +2,10 @@
 --
 -- pg_logical_emit_message is executable by PUBLIC, so a message's prefix says nothing
 -- about who emitted it. Only the fence triggers and activate_registry, running as the
--- pack's owner, can read synchro.server_key; materialization (also the owner)
--- recomputes the MAC and drops every message without a matching one before it pairs
--- anything (synchro._authenticate_messages).
+-- pack's owner, can read synchro.server_key; the runner verifies the MAC before it
+-- stages a message and drops every message without a matching one (runner/msgauth,
+-- which reads the key's pads through synchro.runner_message_key). This function is
+-- the reference its tests compare against.
 --
 --   mac = lowercase hex of the first 16 bytes of
 --         HMAC-SHA-256(server key, 'synchro.msg' 0x00 prefix 0x00 body)

@@ -16,10 +16,7 @@ BEGIN
   DELETE FROM synchro.rule_value;
   INSERT INTO synchro.rule_value (relation_id, column_name, value, pk)
   SELECT DISTINCT p.relation_id, c.col, p.image ->> c.col::text, p.pk
-    FROM (SELECT r.relation_id, r.column_name AS col FROM synchro.scope_rule r WHERE r.generation = reg_end
-          UNION
-          SELECT r.via_relation_id, r.via_match FROM synchro.scope_rule r
-           WHERE r.generation = reg_end AND r.via_relation_id IS NOT NULL) c
+    FROM (SELECT c.relation_id, c.column_name AS col FROM synchro._rule_value_columns(reg_end) c) c
     JOIN synchro.projection p ON p.relation_id = c.relation_id
    WHERE p.image ->> c.col::text IS NOT NULL;
   IF changed IS NULL THEN

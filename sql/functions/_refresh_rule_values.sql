@@ -1,4 +1,5 @@
--- Re-indexes the scope-rule columns (synced column_name, dependency via_match) of the
+-- Re-indexes the columns synchro._rule_value_columns names (via-rule columns of synced
+-- relations, via_match of dependencies) of the
 -- projection rows listed in pg_temp.synchro_w_final (relation_id, pk): what membership
 -- evaluation looks up to find the rows a dependency change impacts.
 CREATE OR REPLACE FUNCTION synchro._refresh_rule_values(reg_gen bigint) RETURNS void
@@ -19,10 +20,8 @@ BEGIN
     FROM pg_temp.synchro_w_final f
     CROSS JOIN LATERAL (SELECT p.image FROM synchro.projection p
                          WHERE p.relation_id = f.relation_id AND p.pk = f.pk OFFSET 0) p
-    JOIN (SELECT r.relation_id, r.column_name AS col FROM synchro.scope_rule r WHERE r.generation = reg_gen
-          UNION
-          SELECT r.via_relation_id, r.via_match FROM synchro.scope_rule r
-           WHERE r.generation = reg_gen AND r.via_relation_id IS NOT NULL) c ON c.relation_id = f.relation_id
+    JOIN (SELECT c.relation_id, c.column_name AS col FROM synchro._rule_value_columns(reg_gen) c) c
+      ON c.relation_id = f.relation_id
    WHERE p.image ->> c.col::text IS NOT NULL;
 END
 $$;

@@ -44,9 +44,9 @@ BEGIN
     RAISE EXCEPTION 'materialize_batch: the batch arrays must be non-empty and of one length'
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
-  -- Only the pack's own messages count: unauthenticated ones are dropped from the
-  -- whole batch (and counted for the runner) before anything counts or pairs them.
-  PERFORM synchro._authenticate_messages();
+  -- Only the pack's own messages are staged: the runner parses each strictly and
+  -- checks its MAC under the server key before staging it (runner/msgauth), and drops
+  -- every other one, as if it had never been emitted.
   IF set_based THEN
     -- Transactions the set-based path does not take: they go alone, in order.
     SELECT coalesce(array_agg(DISTINCT s.txn), '{}') INTO alone
@@ -76,7 +76,7 @@ BEGIN
   -- commits: runner_stage_open). The count is read first: a statement that still
   -- scans the stage table could not truncate it (55006).
   SELECT count(*) INTO staged FROM pg_temp.synchro_stage;
-  PERFORM synchro._stage_reset(staged > 2000);
+  PERFORM synchro._stage_reset(staged);
   RETURN outcomes;
 END
 $$;

@@ -141,11 +141,11 @@ BEGIN
   IF n > n_sent THEN
     -- Stop inside the stream (row bound or byte budget): the cursor is the position of
     -- the last change returned.
-    next_cur := synchro._token(format('c1:%s:%s:%s', g.token, parts[3], last_point), scope);
+    next_cur := synchro._cursor(g.token, parts[3], last_point, scope);
     RETURN jsonb_build_object('changes', changes, 'cursor', next_cur, 'has_more', true);
   END IF;
   -- The end of the eligible effects: the high-watermark, so a quiet scope moves on.
-  next_cur := synchro._token(format('c1:%s:%s:t.%s', g.token, parts[3], hw), scope);
+  next_cur := synchro._cursor(g.token, parts[3], 't.' || hw, scope);
   RETURN jsonb_build_object('changes', changes, 'cursor', next_cur, 'has_more', false);
 END
 $$;

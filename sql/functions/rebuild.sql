@@ -156,7 +156,7 @@ BEGIN
     FROM pos o
     CROSS JOIN LATERAL (SELECT o.tok AS session, o.rows AS rows, true AS has_more) d
     CROSS JOIN LATERAL (SELECT o.tok AS session, o.rows AS rows, false AS has_more, encode(o.chain, 'hex') AS checksum,
-                               synchro._token(format('c1:%s:%s:%s', g.token, rg, p_point), rebuild.scope) AS cursor) e;
+                               synchro._cursor(g.token, rg, p_point, rebuild.scope) AS cursor) e;
   RETURN result;
 END
 $$;

@@ -69,7 +69,7 @@ BEGIN
   VALUES (1, slot_name, plugin, current_database(), consistent_point, 'active');
   INSERT INTO synchro.progress (stream_generation, generation_start_lsn, processed_end_lsn, registry_generation)
   VALUES (1, consistent_point, consistent_point, reg);
-  PERFORM synchro._stage_reset(true);
+  PERFORM synchro._stage_reset(NULL);
   RETURN 1;
 END
 $$;

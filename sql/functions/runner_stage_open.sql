@@ -42,7 +42,22 @@ BEGIN
     toast         text[],
     truncated     oid[],
     prefix        text,
-    content       jsonb
+    -- M: the message's fields, parsed strictly and authenticated by the runner
+    -- (runner/msgauth): a synchro.fence's (f_*) or a synchro.registry's (a_*).
+    -- Typed columns, so materialization never re-parses JSON (issue 7).
+    f_kind        text,
+    f_relation_id bigint,
+    f_schema      text,
+    f_table       text,
+    f_op          text,
+    f_old_key     text,
+    f_new_key     text,
+    f_version     text,
+    f_fence_id    uuid,
+    f_ordinal     bigint,
+    f_table_id    text,
+    a_generation  bigint,
+    a_previous    bigint
   ) ON COMMIT PRESERVE ROWS;
   EXECUTE format('GRANT INSERT, SELECT ON TABLE pg_temp.synchro_stage TO %I', session_user);
 
@@ -83,7 +98,7 @@ BEGIN
   -- One link per (transaction, row): the row's last event in that transaction.
   CREATE TEMP TABLE synchro_b_links (
     t int, relation_id bigint, pk text, pk_int bigint, table_id text, key_type text, op text,
-    new_row jsonb, version text, event_ordinal int, image jsonb, link int, last boolean,
+    version text, event_ordinal int, image jsonb, link int, last boolean,
     PRIMARY KEY (relation_id, pk, t)
   ) ON COMMIT PRESERVE ROWS;
   -- The row-image SQL of each (relation, registry generation, source), made once per
@@ -94,6 +109,10 @@ BEGIN
   ) ON COMMIT PRESERVE ROWS;
   CREATE TEMP TABLE synchro_b_scopes (
     t int, relation_id bigint, pk text, scope text
+  ) ON COMMIT PRESERVE ROWS;
+  -- The memberships the run's rows held before it (mctid: the membership row).
+  CREATE TEMP TABLE synchro_b_old (
+    relation_id bigint, pk text, scope text, mctid tid
   ) ON COMMIT PRESERVE ROWS;
 END
 $$;
