@@ -51,7 +51,6 @@ func (l *logLines) count(substr string) int {
 // durable progress never passes B before B is materialized, and A and B are
 // materialized once each.
 func TestKeepaliveInsideTransaction(t *testing.T) {
-	t.Parallel()
 	db := setup(t)
 	ctx := context.Background()
 	logs := &logLines{}
@@ -89,7 +88,7 @@ func TestKeepaliveInsideTransaction(t *testing.T) {
 			logs.mu.Unlock()
 		}
 	}()
-	eventually(t, 30*time.Second, "the stream to exist", func() bool {
+	eventually(t, 3*time.Minute, "the stream to exist", func() bool {
 		return count(t, db, `SELECT count(*) FROM synchro.progress`) == 1
 	})
 	gauge := func(name string) float64 {
@@ -145,7 +144,7 @@ func TestKeepaliveInsideTransaction(t *testing.T) {
 	beforeB := currentLSN(t, db.Pool)
 	xb, beforeCommitB := commit(t, db, `INSERT INTO items SELECT g, 'b', repeat('k', 200) FROM generate_series(11, 10010) g`)
 	xidB.Store(xb)
-	eventually(t, time.Minute, "the runner to hold part of B", func() bool {
+	eventually(t, 3*time.Minute, "the runner to hold part of B", func() bool {
 		received := pglogrepl.LSN(gauge("synchro_runner_received_lsn"))
 		return received > beforeB && received < beforeCommitB
 	})

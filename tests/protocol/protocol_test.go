@@ -3,7 +3,8 @@
 // streams, wal_sender_timeout expiring during a long materialization, and the idle
 // boundary when the last WAL belongs to another database. Each runs the production
 // `synchro run` binary against a real PostgreSQL; the package has its own cluster
-// (it reads that cluster's server log).
+// (it reads that cluster's server log). The tests run one at a time: each holds long
+// transactions or writes much WAL that every walsender of the cluster reads.
 package protocol
 
 import (
@@ -107,7 +108,8 @@ func withOptions(t *testing.T, raw string, settings ...string) string {
 func run(t *testing.T, bin, dbURL string, db *testdb.DB, args ...string) *runproc.Proc {
 	t.Helper()
 	p := runproc.StartT(t, runproc.Options{Bin: bin, DatabaseURL: dbURL, Slot: slotName(db), Args: args})
-	eventually(t, 30*time.Second, "the stream to exist", func() bool {
+	// Creating the slot waits for every transaction running in the cluster.
+	eventually(t, 3*time.Minute, "the stream to exist", func() bool {
 		require.False(t, p.Exited(), "synchro run exited: %s\n%s", p.Exit(), p.Logs())
 		return count(t, db, `SELECT count(*) FROM synchro.progress`) == 1
 	})
@@ -168,7 +170,6 @@ func serverLog(t *testing.T) string {
 // part of it, staged in an open materialization transaction): the runner drops the
 // partial transaction, reconnects, and materializes the whole transaction once.
 func TestWalsenderTerminatedMidTransaction(t *testing.T) {
-	t.Parallel()
 	bin := runproc.BuildT(t)
 	db := setup(t)
 	// A small receive buffer: the runner reads the transaction at the pace it stages
@@ -203,7 +204,6 @@ func TestWalsenderTerminatedMidTransaction(t *testing.T) {
 // replication timeout; the runner reconnects once the lock is gone and materializes
 // both transactions exactly once.
 func TestWalSenderTimeoutDuringLongMaterialization(t *testing.T) {
-	t.Parallel()
 	if testdb.Cluster() == nil {
 		t.Skip("reads the private cluster's server log")
 	}
@@ -267,7 +267,6 @@ func TestWalSenderTimeoutDuringLongMaterialization(t *testing.T) {
 // keepalives carry a WAL end past them. The runner records that idle boundary, the
 // slot follows, and nothing is materialized for the other database.
 func TestIdleBoundaryPastAnotherDatabase(t *testing.T) {
-	t.Parallel()
 	bin := runproc.BuildT(t)
 	db := setup(t)
 	ctx := context.Background()
@@ -326,7 +325,6 @@ func TestIdleBoundaryPastAnotherDatabase(t *testing.T) {
 // that state, B not yet materialized: the next start decodes B from the slot and
 // materializes it once.
 func TestKilledAtIdleBoundaryBeforeDeferredBegin(t *testing.T) {
-	t.Parallel()
 	bin := runproc.BuildT(t)
 	db := setup(t)
 	ctx := context.Background()
