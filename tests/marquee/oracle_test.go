@@ -61,10 +61,17 @@ type verdict struct {
 	loss         int
 	dups         int
 	problems     []string
+	kinds        map[string]int // problems by kind
 }
 
+// fail records a problem: at most 15 of each kind (by format), so one kind does not
+// hide the others.
 func (v *verdict) fail(format string, args ...any) {
-	if len(v.problems) < 40 {
+	if v.kinds == nil {
+		v.kinds = map[string]int{}
+	}
+	v.kinds[format]++
+	if v.kinds[format] <= 15 {
 		v.problems = append(v.problems, fmt.Sprintf(format, args...))
 	}
 }
