@@ -5,6 +5,8 @@ TEST_FLAGS ?= -count=1 -timeout 15m
 BENCH_ARGS ?=
 FUZZTIME   ?= 5m
 PG_MAJORS  ?= 16 17 18
+MARQUEE_KILLS    ?= 200
+MARQUEE_RESTARTS ?= 20
 
 .DEFAULT_GOAL := help
 
@@ -29,6 +31,9 @@ test-matrix: ## Run every test once per PostgreSQL major in PG_MAJORS (16 17 18;
 	  echo "test-matrix: PostgreSQL $$m $$r in $$(( $$(date +%s) - start ))s"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "test-matrix: failed on PostgreSQL$$failed"; exit 1; fi
+.PHONY: marquee
+marquee: ## Crash-injection marquee at full size (MARQUEE_KILLS=200 runner deaths at fault points, MARQUEE_RESTARTS=20 PostgreSQL crashes); docs/reliability.md
+	$(GO) test -count=1 -timeout 60m -v ./tests/marquee -run '^TestMarquee$$' -marquee.kills=$(MARQUEE_KILLS) -marquee.restarts=$(MARQUEE_RESTARTS)
 
 .PHONY: fuzz
 fuzz: ## Fuzz campaigns, FUZZTIME each (default 5m); commit every finding under testdata/fuzz with a fix
@@ -53,6 +58,7 @@ verify: ## Check generated code, the schema snapshot, vet, go.mod tidiness and f
 	$(GO) tool sqlc diff
 	$(GO) run ./cmd/synchro-schema -check docs/schema.sql
 	$(GO) vet ./...
+	$(GO) vet -tags synchrofaults ./internal/fault/ ./runner/... ./cmd/synchro/
 	$(GO) mod tidy -diff
 	@unformatted="$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go'))"; \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi

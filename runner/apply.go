@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/synchro/synchro/gen"
+	"github.com/synchro/synchro/internal/fault"
 	"github.com/synchro/synchro/runner/collate"
 	"github.com/synchro/synchro/runner/decode"
 	"github.com/synchro/synchro/runner/msgauth"
@@ -234,6 +235,9 @@ func (a *applier) flush(ctx context.Context) error {
 		}
 		v := a.batch[i].Values()
 		i++
+		if i == (len(a.batch)+1)/2 {
+			a.cfg.faults.Reach(fault.Copy)
+		}
 		return v, nil
 	})
 	if _, err := a.tx.CopyFrom(ctx, stageTable, StageColumns, src); err != nil {
@@ -309,17 +313,14 @@ func (a *applier) materialize(ctx context.Context) error {
 	if len(outcomes) != n {
 		return fmt.Errorf("synchro: materialize_batch returned %d outcomes for %d transactions", len(outcomes), n)
 	}
+	a.cfg.faults.Reach(fault.BeforeCommit)
 	if err := a.tx.Commit(ctx); err != nil {
 		return err
 	}
 	a.tx = nil
 	a.lastCall = time.Since(callStart)
 	last := a.txns[n-1].trailer
-	if h := a.cfg.Hooks.AfterMaterializeCommit; h != nil {
-		if err := h(last.CommitLSN, last.EndLSN); err != nil {
-			return &deathError{err: err}
-		}
-	}
+	a.cfg.faults.Reach(fault.AfterCommit)
 	now := time.Now()
 	for i, t := range a.txns {
 		a.cfg.Metrics.materialized(outcomes[i], t.trailer.EndLSN, t.trailer.RowEvents, t.trailer.CommitTime, now)
@@ -370,6 +371,7 @@ func (a *applier) maybeIdle(ctx context.Context) error {
 		return err
 	}
 	a.cfg.Metrics.idle()
+	a.cfg.faults.Reach(fault.Idle)
 	if a.frontier.Materialized(p) {
 		a.wake()
 	}
@@ -402,11 +404,7 @@ func (a *applier) maybeRecordAck(ctx context.Context) error {
 }
 
 func (a *applier) recordAck(ctx context.Context, lsn pglogrepl.LSN) error {
-	if h := a.cfg.Hooks.BeforeAckRecord; h != nil {
-		if err := h(lsn); err != nil {
-			return &deathError{err: err}
-		}
-	}
+	a.cfg.faults.Reach(fault.AfterSlotAck)
 	if err := gen.New(a.conn).RunnerAck(ctx, lsn.String()); err != nil {
 		return fmt.Errorf("synchro: runner_ack: %w", err)
 	}
@@ -436,10 +434,6 @@ func (a *applier) fail(ctx context.Context, err error, walStart pglogrepl.LSN) e
 	rerun := len(a.txns) > 0 && (a.inTxn || len(a.txns) > 1 || setBased)
 	through := commitLSN
 	a.abort(ctx)
-	var death *deathError
-	if errors.As(err, &death) {
-		return err
-	}
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -523,6 +517,7 @@ func (a *applier) run(ctx, stop context.Context, items <-chan item) error {
 			switch it.kind {
 			case itemData:
 				msgs, err := dec.Decode(it.walStart, it.data)
+				a.cfg.faults.Reach(fault.Decode)
 				if err == nil {
 					err = coll.Feed(ctx, it.walStart, msgs)
 				}
@@ -582,12 +577,6 @@ func (e *PoisonError) Error() string {
 }
 
 func (e *PoisonError) Unwrap() error { return e.Err }
-
-// deathError is a hook's simulated process death.
-type deathError struct{ err error }
-
-func (e *deathError) Error() string { return "synchro: runner died (test hook): " + e.err.Error() }
-func (e *deathError) Unwrap() error { return e.err }
 
 // batchFallbackError: a materialization batch failed; the session ends and the
 // next one re-runs its transactions one at a time through commit LSN Through.

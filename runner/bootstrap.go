@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/synchro/synchro/gen"
+	"github.com/synchro/synchro/internal/fault"
 	"github.com/synchro/synchro/runner/decode"
 )
 
@@ -73,6 +74,7 @@ func (r *Runner) bootstrap(ctx context.Context) (err error) {
 		}
 	}()
 	r.live.beat(LoopSession)
+	r.cfg.faults.Reach(fault.SlotCreated)
 	cp, err := pglogrepl.ParseLSN(res.ConsistentPoint)
 	if err != nil {
 		return fmt.Errorf("synchro: consistent point: %w", err)
@@ -100,6 +102,7 @@ func (r *Runner) bootstrap(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("synchro: runner_baseline: %w", err)
 	}
+	r.cfg.faults.Reach(fault.Baseline)
 	if err = tx.Commit(ctx); err != nil {
 		return fmt.Errorf("synchro: commit baseline: %w", err)
 	}

@@ -8,7 +8,7 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/jackc/pglogrepl"
+	"github.com/synchro/synchro/internal/fault"
 )
 
 // Config configures a Runner. Zero durations take their defaults.
@@ -92,19 +92,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics is updated when set.
 	Metrics *Metrics
-	// Hooks inject failures in tests.
-	Hooks Hooks
-}
 
-// Hooks are test seams. An error returned by a hook makes Run return it at once,
-// as if the process died there: nothing further is acknowledged or released.
-type Hooks struct {
-	// AfterMaterializeCommit runs after a materialization transaction committed
-	// and before its boundary is reported to the slot.
-	AfterMaterializeCommit func(commitLSN, endLSN pglogrepl.LSN) error
-	// BeforeAckRecord runs after the slot showed confirmed_flush_lsn at lsn and
-	// before runner_ack(lsn).
-	BeforeAckRecord func(lsn pglogrepl.LSN) error
+	// faults: the fault points armed by SYNCHRO_FAULT in a build with the
+	// synchrofaults tag (internal/fault); always nil in production builds.
+	faults *fault.Injector
 }
 
 var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
@@ -175,5 +166,10 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	f, err := fault.FromEnv()
+	if err != nil {
+		return c, err
+	}
+	c.faults = f
 	return c, nil
 }

@@ -219,10 +219,6 @@ func (r *Runner) serve(work, stop context.Context) error {
 	if lost.Load() || errors.Is(err, errControlLost) {
 		return errControlLost
 	}
-	var death *deathError
-	if errors.As(err, &death) {
-		return err // simulated death: release nothing
-	}
 	if err != nil {
 		return err
 	}
@@ -249,13 +245,12 @@ func (r *Runner) loop(work, stop context.Context) error {
 		var (
 			pe    *PoisonError
 			fatal *fatalError
-			death *deathError
 			bf    *batchFallbackError
 		)
 		switch {
 		case err == nil:
 			bo.Reset()
-		case errors.As(err, &death), errors.Is(err, errControlLost):
+		case errors.Is(err, errControlLost):
 			return err
 		case errors.As(err, &bf):
 			// Not a failure of the stream: the next session re-reads the batch's

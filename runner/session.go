@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/synchro/synchro/gen"
+	"github.com/synchro/synchro/internal/fault"
 	"github.com/synchro/synchro/runner/decode"
 )
 
@@ -113,10 +114,6 @@ func (r *Runner) session(work, stop context.Context) error {
 		// The reader is gone: the connection is ours again. Report and record
 		// the durable boundary (never past a poison).
 		if ferr := r.finalAck(work, rd, ap, frontier); ferr != nil {
-			var death *deathError
-			if errors.As(ferr, &death) {
-				return ferr
-			}
 			r.log.Warn("final acknowledgement incomplete", "err", ferr)
 		}
 	}
@@ -188,6 +185,7 @@ func (r *Runner) reconcile(ctx context.Context, conn *pgx.Conn) (Progress, error
 		r.cfg.Metrics.acked(target)
 	}
 	if action != SlotInSync {
+		r.cfg.faults.Reach(fault.Reconcile)
 		if st, _, err = readState(ctx, conn); err != nil {
 			return st, err
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/synchro/synchro/internal/fault"
 	"github.com/synchro/synchro/runner/decode"
 )
 
@@ -128,6 +129,7 @@ func (r *reader) sendStatus(ctx context.Context, reply bool) error {
 		return fmt.Errorf("synchro: standby status update: %w", err)
 	}
 	r.frontier.Sent(b)
+	r.cfg.faults.Reach(fault.StatusSent)
 	return nil
 }
 
@@ -199,6 +201,13 @@ func (r *reader) handle(ctx context.Context, msg pgproto3.BackendMessage) error 
 				return fmt.Errorf("synchro: keepalive: %w", err)
 			}
 			r.noteReceived(pkm.ServerWALEnd)
+			if r.inTxn {
+				// A walsender sends keepalives while it streams a long transaction
+				// (its WAL end is then the transaction's commit record): answered,
+				// never an idle boundary.
+				r.cfg.Logger.Debug("keepalive inside a source transaction: answered, not an idle boundary",
+					"server_wal_end", pkm.ServerWALEnd, "reply_requested", pkm.ReplyRequested)
+			}
 			if pkm.ReplyRequested {
 				if err := r.sendStatus(ctx, false); err != nil {
 					return err

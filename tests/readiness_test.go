@@ -2,13 +2,10 @@ package tests
 
 import (
 	"context"
-	"errors"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
@@ -193,40 +190,6 @@ func TestReadinessWorkerStopped(t *testing.T) {
 	stopRunner(t, db, rr)
 	rows := waitFailing(t, db, "worker")
 	require.Equal(t, "state=stopped claim_held=false backend_alive=false", checkRow(rows, "worker").Detail)
-}
-
-// A runner that dies without a clean stop leaves its row saying streaming: its claim
-// and backend are gone.
-// A runner whose control backend is terminated claims the database again and is ready
-// again; a runner process that dies leaves its row claiming "streaming", and readiness
-// sees that nothing holds the claim.
-func TestReadinessWorkerKilled(t *testing.T) {
-	t.Parallel()
-	db := runnerSetup(t)
-	cfg := testRunnerConfig(t, db)
-	var die atomic.Bool
-	cfg.Hooks.AfterMaterializeCommit = func(_, _ pglogrepl.LSN) error {
-		if die.Load() {
-			return errors.New("killed")
-		}
-		return nil
-	}
-	rr := startRunner(t, cfg)
-	waitStream(t, db)
-	waitReady(t, db)
-	mustExec(t, db, `SELECT pg_terminate_backend(backend_pid) FROM synchro.runner`)
-	waitReady(t, db)
-
-	die.Store(true)
-	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (5, 'a')`)
-	require.Error(t, rr.wait(t, 10*time.Second))
-	waitFailing(t, db, "worker")
-	// The dead runner's sessions end on the server a moment after the process: the
-	// claim (a session advisory lock) goes with its control session.
-	eventually(t, 10*time.Second, "the claim to go with the dead runner's sessions", func() bool {
-		rows, _ := readinessOf(t, db)
-		return strings.Contains(checkRow(rows, "worker").Detail, "state=streaming claim_held=false backend_alive=false")
-	})
 }
 
 func TestReadinessHeartbeatAged(t *testing.T) {

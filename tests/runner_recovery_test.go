@@ -2,8 +2,6 @@ package tests
 
 import (
 	"context"
-	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,115 +11,6 @@ import (
 	"github.com/synchro/synchro/runner"
 	"github.com/synchro/synchro/tests/testdb"
 )
-
-var errKilled = errors.New("killed by the test")
-
-// The runner dies right after a materialization committed, before the slot heard of
-// it. The restarted runner re-decodes that transaction, materialize reports it as a
-// duplicate, and the effects are exactly the same.
-func TestRunnerDeathAfterMaterializeCommit(t *testing.T) {
-	eachDecoder(t, func(t *testing.T) {
-		t.Parallel()
-		db := runnerSetup(t)
-		cfg := testRunnerConfig(t, db)
-		var armed atomic.Bool
-		cfg.Hooks.AfterMaterializeCommit = func(_, _ pglogrepl.LSN) error {
-			if armed.Load() {
-				return errKilled
-			}
-			return nil
-		}
-		rr := startRunner(t, cfg)
-		waitStream(t, db)
-		mustExec(t, db, `INSERT INTO items (id, owner) VALUES (5, 'a')`)
-		waitEffects(t, db, 1)
-		waitAcked(t, db)
-
-		armed.Store(true)
-		mustExec(t, db, `INSERT INTO items (id, owner) VALUES (6, 'a')`)
-		require.ErrorIs(t, rr.wait(t, 5*time.Second), errKilled)
-		before := effects(t, db)
-		require.Len(t, before, 2)
-		p, _ := runnerState(t, db)
-		var lastCommit string
-		require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT max(commit_lsn)::text FROM synchro.txn`).Scan(&lastCommit))
-		require.Less(t, lsnOf(t, p.Acked), lsnOf(t, p.Processed), "materialized, not acknowledged")
-		require.LessOrEqual(t, slotLSN(t, db), lsnOf(t, &lastCommit), "the slot never heard of the dead runner's last transaction")
-
-		waitRunnerGone(t, db)
-		cfg.Hooks = runner.Hooks{}
-		rr2 := startRunner(t, cfg)
-		// The restarted runner may report the processed boundary before the replayed
-		// transaction reaches it; the replay still comes (decoding starts at the slot).
-		eventually(t, 5*time.Second, "the replayed transaction", func() bool {
-			return rr2.counter(t, "synchro_runner_transactions_total", "outcome", "duplicate") == 1
-		})
-		waitAcked(t, db)
-		require.Equal(t, before, effects(t, db), "replay created nothing")
-		require.Equal(t, 2, countOf(t, db, `SELECT count(*) FROM synchro.txn`))
-
-		mustExec(t, db, `INSERT INTO items (id, owner) VALUES (7, 'a')`)
-		after := waitEffects(t, db, 3)
-		require.Equal(t, before, after[:2])
-		require.Equal(t, "7", after[2].PK)
-	})
-}
-
-// The runner dies after the slot confirmed a boundary and before runner_ack recorded
-// it. The restarted runner adopts the slot position (it is at or before the processed
-// boundary) and goes on without replaying anything.
-func TestRunnerDeathBetweenSlotAckAndRecord(t *testing.T) {
-	eachDecoder(t, func(t *testing.T) {
-		t.Parallel()
-		db := runnerSetup(t)
-		cfg := testRunnerConfig(t, db)
-		// Armed, the runner dies before recording the acknowledgement of the next
-		// materialized transaction (idle boundaries before it are recorded as usual).
-		var armed atomic.Bool
-		var target atomic.Uint64
-		cfg.Hooks.AfterMaterializeCommit = func(_, end pglogrepl.LSN) error {
-			if armed.Load() {
-				target.CompareAndSwap(0, uint64(end))
-			}
-			return nil
-		}
-		cfg.Hooks.BeforeAckRecord = func(lsn pglogrepl.LSN) error {
-			if t := target.Load(); t != 0 && uint64(lsn) >= t {
-				return errKilled
-			}
-			return nil
-		}
-		rr := startRunner(t, cfg)
-		waitStream(t, db)
-		mustExec(t, db, `INSERT INTO items (id, owner) VALUES (5, 'a')`)
-		waitEffects(t, db, 1)
-		waitAcked(t, db)
-
-		armed.Store(true)
-		mustExec(t, db, `INSERT INTO items (id, owner) VALUES (6, 'a')`)
-		require.ErrorIs(t, rr.wait(t, 5*time.Second), errKilled)
-		before := effects(t, db)
-		require.Len(t, before, 2)
-		p, _ := runnerState(t, db)
-		slot := slotLSN(t, db)
-		require.Less(t, lsnOf(t, p.Acked), slot, "the slot is ahead of the recorded acknowledgement")
-		require.LessOrEqual(t, slot, lsnOf(t, p.Processed))
-
-		waitRunnerGone(t, db)
-		cfg.Hooks = runner.Hooks{}
-		rr2 := startRunner(t, cfg)
-		waitAcked(t, db)
-		p2, _ := runnerState(t, db)
-		require.GreaterOrEqual(t, lsnOf(t, p2.Acked), slot)
-		require.Equal(t, before, effects(t, db))
-
-		mustExec(t, db, `INSERT INTO items (id, owner) VALUES (7, 'a')`)
-		after := waitEffects(t, db, 3)
-		require.Equal(t, before, after[:2])
-		require.Equal(t, float64(0), rr2.counter(t, "synchro_runner_transactions_total", "outcome", "duplicate"),
-			"nothing before the adopted slot position is decoded again")
-	})
-}
 
 // stoppedCaughtUp runs a runner until it materialized one write and acknowledged
 // everything, then stops it cleanly.
