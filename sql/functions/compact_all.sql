@@ -22,7 +22,7 @@ BEGIN
     calls := calls OPERATOR(pg_catalog.+) 1;
     FOR k IN SELECT e.key FROM pg_catalog.jsonb_each(r) e WHERE e.key OPERATOR(pg_catalog.~~) 'deleted\_%' LOOP
       total := total OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object(k,
-        pg_catalog.coalesce((total OPERATOR(pg_catalog.->>) k)::pg_catalog.int8, 0)
+        COALESCE((total OPERATOR(pg_catalog.->>) k)::pg_catalog.int8, 0)
           OPERATOR(pg_catalog.+) (r OPERATOR(pg_catalog.->>) k)::pg_catalog.int8);
     END LOOP;
     COMMIT;

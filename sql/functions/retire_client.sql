@@ -24,7 +24,7 @@ BEGIN
   END IF;
   PERFORM pg_advisory_xact_lock(hashtextextended('synchro.client/' || client_id, synchro._lock_seed()));
   INSERT INTO synchro.retired_client AS c (client_id) VALUES (retire_client.client_id)
-  ON CONFLICT (client_id) DO NOTHING;
+  ON CONFLICT ON CONSTRAINT retired_client_pkey DO NOTHING;
   already := NOT FOUND;
   DELETE FROM synchro.mutation_outcome o WHERE o.client_id = retire_client.client_id;
   GET DIAGNOSTICS outcomes = ROW_COUNT;
