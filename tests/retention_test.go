@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -203,11 +204,13 @@ func TestRetentionSteadyWorkloadIsBounded(t *testing.T) {
 	setSetting(t, db, "retired_client_retention", "0 seconds")
 	setSetting(t, db, "compact_batch_rows", "50") // several batches per pass
 
-	const rounds = 14
+	const rounds = 30
 	const direct = 12 // rows inserted (and later deleted) directly per round
 	const owners = 3
 
-	// Compaction scheduled concurrently with everything else.
+	// Compaction scheduled concurrently with everything else, except in even rounds
+	// (gate held), whose readers then pull incrementally from their last cursor.
+	var gate sync.Mutex
 	stop := make(chan struct{})
 	var passes atomic.Int64
 	compactErr := make(chan error, 1)
@@ -219,7 +222,10 @@ func TestRetentionSteadyWorkloadIsBounded(t *testing.T) {
 				return
 			case <-time.After(30 * time.Millisecond):
 			}
-			if _, err := compactAll(ctx, db, "0 seconds"); err != nil {
+			gate.Lock()
+			_, err := compactAll(ctx, db, "0 seconds")
+			gate.Unlock()
+			if err != nil {
 				compactErr <- err
 				return
 			}
@@ -235,6 +241,12 @@ func TestRetentionSteadyWorkloadIsBounded(t *testing.T) {
 		}
 	}
 	defer stopCompactor()
+	gateHeld := false
+	defer func() { // a failed round must not leave the compactor waiting on the gate
+		if gateHeld {
+			gate.Unlock()
+		}
+	}()
 
 	pushers := []*pusher{
 		{id: "phone-1", tag: 1, rows: map[int64]string{}, born: map[int64]int{}},
@@ -256,6 +268,10 @@ func TestRetentionSteadyWorkloadIsBounded(t *testing.T) {
 	churnTag := 100
 	var churned []string
 	for round := 1; round <= rounds; round++ {
+		if round%2 == 0 {
+			gate.Lock()
+			gateHeld = true
+		}
 		// Direct writes, several source transactions: insert this round's rows, update
 		// last round's, delete those of two rounds ago.
 		base := int64(round * 1000)
@@ -343,6 +359,11 @@ func TestRetentionSteadyWorkloadIsBounded(t *testing.T) {
 			requireReplica(t, liveScope(t, db, liveScopeSQL, s.scope), s.rep, fmt.Sprintf("round %d scope %s", round, s.scope))
 		}
 
+		if gateHeld {
+			gate.Unlock()
+			gateHeld = false
+		}
+
 		// One more compaction, then the sample: nothing in flight any more.
 		_, err = compactAll(ctx, db, "0 seconds")
 		require.NoError(t, err)
@@ -366,6 +387,9 @@ func TestRetentionSteadyWorkloadIsBounded(t *testing.T) {
 	}
 	t.Logf("row counts per round (%d scheduled compaction passes, %d incremental pulls, %d rebuilds):\n%s",
 		passes.Load(), pulls, rebuilds, b.String())
+
+	require.Positive(t, pulls, "incremental pulls")
+	require.Positive(t, rebuilds, "rebuilds after compaction passed a cursor")
 
 	// From round 3 on the live data has its steady size (rows live for two rounds):
 	// no table may hold more rows in any later round than it did in round 3.
