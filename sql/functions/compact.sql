@@ -182,7 +182,7 @@ BEGIN
   -- 6. A push whose snapshot predates a retire_client it raced (REPEATABLE READ or
   -- SERIALIZABLE callers) may still have recorded outcomes and fences for the retired
   -- client after retire_client deleted them: they go here.
-  IF lim > 0 THEN
+  IF lim > 0 AND EXISTS (SELECT 1 FROM synchro.retired_client) THEN
     DELETE FROM synchro.mutation_outcome o
      WHERE o.ctid = ANY (ARRAY(
        SELECT x.ctid FROM synchro.retired_client rc JOIN synchro.mutation_outcome x ON x.client_id = rc.client_id
@@ -191,7 +191,7 @@ BEGIN
     d_outs := d_outs + n;
     lim := lim - n;
   END IF;
-  IF lim > 0 THEN
+  IF lim > 0 AND EXISTS (SELECT 1 FROM synchro.retired_client) THEN
     DELETE FROM synchro.write_fence w
      WHERE w.ctid = ANY (ARRAY(
        SELECT x.ctid FROM synchro.retired_client rc JOIN synchro.write_fence x ON x.client_id = rc.client_id
