@@ -20,7 +20,7 @@ const observeBudget = 10 * time.Second
 type gauges struct {
 	walLag, commitLag, heartbeatAge float64
 	poisoned, ready                 float64
-	retained, maxKeep               float64
+	retained, maxKeep, safe         float64
 }
 
 // observeLoop refreshes the database-side gauges every MetricsInterval on a
@@ -59,7 +59,7 @@ func (r *Runner) observeLoop(ctx context.Context, quit <-chan struct{}) {
 // observe reads one set of gauges; conn nil is a failed connection.
 func (r *Runner) observe(ctx context.Context, conn *pgx.Conn) (gauges, error) {
 	g := gauges{walLag: math.NaN(), commitLag: math.NaN(), heartbeatAge: math.NaN(), poisoned: math.NaN(),
-		ready: math.NaN(), retained: math.NaN(), maxKeep: math.NaN()}
+		ready: math.NaN(), retained: math.NaN(), maxKeep: math.NaN(), safe: math.NaN()}
 	if conn == nil {
 		return g, errNoConnection
 	}
@@ -78,6 +78,9 @@ func (r *Runner) observe(ctx context.Context, conn *pgx.Conn) (gauges, error) {
 		g.retained = float64(slot.RetainedBytes)
 	}
 	g.maxKeep = float64(slot.MaxKeepBytes)
+	if slot.SafeBytes >= -1 {
+		g.safe = float64(slot.SafeBytes)
+	}
 	return g, nil
 }
 
@@ -147,4 +150,5 @@ func (m *Metrics) observed(g gauges, err error) {
 	m.readyState.Set(g.ready)
 	m.retainedWAL.Set(g.retained)
 	m.maxKeepWAL.Set(g.maxKeep)
+	m.safeWAL.Set(g.safe)
 }
