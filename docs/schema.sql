@@ -5049,7 +5049,15 @@ CASE
     WHEN (value ~ '^[0-9]{1,9}$'::text) THEN (((value)::integer >= 1) AND ((value)::integer <= 67108864))
     ELSE false
 END)),
-    CONSTRAINT setting_retention_interval CHECK (((name <> ALL (ARRAY['outcome_retention'::text, 'retired_client_retention'::text])) OR (((length(value) >= 1) AND (length(value) <= 64)) AND ((value)::interval >= '00:00:00'::interval))))
+    CONSTRAINT setting_retention_interval CHECK (
+CASE
+    WHEN (name = ANY (ARRAY['outcome_retention'::text, 'retired_client_retention'::text])) THEN
+    CASE
+        WHEN ((length(value) >= 1) AND (length(value) <= 64)) THEN ((value)::interval >= '00:00:00'::interval)
+        ELSE false
+    END
+    ELSE true
+END)
 );
 
 

@@ -27,9 +27,11 @@ INSERT INTO synchro.setting (name, value) VALUES
   ('outcome_retention', '30 days'),
   ('retired_client_retention', '365 days'),
   ('compact_batch_rows', '10000');
+-- CASE, not OR: the cast must never be evaluated for another setting's value.
 ALTER TABLE synchro.setting ADD CONSTRAINT setting_retention_interval CHECK (
-  name NOT IN ('outcome_retention', 'retired_client_retention')
-  OR (length(value) BETWEEN 1 AND 64 AND value::interval >= interval '0'));
+  CASE WHEN name IN ('outcome_retention', 'retired_client_retention')
+       THEN CASE WHEN length(value) BETWEEN 1 AND 64 THEN value::interval >= interval '0' ELSE false END
+       ELSE true END);
 ALTER TABLE synchro.setting ADD CONSTRAINT setting_compact_batch_rows CHECK (
   name <> 'compact_batch_rows'
   OR CASE WHEN value ~ '^[0-9]{1,7}$' THEN value::int BETWEEN 1 AND 1000000 ELSE false END);
