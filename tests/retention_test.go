@@ -728,3 +728,38 @@ func TestReadinessReportsRetainedWAL(t *testing.T) {
 	require.Contains(t, detail, "max_slot_wal_keep_bytes="+keep)
 	require.Contains(t, detail, "safe_wal_bytes=")
 }
+
+// A REPEATABLE READ push whose snapshot predates the retirement cannot see it and
+// records its outcome for the retired id; the next compaction deletes it (and its
+// fence), and the id stays refused.
+func TestRetireClientSweepsRacingRepeatableReadPush(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newSyncEnv(t, "")
+	db := e.db
+
+	tx, err := db.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `SELECT 1`) // the snapshot
+	require.NoError(t, err)
+
+	_, err = callAs(ctx, db, "synchro_operator", `SELECT synchro.retire_client('late')::text`)
+	require.NoError(t, err)
+	_, err = pushRaw(ctx, tx, "late", []map[string]any{{"id": mutationID(1, 1), "table": "tasks", "op": "insert", "pk": 1,
+		"row": map[string]any{"owner": "a"}}})
+	require.NoError(t, err, "the snapshot predates the retirement")
+	require.NoError(t, tx.Commit(ctx))
+	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.mutation_outcome WHERE client_id = 'late'`))
+	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.write_fence WHERE client_id = 'late'`))
+
+	var rep map[string]any
+	require.NoError(t, callJSON(db, &rep, `SELECT synchro.compact('100 years')::text`))
+	require.EqualValues(t, 1, rep["deleted_outcomes"], "%v", rep)
+	require.EqualValues(t, 1, rep["deleted_write_fences"], "%v", rep)
+	require.Zero(t, countOf(t, db, `SELECT count(*) FROM synchro.mutation_outcome WHERE client_id = 'late'`))
+	require.Zero(t, countOf(t, db, `SELECT count(*) FROM synchro.write_fence WHERE client_id = 'late'`))
+	_, err = pushRaw(ctx, db.Pool, "late", []map[string]any{{"id": mutationID(1, 2), "table": "tasks", "op": "insert", "pk": 2,
+		"row": map[string]any{"owner": "a"}}})
+	requireSQLState(t, err, "SY409")
+}
