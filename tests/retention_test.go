@@ -763,3 +763,69 @@ func TestRetireClientSweepsRacingRepeatableReadPush(t *testing.T) {
 		"row": map[string]any{"owner": "a"}}})
 	requireSQLState(t, err, "SY409")
 }
+
+// Deletion reservations (row_version tombstones) go with the ledger event of their
+// deletion; a key inserted again keeps its reservation, also when the insert is in
+// flight while compaction runs (the reservation is skipped, never waited for), and
+// compare-and-swap on it works afterwards.
+func TestCompactTombstones(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newSyncEnv(t, "")
+	db := e.db
+	rel := `(SELECT relation_id FROM synchro.relation WHERE table_id = 'tasks')`
+	write(t, db, `INSERT INTO tasks (id, owner, title) VALUES (1, 'a', 'one'), (2, 'a', 'two'), (3, 'a', 'three')`)
+	write(t, db, `DELETE FROM tasks WHERE id IN (1, 2, 3)`)
+	write(t, db, `INSERT INTO tasks (id, owner, title) VALUES (2, 'a', 'again')`)
+	waitAckedPast(t, db)
+	require.Equal(t, 2, countOf(t, db, `SELECT count(*) FROM synchro.row_version WHERE relation_id = `+rel+` AND deleted`))
+
+	// Key 3 is being inserted again, uncommitted, while compaction runs.
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `INSERT INTO tasks (id, owner, title) VALUES (3, 'a', 'in flight')`)
+	require.NoError(t, err)
+
+	conn, err := db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, `SET lock_timeout = '10s'`) // a wait would fail, not hang
+	require.NoError(t, err)
+	var raw string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT synchro.compact('0 seconds')::text`).Scan(&raw))
+	var rep map[string]any
+	require.NoError(t, json.Unmarshal([]byte(raw), &rep))
+	require.EqualValues(t, 1, rep["deleted_reservations"], "only key 1's tombstone: %v", rep)
+	require.NoError(t, tx.Commit(ctx))
+
+	type rv struct {
+		pk      string
+		deleted bool
+	}
+	rows, err := db.Pool.Query(ctx, `SELECT pk, deleted FROM synchro.row_version WHERE relation_id = `+rel+` ORDER BY pk`)
+	require.NoError(t, err)
+	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (rv, error) {
+		var x rv
+		return x, r.Scan(&x.pk, &x.deleted)
+	})
+	require.NoError(t, err)
+	require.Equal(t, []rv{{"2", false}, {"3", false}}, got)
+
+	// Compare-and-swap on the kept reservations, and a key whose tombstone went can be
+	// inserted again.
+	for _, k := range []int64{2, 3} {
+		var ver string
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT version FROM synchro.row_version WHERE relation_id = `+rel+` AND pk = $1`,
+			fmt.Sprint(k)).Scan(&ver))
+		_, res := mustPush(t, db, "cas", []map[string]any{{"id": mutationID(1, int(k)), "table": "tasks", "op": "update", "pk": k,
+			"base_version": ver, "row": map[string]any{"title": "cas"}}})
+		require.Equal(t, "accepted", res[0].Status, "key %d: %+v", k, res[0])
+	}
+	_, res := mustPush(t, db, "cas", []map[string]any{{"id": mutationID(1, 9), "table": "tasks", "op": "insert", "pk": 1,
+		"row": map[string]any{"owner": "a", "title": "back"}}})
+	require.Equal(t, "accepted", res[0].Status, "%+v", res[0])
+	waitAckedPast(t, db)
+	rep2, _ := startScope(t, db, "tomb", "owner:a")
+	requireReplica(t, liveScope(t, db, liveScopeSQL, "owner:a"), rep2, "after tombstones were trimmed")
+}
