@@ -2274,6 +2274,16 @@ BEGIN
       'base_version', m -> 'base_version', 'row', row_in, 'columns', to_jsonb(cols::text[]));
   END LOOP;
 
+  -- A retired client id (synchro.retire_client) is refused: the device continues as a
+  -- new client. The client's lock, shared by its pushes and taken exclusively by
+  -- retire_client, is held to the end of this transaction, so the check below (a new
+  -- snapshot under READ COMMITTED) sees a retirement that committed before, and a
+  -- retirement after waits for this push and deletes what it records.
+  PERFORM pg_advisory_xact_lock_shared(hashtextextended('synchro.client/' || client_id, synchro._lock_seed()));
+  IF EXISTS (SELECT 1 FROM synchro.retired_client rc WHERE rc.client_id = _push_prepare.client_id) THEN
+    RAISE EXCEPTION 'rebuild_required: this client_id was retired; continue as a new client' USING ERRCODE = 'SY409';
+  END IF;
+
   -- Idempotency. Concurrent pushes of the same (client, mutation id) serialize on a
   -- transaction-scoped advisory lock, taken in one global order to avoid deadlocks,
   -- keyed with the install's secret seed (no other role can hold it by guessing).
@@ -2998,6 +3008,37 @@ $$;
 ALTER FUNCTION synchro._reset_tables() OWNER TO postgres;
 
 --
+-- Name: _retention_floor(bigint, timestamp with time zone); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._retention_floor(gen bigint, cutoff timestamp with time zone, OUT effect_horizon pg_lsn, OUT ledger_floor pg_lsn) RETURNS record
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  young pg_lsn;
+  ack   pg_lsn;
+BEGIN
+  SELECT t.commit_lsn INTO young FROM synchro.txn t
+   WHERE t.stream_generation = gen AND t.materialized_at >= cutoff
+   ORDER BY t.commit_lsn LIMIT 1;
+  SELECT max(t.commit_lsn) INTO effect_horizon FROM synchro.txn t
+   WHERE t.stream_generation = gen AND (young IS NULL OR t.commit_lsn < young);
+
+  SELECT coalesce(p.acknowledged_end_lsn, p.generation_start_lsn) INTO ack
+    FROM synchro.progress p WHERE p.stream_generation = gen;
+  IF effect_horizon IS NULL OR ack IS NULL THEN
+    RETURN; -- ledger_floor NULL: not the active generation, or nothing old enough
+  END IF;
+  SELECT max(t.commit_lsn) INTO ledger_floor FROM synchro.txn t
+   WHERE t.stream_generation = gen AND t.commit_lsn <= effect_horizon AND t.end_lsn <= ack;
+END
+$$;
+
+
+ALTER FUNCTION synchro._retention_floor(gen bigint, cutoff timestamp with time zone, OUT effect_horizon pg_lsn, OUT ledger_floor pg_lsn) OWNER TO postgres;
+
+--
 -- Name: _row_image(jsonb, name[]); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -3056,6 +3097,38 @@ $$;
 
 
 ALTER FUNCTION synchro._scope_rule_generation(scope text) OWNER TO postgres;
+
+--
+-- Name: _setting_interval(text); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._setting_interval(setting_name text) RETURNS interval
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET "IntervalStyle" TO 'postgres'
+    AS $$
+DECLARE
+  v text;
+  i interval;
+BEGIN
+  SELECT s.value INTO v FROM synchro.setting s WHERE s.name = setting_name;
+  IF v IS NULL THEN
+    RETURN NULL;
+  END IF;
+  BEGIN
+    i := v::interval;
+  EXCEPTION WHEN OTHERS THEN
+    RETURN NULL;
+  END;
+  IF i < interval '0' THEN
+    RETURN NULL;
+  END IF;
+  RETURN i;
+END
+$$;
+
+
+ALTER FUNCTION synchro._setting_interval(setting_name text) OWNER TO postgres;
 
 --
 -- Name: _stage_clear(boolean); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -3795,23 +3868,42 @@ ALTER FUNCTION synchro.begin_reset(reason text) OWNER TO postgres;
 CREATE FUNCTION synchro.compact(keep interval) RETURNS jsonb
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
+    SET "IntervalStyle" TO 'postgres'
+    AS $_$
 DECLARE
   gen      bigint;
-  horizon  pg_lsn;
-  batch    int;
-  deleted  bigint := 0;
-  batches  int := 0;
+  retired  bigint[];
   cutoff   timestamptz;
-  changes  bigint := 0; -- consumer groups' change record (issue 11)
+  eff_h    pg_lsn; -- synchro._retention_floor's effect horizon
+  led_f    pg_lsn; -- and its ledger floor
+  horizon  pg_lsn;
+  budget   int;
+  lim      int;
+  n        bigint;
+  nf       bigint;
+  nr       bigint;
+  keep_out interval;
+  keep_ret interval;
+  d_effects bigint := 0;
+  d_events  bigint := 0;
+  d_fences  bigint := 0;
+  d_tombs   bigint := 0;
+  d_txns    bigint := 0;
+  d_quar    bigint := 0;
+  d_outs    bigint := 0;
+  d_retired bigint := 0;
+  changes   bigint := 0; -- consumer groups' change record (issue 11)
 BEGIN
   IF keep IS NULL OR keep < interval '0' THEN
     RAISE EXCEPTION 'compact refused: keep must be a non-negative interval' USING ERRCODE = 'SY400';
   END IF;
-  SELECT p.stream_generation INTO gen FROM synchro.progress p;
-  IF gen IS NULL THEN
-    RETURN jsonb_build_object('deleted_effects', 0, 'batches', 0, 'horizon', NULL, 'deleted_changes', 0);
-  END IF;
+  -- One compaction at a time: two would only wait on each other's rows. Transaction
+  -- scoped, so it is released with each batch.
+  PERFORM pg_advisory_xact_lock(hashtextextended('synchro.compact', synchro._lock_seed()));
+  SELECT CASE WHEN s.value ~ '^[0-9]{1,7}$' THEN s.value::int END INTO budget
+    FROM synchro.setting s WHERE s.name = 'compact_batch_rows';
+  budget := coalesce(budget, 10000);
+  lim := budget;
   -- An enormous keep (beyond the range of timestamptz) keeps everything: nothing was
   -- materialized that long ago.
   BEGIN
@@ -3819,48 +3911,217 @@ BEGIN
   EXCEPTION WHEN datetime_field_overflow THEN
     cutoff := '-infinity';
   END;
-  SELECT max(t.commit_lsn) INTO horizon FROM synchro.txn t
-   WHERE t.stream_generation = gen AND t.materialized_at < cutoff;
-  IF horizon IS NULL THEN
+
+  SELECT p.stream_generation INTO gen FROM synchro.progress p;
+  retired := ARRAY(SELECT g.stream_generation FROM synchro.stream_generation g WHERE g.state = 'retired');
+  IF gen IS NOT NULL THEN
+    SELECT f.effect_horizon, f.ledger_floor INTO eff_h, led_f FROM synchro._retention_floor(gen, cutoff) f;
+    -- The horizon first: from here on, cursors below it are stale. It never moves
+    -- back (a longer keep than last time changes nothing).
+    IF eff_h IS NOT NULL THEN
+      INSERT INTO synchro.retention AS r (stream_generation, horizon_commit_lsn)
+      VALUES (gen, eff_h)
+      ON CONFLICT (stream_generation) DO UPDATE
+        SET horizon_commit_lsn = excluded.horizon_commit_lsn, updated_at = now()
+        WHERE r.horizon_commit_lsn < excluded.horizon_commit_lsn;
+    END IF;
     SELECT r.horizon_commit_lsn INTO horizon FROM synchro.retention r WHERE r.stream_generation = gen;
-    RETURN jsonb_build_object('deleted_effects', 0, 'batches', 0, 'horizon', horizon, 'deleted_changes', 0);
+    -- Consumer groups (issue 11): the change record up to the same horizon, never past
+    -- a group's unacknowledged change (synchro._consumer_floor inside), in this batch's
+    -- transaction with the floor it read.
+    IF horizon IS NOT NULL THEN
+      changes := synchro._consumer_compact(gen, horizon);
+    END IF;
+
+    -- 1. Pull effects at or below the horizon.
+    IF horizon IS NOT NULL THEN
+      DELETE FROM synchro.effect e
+       WHERE e.ctid = ANY (ARRAY(
+         SELECT x.ctid FROM synchro.effect x
+          WHERE x.stream_generation = gen AND x.commit_lsn <= horizon LIMIT lim));
+      GET DIAGNOSTICS n = ROW_COUNT;
+      d_effects := d_effects + n;
+      lim := lim - n;
+    END IF;
   END IF;
-  -- The horizon first: from here on, cursors below it are stale.
-  INSERT INTO synchro.retention AS r (stream_generation, horizon_commit_lsn)
-  VALUES (gen, horizon)
-  ON CONFLICT (stream_generation) DO UPDATE
-    SET horizon_commit_lsn = greatest(r.horizon_commit_lsn, excluded.horizon_commit_lsn), updated_at = now()
-  RETURNING r.horizon_commit_lsn INTO horizon; -- a longer keep never moves it back
-  LOOP
-    DELETE FROM synchro.effect e
-     WHERE e.ctid = ANY (ARRAY(
-       SELECT x.ctid FROM synchro.effect x
-        WHERE x.stream_generation = gen AND x.commit_lsn <= horizon
-        LIMIT 10000));
-    GET DIAGNOSTICS batch = ROW_COUNT;
-    EXIT WHEN batch = 0;
-    deleted := deleted + batch;
-    batches := batches + 1;
-  END LOOP;
   -- Effects of retired stream generations are never pulled again.
-  LOOP
+  IF lim > 0 AND cardinality(retired) > 0 THEN
     DELETE FROM synchro.effect e
-     WHERE e.ctid = ANY (ARRAY(SELECT x.ctid FROM synchro.effect x WHERE x.stream_generation <> gen LIMIT 10000));
-    GET DIAGNOSTICS batch = ROW_COUNT;
-    EXIT WHEN batch = 0;
-    deleted := deleted + batch;
-    batches := batches + 1;
+     WHERE e.ctid = ANY (ARRAY(SELECT x.ctid FROM synchro.effect x WHERE x.stream_generation = ANY (retired) LIMIT lim));
+    GET DIAGNOSTICS n = ROW_COUNT;
+    d_effects := d_effects + n;
+    lim := lim - n;
+  END IF;
+
+  -- 2. Replay ledger events at or below the ledger floor (or of a retired generation),
+  -- with what each one settled: the push write fence it covered (a covered fence gates
+  -- nothing any more) and, for a deletion, the row's reservation when it still holds
+  -- that deletion's version (a key inserted again since has a new version and keeps
+  -- its reservation). A reservation some transaction has locked right now is skipped,
+  -- never waited for: that transaction is inserting the key again. Fence-id
+  -- uniqueness is checked against the retained ledger only: docs/retention.md says
+  -- why that is enough.
+  IF lim > 0 AND (led_f IS NOT NULL OR cardinality(retired) > 0) THEN
+    WITH ev AS (
+      DELETE FROM synchro.event e
+       WHERE e.ctid = ANY (ARRAY(
+         SELECT x.ctid FROM synchro.event x
+          WHERE (x.stream_generation = gen AND x.commit_lsn <= led_f) OR x.stream_generation = ANY (retired)
+          LIMIT lim))
+      RETURNING e.fence_id, e.op, e.relation_id, e.pk, e.version),
+    wf AS (
+      DELETE FROM synchro.write_fence w
+       USING ev WHERE w.fence_id = ev.fence_id AND w.coverage IS NOT NULL
+      RETURNING 1),
+    rv AS (
+      DELETE FROM synchro.row_version r
+       WHERE r.ctid = ANY (ARRAY(
+         SELECT v.ctid FROM synchro.row_version v JOIN ev
+             ON ev.op = 'delete' AND v.relation_id = ev.relation_id AND v.pk = ev.pk AND v.version = ev.version
+          WHERE v.deleted
+            FOR UPDATE OF v SKIP LOCKED))
+         AND r.deleted
+      RETURNING 1)
+    SELECT (SELECT count(*) FROM ev), (SELECT count(*) FROM wf), (SELECT count(*) FROM rv) INTO n, nf, nr;
+    d_events := d_events + n;
+    d_fences := d_fences + nf;
+    d_tombs := d_tombs + nr;
+    lim := lim - n;
+  END IF;
+
+  -- 3. Replay ledger transactions at or below the ledger floor (or of a retired
+  -- generation): materialization asks only whether the identity of a transaction it
+  -- is sent exists, and no transaction at or below the floor is ever sent again.
+  IF lim > 0 AND (led_f IS NOT NULL OR cardinality(retired) > 0) THEN
+    DELETE FROM synchro.txn t
+     WHERE t.ctid = ANY (ARRAY(
+       SELECT x.ctid FROM synchro.txn x
+        WHERE (x.stream_generation = gen AND x.commit_lsn <= led_f) OR x.stream_generation = ANY (retired)
+        LIMIT lim));
+    GET DIAGNOSTICS n = ROW_COUNT;
+    d_txns := d_txns + n;
+    lim := lim - n;
+  END IF;
+
+  -- 4. Resolved quarantine records of transactions at or below the ledger floor (or of
+  -- a retired generation). An unresolved one blocks the stream and always stays.
+  IF lim > 0 AND (led_f IS NOT NULL OR cardinality(retired) > 0) THEN
+    DELETE FROM synchro.quarantine q
+     WHERE q.ctid = ANY (ARRAY(
+       SELECT x.ctid FROM synchro.quarantine x
+        WHERE x.resolved_at IS NOT NULL
+          AND ((x.stream_generation = gen AND x.commit_lsn <= led_f) OR x.stream_generation = ANY (retired))
+        LIMIT lim));
+    GET DIAGNOSTICS n = ROW_COUNT;
+    d_quar := d_quar + n;
+    lim := lim - n;
+  END IF;
+
+  -- 5. Push outcomes older than the operator's age limit, oldest first. A missing or
+  -- unreadable setting keeps them all.
+  keep_out := synchro._setting_interval('outcome_retention');
+  IF lim > 0 AND keep_out IS NOT NULL THEN
+    BEGIN
+      DELETE FROM synchro.mutation_outcome o
+       WHERE o.ctid = ANY (ARRAY(
+         SELECT x.ctid FROM synchro.mutation_outcome x
+          WHERE x.decided_at < now() - keep_out ORDER BY x.decided_at LIMIT lim));
+      GET DIAGNOSTICS n = ROW_COUNT;
+    EXCEPTION WHEN datetime_field_overflow THEN
+      n := 0; -- a limit beyond the range of timestamptz: nothing is that old
+    END;
+    d_outs := d_outs + n;
+    lim := lim - n;
+  END IF;
+
+  -- 6. A push whose snapshot predates a retire_client it raced (REPEATABLE READ or
+  -- SERIALIZABLE callers) may still have recorded outcomes and fences for the retired
+  -- client after retire_client deleted them: they go here.
+  IF lim > 0 AND EXISTS (SELECT 1 FROM synchro.retired_client) THEN
+    DELETE FROM synchro.mutation_outcome o
+     WHERE o.ctid = ANY (ARRAY(
+       SELECT x.ctid FROM synchro.retired_client rc JOIN synchro.mutation_outcome x ON x.client_id = rc.client_id
+        LIMIT lim));
+    GET DIAGNOSTICS n = ROW_COUNT;
+    d_outs := d_outs + n;
+    lim := lim - n;
+  END IF;
+  IF lim > 0 AND EXISTS (SELECT 1 FROM synchro.retired_client) THEN
+    DELETE FROM synchro.write_fence w
+     WHERE w.ctid = ANY (ARRAY(
+       SELECT x.ctid FROM synchro.retired_client rc JOIN synchro.write_fence x ON x.client_id = rc.client_id
+        LIMIT lim));
+    GET DIAGNOSTICS n = ROW_COUNT;
+    d_fences := d_fences + n;
+    lim := lim - n;
+  END IF;
+
+  -- 7. Retired client ids older than their retention: the id is accepted again.
+  keep_ret := synchro._setting_interval('retired_client_retention');
+  IF lim > 0 AND keep_ret IS NOT NULL THEN
+    BEGIN
+      DELETE FROM synchro.retired_client c
+       WHERE c.ctid = ANY (ARRAY(
+         SELECT x.ctid FROM synchro.retired_client x
+          WHERE x.retired_at < now() - keep_ret ORDER BY x.retired_at LIMIT lim));
+      GET DIAGNOSTICS n = ROW_COUNT;
+    EXCEPTION WHEN datetime_field_overflow THEN
+      n := 0;
+    END;
+    d_retired := d_retired + n;
+    lim := lim - n;
+  END IF;
+
+  RETURN jsonb_build_object(
+    'horizon', horizon,
+    'batches', CASE WHEN lim < budget OR d_fences + d_tombs > 0 THEN 1 ELSE 0 END,
+    'done', lim > 0,
+    'deleted_effects', d_effects,
+    'deleted_events', d_events,
+    'deleted_transactions', d_txns,
+    'deleted_write_fences', d_fences,
+    'deleted_reservations', d_tombs,
+    'deleted_quarantine', d_quar,
+    'deleted_outcomes', d_outs,
+    'deleted_retired_clients', d_retired,
+    'deleted_changes', changes);
+END
+$_$;
+
+
+ALTER FUNCTION synchro.compact(keep interval) OWNER TO postgres;
+
+--
+-- Name: compact_all(interval, jsonb); Type: PROCEDURE; Schema: synchro; Owner: postgres
+--
+
+CREATE PROCEDURE synchro.compact_all(IN keep interval, INOUT report jsonb DEFAULT NULL::jsonb)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  r     pg_catalog.jsonb;
+  total pg_catalog.jsonb := '{}';
+  k     pg_catalog.text;
+  calls pg_catalog.int8 := 0;
+BEGIN
+  LOOP
+    r := synchro.compact(keep);
+    calls := calls OPERATOR(pg_catalog.+) 1;
+    FOR k IN SELECT e.key FROM pg_catalog.jsonb_each(r) e WHERE e.key OPERATOR(pg_catalog.~~) 'deleted\_%' LOOP
+      total := total OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object(k,
+        COALESCE((total OPERATOR(pg_catalog.->>) k)::pg_catalog.int8, 0)
+          OPERATOR(pg_catalog.+) (r OPERATOR(pg_catalog.->>) k)::pg_catalog.int8);
+    END LOOP;
+    COMMIT;
+    EXIT WHEN (r OPERATOR(pg_catalog.->>) 'done')::pg_catalog.bool;
   END LOOP;
-  -- Consumer groups (issue 11): the change record up to the same horizon, never past a
-  -- group's unacknowledged change (synchro._consumer_floor inside).
-  changes := synchro._consumer_compact(gen, horizon);
-  RETURN jsonb_build_object('deleted_effects', deleted, 'batches', batches, 'horizon', horizon,
-                            'deleted_changes', changes);
+  report := total OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object(
+    'batches', calls, 'horizon', r OPERATOR(pg_catalog.->) 'horizon', 'done', true);
 END
 $$;
 
 
-ALTER FUNCTION synchro.compact(keep interval) OWNER TO postgres;
+ALTER PROCEDURE synchro.compact_all(IN keep interval, INOUT report jsonb) OWNER TO postgres;
 
 --
 -- Name: create_consumer_group(text, text, text[]); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -4319,7 +4580,14 @@ BEGIN
   SELECT coalesce(p.acknowledged_end_lsn, p.generation_start_lsn) INTO ack_before FROM synchro.progress p;
   IF have_stream THEN
     SELECT s.plugin, s.slot_type, s.temporary, s.wal_status, s.confirmed_flush_lsn,
-           s.database = pg_catalog.current_database() AS same_database
+           s.database = pg_catalog.current_database() AS same_database,
+           -- Retained WAL against max_slot_wal_keep_size (-1: unlimited) and what
+           -- may still be written before the slot starts losing WAL (NULL: unlimited).
+           CASE WHEN s.restart_lsn IS NOT NULL AND NOT pg_catalog.pg_is_in_recovery()
+                THEN (pg_catalog.pg_current_wal_lsn() OPERATOR(pg_catalog.-) s.restart_lsn)::int8 END AS retained_bytes,
+           s.safe_wal_size AS safe_bytes,
+           (SELECT CASE WHEN st.setting::int8 < 0 THEN -1 ELSE st.setting::int8 * 1048576 END
+              FROM pg_catalog.pg_settings st WHERE st.name = 'max_slot_wal_keep_size') AS max_keep_bytes
       INTO slot
       FROM pg_catalog.pg_replication_slots s WHERE s.slot_name = sg.slot_name;
     have_slot := FOUND;
@@ -4528,7 +4796,8 @@ BEGIN
     ELSE
       ok := slot.slot_type = 'logical' AND slot.same_database AND NOT slot.temporary
             AND slot.plugin = sg.plugin
-            AND slot.wal_status IS NOT NULL AND slot.wal_status <> 'lost'
+            -- unreserved: past max_slot_wal_keep_size, lost at the next checkpoint
+            AND slot.wal_status IS NOT NULL AND slot.wal_status NOT IN ('lost', 'unreserved')
             AND slot.confirmed_flush_lsn IS NOT NULL AND have_progress AND wal IS NOT NULL
             AND ack_before IS NOT NULL AND slot.confirmed_flush_lsn >= ack_before AND slot.confirmed_flush_lsn <= pr.processed_end_lsn
             AND slot.confirmed_flush_lsn <= wal
@@ -4536,11 +4805,14 @@ BEGIN
             AND (NOT have_runner OR rn.decoder = sg.plugin);
       ok := coalesce(ok, false);
       detail := pg_catalog.format(
-        'plugin_matches=%s wal_status=%s confirmed_flush_lsn=%s acknowledged_lsn=%s processed_end_lsn=%s current_wal_lsn=%s runner_slot_matches=%s runner_decoder_matches=%s',
+        'plugin_matches=%s wal_status=%s confirmed_flush_lsn=%s acknowledged_lsn=%s processed_end_lsn=%s current_wal_lsn=%s runner_slot_matches=%s runner_decoder_matches=%s'
+        ' retained_wal_bytes=%s max_slot_wal_keep_bytes=%s safe_wal_bytes=%s',
         (slot.plugin = sg.plugin)::text, coalesce(slot.wal_status, 'null'), coalesce(slot.confirmed_flush_lsn::text, 'null'),
         coalesce(ack_before::text, 'null'), coalesce(pr.processed_end_lsn::text, 'null'), coalesce(wal::text, 'unknown'),
         CASE WHEN have_runner THEN (rn.slot_name = sg.slot_name)::text ELSE 'no_runner' END,
-        CASE WHEN have_runner THEN coalesce((rn.decoder = sg.plugin)::text, 'unknown') ELSE 'no_runner' END);
+        CASE WHEN have_runner THEN coalesce((rn.decoder = sg.plugin)::text, 'unknown') ELSE 'no_runner' END,
+        coalesce(slot.retained_bytes::text, 'unknown'), coalesce(slot.max_keep_bytes::text, 'unknown'),
+        coalesce(slot.safe_bytes::text, 'unlimited'));
     END IF;
   END IF;
   RETURN NEXT;
@@ -4944,6 +5216,39 @@ $$;
 
 
 ALTER FUNCTION synchro.reset_status(reset_id uuid) OWNER TO postgres;
+
+--
+-- Name: retire_client(text); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro.retire_client(client_id text) RETURNS jsonb
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  already  boolean;
+  outcomes bigint;
+  fences   bigint;
+BEGIN
+  IF client_id IS NULL OR length(client_id) NOT BETWEEN 1 AND 256 THEN
+    RAISE EXCEPTION 'retire_client: client_id must be 1 to 256 characters' USING ERRCODE = 'SY400';
+  END IF;
+  PERFORM pg_advisory_xact_lock(hashtextextended('synchro.client/' || client_id, synchro._lock_seed()));
+  INSERT INTO synchro.retired_client AS c (client_id) VALUES (retire_client.client_id)
+  ON CONFLICT ON CONSTRAINT retired_client_pkey DO NOTHING;
+  already := NOT FOUND;
+  DELETE FROM synchro.mutation_outcome o WHERE o.client_id = retire_client.client_id;
+  GET DIAGNOSTICS outcomes = ROW_COUNT;
+  -- Pending fences too: nothing gates on a retired client any more; materialization
+  -- covers only the fences it finds.
+  DELETE FROM synchro.write_fence w WHERE w.client_id = retire_client.client_id;
+  GET DIAGNOSTICS fences = ROW_COUNT;
+  RETURN jsonb_build_object('already_retired', already, 'deleted_outcomes', outcomes, 'deleted_write_fences', fences);
+END
+$$;
+
+
+ALTER FUNCTION synchro.retire_client(client_id text) OWNER TO postgres;
 
 --
 -- Name: retry_poison(); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -5379,7 +5684,7 @@ BEGIN
   SELECT p.registry_generation INTO STRICT reg FROM synchro.progress p;
   res := synchro._baseline_index(reg, r.index_step, r.index_rel, r.index_pk, chunk);
   PERFORM synchro._reset_swap(false);
-  PERFORM synchro._stage_reset(true);
+  PERFORM synchro._stage_reset(NULL);
   IF res.n = chunk THEN
     UPDATE synchro.reset x SET index_rel = res.last_rel, index_pk = res.last_pk WHERE x.reset_id = r.reset_id;
     RETURN false;
@@ -5564,7 +5869,7 @@ BEGIN
   SELECT count(*), coalesce(sum(('x' || left(md5(w.scope || ':' || w.relation_id || ':' || w.pk), 16))::bit(64)::bigint::numeric), 0)
     INTO c, s FROM (SELECT DISTINCT w0.scope, w0.relation_id, w0.pk FROM pg_temp.synchro_w_scopes w0) w;
   PERFORM synchro._reset_swap(false);
-  PERFORM synchro._stage_reset(true);
+  PERFORM synchro._stage_reset(NULL);
 
   c := coalesce(r.verify_count, 0) + c;
   s := coalesce(r.verify_sum, 0) + s;
@@ -6268,6 +6573,18 @@ CREATE TABLE synchro.retention (
 ALTER TABLE synchro.retention OWNER TO postgres;
 
 --
+-- Name: retired_client; Type: TABLE; Schema: synchro; Owner: postgres
+--
+
+CREATE TABLE synchro.retired_client (
+    client_id text NOT NULL,
+    retired_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+
+ALTER TABLE synchro.retired_client OWNER TO postgres;
+
+--
 -- Name: row_version; Type: TABLE; Schema: synchro; Owner: postgres
 --
 
@@ -6366,12 +6683,26 @@ ALTER TABLE synchro.server_key OWNER TO postgres;
 CREATE TABLE synchro.setting (
     name text NOT NULL,
     value text NOT NULL,
+    CONSTRAINT setting_compact_batch_rows CHECK (((name <> 'compact_batch_rows'::text) OR
+CASE
+    WHEN (value ~ '^[0-9]{1,7}$'::text) THEN (((value)::integer >= 1) AND ((value)::integer <= 1000000))
+    ELSE false
+END)),
     CONSTRAINT setting_consumer_group_resume_window CHECK (((name <> 'consumer_group_resume_window_seconds'::text) OR (value ~ '^[0-9]{1,10}$'::text))),
     CONSTRAINT setting_page_byte_budget CHECK (((name <> 'page_byte_budget'::text) OR
 CASE
     WHEN (value ~ '^[0-9]{1,9}$'::text) THEN (((value)::integer >= 1) AND ((value)::integer <= 67108864))
     ELSE false
-END))
+END)),
+    CONSTRAINT setting_retention_interval CHECK (
+CASE
+    WHEN (name = ANY (ARRAY['outcome_retention'::text, 'retired_client_retention'::text])) THEN
+    CASE
+        WHEN ((length(value) >= 1) AND (length(value) <= 64)) THEN ((value)::interval >= '00:00:00'::interval)
+        ELSE false
+    END
+    ELSE true
+END)
 );
 
 
@@ -6629,6 +6960,14 @@ ALTER TABLE ONLY synchro.retention
 
 
 --
+-- Name: retired_client retired_client_pkey; Type: CONSTRAINT; Schema: synchro; Owner: postgres
+--
+
+ALTER TABLE ONLY synchro.retired_client
+    ADD CONSTRAINT retired_client_pkey PRIMARY KEY (client_id);
+
+
+--
 -- Name: row_version row_version_pkey; Type: CONSTRAINT; Schema: synchro; Owner: postgres
 --
 
@@ -6724,6 +7063,13 @@ CREATE INDEX membership_rebuild_order ON synchro.membership USING btree (scope_h
 
 
 --
+-- Name: mutation_outcome_by_age; Type: INDEX; Schema: synchro; Owner: postgres
+--
+
+CREATE INDEX mutation_outcome_by_age ON synchro.mutation_outcome USING btree (decided_at);
+
+
+--
 -- Name: projection_int_order; Type: INDEX; Schema: synchro; Owner: postgres
 --
 
@@ -6752,6 +7098,13 @@ CREATE UNIQUE INDEX reset_one_open ON synchro.reset USING btree ((true)) WHERE (
 
 
 --
+-- Name: retired_client_by_age; Type: INDEX; Schema: synchro; Owner: postgres
+--
+
+CREATE INDEX retired_client_by_age ON synchro.retired_client USING btree (retired_at);
+
+
+--
 -- Name: rule_value_by_row; Type: INDEX; Schema: synchro; Owner: postgres
 --
 
@@ -6763,6 +7116,13 @@ CREATE INDEX rule_value_by_row ON synchro.rule_value USING btree (relation_id, p
 --
 
 CREATE UNIQUE INDEX stream_generation_one_active ON synchro.stream_generation USING btree (state) WHERE (state = 'active'::text);
+
+
+--
+-- Name: write_fence_by_client; Type: INDEX; Schema: synchro; Owner: postgres
+--
+
+CREATE INDEX write_fence_by_client ON synchro.write_fence USING btree (client_id);
 
 
 --
@@ -7310,6 +7670,13 @@ REVOKE ALL ON FUNCTION synchro._reset_tables() FROM PUBLIC;
 
 
 --
+-- Name: FUNCTION _retention_floor(gen bigint, cutoff timestamp with time zone, OUT effect_horizon pg_lsn, OUT ledger_floor pg_lsn); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._retention_floor(gen bigint, cutoff timestamp with time zone, OUT effect_horizon pg_lsn, OUT ledger_floor pg_lsn) FROM PUBLIC;
+
+
+--
 -- Name: FUNCTION _row_image(full_row jsonb, columns name[]); Type: ACL; Schema: synchro; Owner: postgres
 --
 
@@ -7335,6 +7702,13 @@ REVOKE ALL ON FUNCTION synchro._scope_hash(v text) FROM PUBLIC;
 --
 
 REVOKE ALL ON FUNCTION synchro._scope_rule_generation(scope text) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _setting_interval(setting_name text); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._setting_interval(setting_name text) FROM PUBLIC;
 
 
 --
@@ -7459,6 +7833,14 @@ GRANT ALL ON FUNCTION synchro.compact(keep interval) TO synchro_operator;
 
 
 --
+-- Name: PROCEDURE compact_all(IN keep interval, INOUT report jsonb); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON PROCEDURE synchro.compact_all(IN keep interval, INOUT report jsonb) FROM PUBLIC;
+GRANT ALL ON PROCEDURE synchro.compact_all(IN keep interval, INOUT report jsonb) TO synchro_operator;
+
+
+--
 -- Name: FUNCTION create_consumer_group(name text, start text, table_ids text[]); Type: ACL; Schema: synchro; Owner: postgres
 --
 
@@ -7570,6 +7952,14 @@ GRANT ALL ON FUNCTION synchro.remove_consumer_group(name text, confirm text) TO 
 
 REVOKE ALL ON FUNCTION synchro.reset_status(reset_id uuid) FROM PUBLIC;
 GRANT ALL ON FUNCTION synchro.reset_status(reset_id uuid) TO synchro_operator;
+
+
+--
+-- Name: FUNCTION retire_client(client_id text); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro.retire_client(client_id text) FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.retire_client(client_id text) TO synchro_operator;
 
 
 --

@@ -253,6 +253,11 @@ type SynchroRetention struct {
 	UpdatedAt        time.Time
 }
 
+type SynchroRetiredClient struct {
+	ClientID  string
+	RetiredAt time.Time
+}
+
 type SynchroRowVersion struct {
 	RelationID int64
 	Pk         string

@@ -33,6 +33,7 @@ type Metrics struct {
 	heartbeatAge     prometheus.Gauge
 	retainedWAL      prometheus.Gauge
 	maxKeepWAL       prometheus.Gauge
+	safeWAL          prometheus.Gauge
 	poisonState      prometheus.Gauge
 	readyState       prometheus.Gauge
 	refreshErrors    prometheus.Counter
@@ -137,6 +138,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "synchro_slot_max_wal_keep_bytes",
 			Help: "The server's max_slot_wal_keep_size in bytes; -1 when unlimited.",
 		}),
+		safeWAL: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "synchro_slot_safe_wal_bytes",
+			Help: "WAL that may still be written before the slot starts losing WAL it needs (safe_wal_size); -1 when max_slot_wal_keep_size is unlimited, NaN without the slot.",
+		}),
 		poisonState: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "synchro_poisoned",
 			Help: "1 while an unresolved poison transaction blocks the stream (the poison check of synchro.readiness()), else 0.",
@@ -159,10 +164,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Failed refreshes of the database-side gauges (they keep their last values, NaN after a failure).",
 		}),
 	}
-	for _, g := range []prometheus.Gauge{m.walLag, m.commitLag, m.heartbeatAge, m.retainedWAL, m.maxKeepWAL, m.poisonState, m.readyState} {
+	for _, g := range []prometheus.Gauge{m.walLag, m.commitLag, m.heartbeatAge, m.retainedWAL, m.maxKeepWAL, m.safeWAL, m.poisonState, m.readyState} {
 		g.Set(math.NaN()) // unknown until the first refresh
 	}
-	reg.MustRegister(m.reconnects, m.latency, m.walLag, m.commitLag, m.heartbeatAge, m.retainedWAL, m.maxKeepWAL,
+	reg.MustRegister(m.reconnects, m.latency, m.walLag, m.commitLag, m.heartbeatAge, m.retainedWAL, m.maxKeepWAL, m.safeWAL,
 		m.poisonState, m.readyState, m.refreshErrors, m.groupLagTxns, m.groupLagSeconds)
 	reg.MustRegister(m.transactions, m.rowEvents, m.poison, m.ignored, m.transient, m.acks, m.idleAcks,
 		m.lastMaterialized, m.lastAcked, m.received, m.bufferBytes, m.bufferPeak, m.batchPeak,

@@ -20,7 +20,7 @@ const observeBudget = 10 * time.Second
 type gauges struct {
 	walLag, commitLag, heartbeatAge float64
 	poisoned, ready                 float64
-	retained, maxKeep               float64
+	retained, maxKeep, safe         float64
 	groups                          []gen.ConsumerGroupLagRow // nil when unknown
 }
 
@@ -60,7 +60,7 @@ func (r *Runner) observeLoop(ctx context.Context, quit <-chan struct{}) {
 // observe reads one set of gauges; conn nil is a failed connection.
 func (r *Runner) observe(ctx context.Context, conn *pgx.Conn) (gauges, error) {
 	g := gauges{walLag: math.NaN(), commitLag: math.NaN(), heartbeatAge: math.NaN(), poisoned: math.NaN(),
-		ready: math.NaN(), retained: math.NaN(), maxKeep: math.NaN()}
+		ready: math.NaN(), retained: math.NaN(), maxKeep: math.NaN(), safe: math.NaN()}
 	if conn == nil {
 		return g, errNoConnection
 	}
@@ -92,6 +92,9 @@ func (r *Runner) observe(ctx context.Context, conn *pgx.Conn) (gauges, error) {
 		return g, err
 	}
 	g.groups = groups
+	if slot.SafeBytes >= -1 {
+		g.safe = float64(slot.SafeBytes)
+	}
 	return g, nil
 }
 
@@ -169,4 +172,5 @@ func (m *Metrics) observed(g gauges, err error) {
 		m.groupLagTxns.WithLabelValues(r.Name).Set(float64(r.LagTransactions))
 		m.groupLagSeconds.WithLabelValues(r.Name).Set(r.LagSeconds)
 	}
+	m.safeWAL.Set(g.safe)
 }

@@ -189,6 +189,7 @@ func TestRunnerMetricsGauges(t *testing.T) {
 	require.GreaterOrEqual(t, finite("synchro_heartbeat_age_seconds"), 0.0)
 	require.Greater(t, finite("synchro_slot_retained_wal_bytes"), 0.0)
 	require.Equal(t, -1.0, finite("synchro_slot_max_wal_keep_bytes"), "the test cluster keeps slot WAL without limit")
+	require.Equal(t, -1.0, finite("synchro_slot_safe_wal_bytes"), "no limit: no WAL is ever unsafe")
 	require.Equal(t, 0.0, finite("synchro_poisoned"))
 	require.Equal(t, 0.0, rr.counter(t, "synchro_runner_reconnects_total"))
 	n0, _ := rr.histogram(t, "synchro_materialization_latency_seconds")

@@ -382,6 +382,16 @@ func TestHostileReaders(t *testing.T) {
 		hostileCase{name: "ActivateResetUnknown", operator: true, sql: `SELECT synchro.activate_reset(gen_random_uuid())`, code: "SY400"},
 		hostileCase{name: "AbortResetNull", operator: true, sql: `SELECT synchro.abort_reset($1)`, args: []any{nil}, code: "SY400"},
 		hostileCase{name: "AbortResetUnknown", operator: true, sql: `SELECT synchro.abort_reset(gen_random_uuid())`, code: "SY400"},
+		hostileCase{name: "CompactAllNull", operator: true, sql: `CALL synchro.compact_all($1::interval)`, args: []any{nil}, code: "SY400"},
+		hostileCase{name: "CompactAllNegative", operator: true, sql: `CALL synchro.compact_all('-1 microsecond')`, code: "SY400"},
+		hostileCase{name: "CompactAllEnormousKeep", operator: true, sql: `CALL synchro.compact_all('178000000 years')`},
+		hostileCase{name: "CompactAllAsApp", sql: `CALL synchro.compact_all('178000000 years')`, code: "42501"},
+		// retire_client refuses before it records anything.
+		hostileCase{name: "RetireClientNull", operator: true, sql: `SELECT synchro.retire_client($1::text)`, args: []any{nil}, code: "SY400"},
+		hostileCase{name: "RetireClientEmpty", operator: true, sql: `SELECT synchro.retire_client('')`, code: "SY400"},
+		hostileCase{name: "RetireClientTooLong", operator: true, sql: `SELECT synchro.retire_client($1::text)`, args: []any{strings.Repeat("c", 257)}, code: "SY400"},
+		hostileCase{name: "RetireClient10MB", operator: true, sql: `SELECT synchro.retire_client($1::text)`, args: []any{tenMB}, code: "SY400"},
+		hostileCase{name: "RetireClientAsApp", sql: `SELECT synchro.retire_client('r')`, code: "42501"},
 	)
 	runHostile(t, env.db, cases)
 }

@@ -512,6 +512,8 @@ func TestPrivilegeBoundary(t *testing.T) {
 		"synchro.add_scope_rule(text,text,name)",
 		"synchro.add_scope_rule(text,text,name,regclass,name,name)",
 		"synchro.compact(interval)",
+		"synchro.compact_all(interval,jsonb)",
+		"synchro.retire_client(text)",
 		"synchro.register_dependency(regclass,name[])",
 		"synchro.register_table(regclass,text,name[])",
 		"synchro.retry_poison()",

@@ -145,6 +145,16 @@ BEGIN
       'base_version', m -> 'base_version', 'row', row_in, 'columns', to_jsonb(cols::text[]));
   END LOOP;
 
+  -- A retired client id (synchro.retire_client) is refused: the device continues as a
+  -- new client. The client's lock, shared by its pushes and taken exclusively by
+  -- retire_client, is held to the end of this transaction, so the check below (a new
+  -- snapshot under READ COMMITTED) sees a retirement that committed before, and a
+  -- retirement after waits for this push and deletes what it records.
+  PERFORM pg_advisory_xact_lock_shared(hashtextextended('synchro.client/' || client_id, synchro._lock_seed()));
+  IF EXISTS (SELECT 1 FROM synchro.retired_client rc WHERE rc.client_id = _push_prepare.client_id) THEN
+    RAISE EXCEPTION 'rebuild_required: this client_id was retired; continue as a new client' USING ERRCODE = 'SY409';
+  END IF;
+
   -- Idempotency. Concurrent pushes of the same (client, mutation id) serialize on a
   -- transaction-scoped advisory lock, taken in one global order to avoid deadlocks,
   -- keyed with the install's secret seed (no other role can hold it by guessing).

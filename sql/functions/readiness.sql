@@ -61,7 +61,14 @@ BEGIN
   SELECT coalesce(p.acknowledged_end_lsn, p.generation_start_lsn) INTO ack_before FROM synchro.progress p;
   IF have_stream THEN
     SELECT s.plugin, s.slot_type, s.temporary, s.wal_status, s.confirmed_flush_lsn,
-           s.database = pg_catalog.current_database() AS same_database
+           s.database = pg_catalog.current_database() AS same_database,
+           -- Retained WAL against max_slot_wal_keep_size (-1: unlimited) and what
+           -- may still be written before the slot starts losing WAL (NULL: unlimited).
+           CASE WHEN s.restart_lsn IS NOT NULL AND NOT pg_catalog.pg_is_in_recovery()
+                THEN (pg_catalog.pg_current_wal_lsn() OPERATOR(pg_catalog.-) s.restart_lsn)::int8 END AS retained_bytes,
+           s.safe_wal_size AS safe_bytes,
+           (SELECT CASE WHEN st.setting::int8 < 0 THEN -1 ELSE st.setting::int8 * 1048576 END
+              FROM pg_catalog.pg_settings st WHERE st.name = 'max_slot_wal_keep_size') AS max_keep_bytes
       INTO slot
       FROM pg_catalog.pg_replication_slots s WHERE s.slot_name = sg.slot_name;
     have_slot := FOUND;
@@ -270,7 +277,8 @@ BEGIN
     ELSE
       ok := slot.slot_type = 'logical' AND slot.same_database AND NOT slot.temporary
             AND slot.plugin = sg.plugin
-            AND slot.wal_status IS NOT NULL AND slot.wal_status <> 'lost'
+            -- unreserved: past max_slot_wal_keep_size, lost at the next checkpoint
+            AND slot.wal_status IS NOT NULL AND slot.wal_status NOT IN ('lost', 'unreserved')
             AND slot.confirmed_flush_lsn IS NOT NULL AND have_progress AND wal IS NOT NULL
             AND ack_before IS NOT NULL AND slot.confirmed_flush_lsn >= ack_before AND slot.confirmed_flush_lsn <= pr.processed_end_lsn
             AND slot.confirmed_flush_lsn <= wal
@@ -278,11 +286,14 @@ BEGIN
             AND (NOT have_runner OR rn.decoder = sg.plugin);
       ok := coalesce(ok, false);
       detail := pg_catalog.format(
-        'plugin_matches=%s wal_status=%s confirmed_flush_lsn=%s acknowledged_lsn=%s processed_end_lsn=%s current_wal_lsn=%s runner_slot_matches=%s runner_decoder_matches=%s',
+        'plugin_matches=%s wal_status=%s confirmed_flush_lsn=%s acknowledged_lsn=%s processed_end_lsn=%s current_wal_lsn=%s runner_slot_matches=%s runner_decoder_matches=%s'
+        ' retained_wal_bytes=%s max_slot_wal_keep_bytes=%s safe_wal_bytes=%s',
         (slot.plugin = sg.plugin)::text, coalesce(slot.wal_status, 'null'), coalesce(slot.confirmed_flush_lsn::text, 'null'),
         coalesce(ack_before::text, 'null'), coalesce(pr.processed_end_lsn::text, 'null'), coalesce(wal::text, 'unknown'),
         CASE WHEN have_runner THEN (rn.slot_name = sg.slot_name)::text ELSE 'no_runner' END,
-        CASE WHEN have_runner THEN coalesce((rn.decoder = sg.plugin)::text, 'unknown') ELSE 'no_runner' END);
+        CASE WHEN have_runner THEN coalesce((rn.decoder = sg.plugin)::text, 'unknown') ELSE 'no_runner' END,
+        coalesce(slot.retained_bytes::text, 'unknown'), coalesce(slot.max_keep_bytes::text, 'unknown'),
+        coalesce(slot.safe_bytes::text, 'unlimited'));
     END IF;
   END IF;
   RETURN NEXT;

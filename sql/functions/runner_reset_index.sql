@@ -27,7 +27,7 @@ BEGIN
   SELECT p.registry_generation INTO STRICT reg FROM synchro.progress p;
   res := synchro._baseline_index(reg, r.index_step, r.index_rel, r.index_pk, chunk);
   PERFORM synchro._reset_swap(false);
-  PERFORM synchro._stage_reset(true);
+  PERFORM synchro._stage_reset(NULL);
   IF res.n = chunk THEN
     UPDATE synchro.reset x SET index_rel = res.last_rel, index_pk = res.last_pk WHERE x.reset_id = r.reset_id;
     RETURN false;

@@ -49,7 +49,7 @@ BEGIN
   SELECT count(*), coalesce(sum(('x' || left(md5(w.scope || ':' || w.relation_id || ':' || w.pk), 16))::bit(64)::bigint::numeric), 0)
     INTO c, s FROM (SELECT DISTINCT w0.scope, w0.relation_id, w0.pk FROM pg_temp.synchro_w_scopes w0) w;
   PERFORM synchro._reset_swap(false);
-  PERFORM synchro._stage_reset(true);
+  PERFORM synchro._stage_reset(NULL);
 
   c := coalesce(r.verify_count, 0) + c;
   s := coalesce(r.verify_sum, 0) + s;

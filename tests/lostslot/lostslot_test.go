@@ -116,6 +116,15 @@ func TestLostSlotIsFatal(t *testing.T) {
 	})
 	_, err = db.Pool.Exec(ctx, `SELECT pg_reload_conf()`)
 	require.NoError(t, err)
+	// Readiness's slot row reports the retained WAL against the new bound (issue 12
+	// item 4); sessions read the reloaded setting at their next command.
+	retained := regexp.MustCompile(`retained_wal_bytes=[0-9]+ max_slot_wal_keep_bytes=1048576 safe_wal_bytes=`)
+	waitFor(t, 30*time.Second, "the slot row to report max_slot_wal_keep_size", func() bool {
+		var detail string
+		require.NoError(t, db.Pool.QueryRow(ctx,
+			`SELECT detail FROM synchro.readiness() WHERE check_name = 'slot'`).Scan(&detail))
+		return retained.MatchString(detail)
+	})
 	id := 0
 	waitFor(t, 60*time.Second, "wal_status = lost", func() bool {
 		id++
