@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 	"github.com/stretchr/testify/require"
@@ -180,6 +182,14 @@ func (w *upgradeWriter) run(db *testdb.DB) error {
 			_, err = db.Pool.Exec(ctx, `INSERT INTO items (id, owner, note) VALUES ($1, $2, $3)`, id, owner, marker)
 			own = append(own, id)
 		}
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001") {
+			// The upgrade's DDL and this write can deadlock; PostgreSQL aborts one
+			// side and nothing of the write happened: an application retries it.
+			time.Sleep(10 * time.Millisecond)
+			n--
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("write %s: %w", marker, err)
 		}
@@ -192,6 +202,7 @@ func (w *upgradeWriter) waitCount(t *testing.T, n int) {
 	eventually(t, 30*time.Second, fmt.Sprintf("%d writes", n), func() bool {
 		select {
 		case err := <-w.done:
+			w.done <- err // for the cleanup, which waits for it
 			t.Fatalf("writer stopped: %v", err)
 		default:
 		}
@@ -316,8 +327,16 @@ func upgradeWithData(t *testing.T, bin string, upgrade func(context.Context, *te
 	require.NoError(t, err)
 
 	w.phase.Store("during")
-	upCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	require.NoError(t, upgrade(upCtx, db), "the upgrade")
+	upCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	err = upgrade(upCtx, db)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "40P01" {
+		// A migration's DDL can still deadlock with an application write (PostgreSQL
+		// aborts one side; each migration is its own transaction): a deploy retries.
+		t.Logf("upgrade deadlocked with a write (%s): retried", pgErr.Code)
+		err = upgrade(upCtx, db)
+	}
+	require.NoError(t, err, "the upgrade")
 	cancel()
 	w.phase.Store("after")
 	require.NoError(t, held.Commit(ctx))

@@ -15,8 +15,11 @@ CREATE INDEX retired_client_by_age ON synchro.retired_client (retired_at);
 
 -- Compaction removes outcomes older than outcome_retention oldest first, and a
 -- retired client's fences by client: both need an index to stay bounded per batch.
-CREATE INDEX mutation_outcome_by_age ON synchro.mutation_outcome (decided_at);
+-- write_fence before mutation_outcome: the order a push takes them in (its fence writes
+-- the write fence, then the outcome is recorded). The other order deadlocked with a push
+-- running during the upgrade (TestUpgradeWithData).
 CREATE INDEX write_fence_by_client ON synchro.write_fence (client_id);
+CREATE INDEX mutation_outcome_by_age ON synchro.mutation_outcome (decided_at);
 
 -- The operator's retention settings (as the pack's owner: UPDATE synchro.setting SET
 -- value = ... WHERE name = ...). Intervals in PostgreSQL's syntax, rows per compaction
