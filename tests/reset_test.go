@@ -117,7 +117,9 @@ func onePageRebuild(t *testing.T, db *testdb.DB, clientID, scope string) (replic
 // up all arrive exactly once; old cursors and rebuild sessions get SY409; clients
 // rebuild to exactly the live state; the old slot and projections are retired.
 func TestResetRecoversTruncatePoison(t *testing.T) {
-	t.Parallel()
+	// Not parallel: a reset creates a slot with an exported snapshot, which waits for
+	// every transaction of the cluster that holds an xid (other tests hold some for
+	// long), so it runs in the sequential phase, alone.
 	e := newSyncEnv(t, "")
 	db := e.db
 	ctx := context.Background()
@@ -270,7 +272,9 @@ func pushTask(t *testing.T, db *testdb.DB, clientID string, id int) string {
 // reset_baseline record once (and only once) the reset activates; a push accepted
 // after the snapshot waits for candidate-slot materialization.
 func TestResetPushFenceCoverage(t *testing.T) {
-	t.Parallel()
+	// Not parallel: a reset creates a slot with an exported snapshot, which waits for
+	// every transaction of the cluster that holds an xid (other tests hold some for
+	// long), so it runs in the sequential phase, alone.
 	e := newSyncEnv(t, "")
 	db := e.db
 	write(t, db, `INSERT INTO notes VALUES ('n1', 'o1', 'first')`)
@@ -314,7 +318,9 @@ func TestResetPushFenceCoverage(t *testing.T) {
 // the stage and the candidate slot, and the old stream resumes as it was (its cursors
 // still valid).
 func TestResetAbort(t *testing.T) {
-	t.Parallel()
+	// Not parallel: a reset creates a slot with an exported snapshot, which waits for
+	// every transaction of the cluster that holds an xid (other tests hold some for
+	// long), so it runs in the sequential phase, alone.
 	e := newSyncEnv(t, "")
 	db := e.db
 	write(t, db, `INSERT INTO notes VALUES ('n1', 'o1', 'first')`)
@@ -371,7 +377,9 @@ func TestResetAbort(t *testing.T) {
 // active state changes; after abort a new reset (a new snapshot, after that TRUNCATE)
 // recovers.
 func TestResetCatchUpFailure(t *testing.T) {
-	t.Parallel()
+	// Not parallel: a reset creates a slot with an exported snapshot, which waits for
+	// every transaction of the cluster that holds an xid (other tests hold some for
+	// long), so it runs in the sequential phase, alone.
 	e := newSyncEnv(t, "")
 	db := e.db
 	ctx := context.Background()
