@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/synchro/synchro/internal/fault"
+	"github.com/synchro/synchro/runner/decode/pgoutput"
 )
 
 // Config configures a Runner. Zero durations take their defaults.
@@ -115,7 +116,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.Publication = "synchro"
 	}
 	if c.Decoder == "" {
-		c.Decoder = "pgoutput"
+		c.Decoder = pgoutput.Name
 	}
 	if _, err := PluginFor(c.Decoder); err != nil {
 		return c, err

@@ -16,6 +16,7 @@ import (
 	"github.com/synchro/synchro/gen"
 	"github.com/synchro/synchro/runner/collate"
 	"github.com/synchro/synchro/runner/decode"
+	"github.com/synchro/synchro/runner/decode/pgoutput"
 )
 
 // The runner's part of an operator-authorized stream reset (ADR 001, "Causally
@@ -85,7 +86,7 @@ func (r *Runner) resetOpen(ctx context.Context) bool {
 // is none (the loop then runs a session on the active slot).
 // streamPlugin is the output plugin of the candidate slots a stream reset creates and
 // catches up from: pgoutput, whatever decoder the old stream used.
-const streamPlugin = "pgoutput"
+const streamPlugin = pgoutput.Name
 
 func (r *Runner) serveReset(work, stop context.Context) (handled bool, err error) {
 	rs, ok, err := r.ctl.resetState(work)
