@@ -1368,10 +1368,12 @@ DECLARE
   reg     bigint;
   n_rows  int;
   n_fence int;
+  n_ev    bigint;
   big     boolean;
   rel     record;
   nestloop text;
   mergejoin text;
+  outcomes text[];
 BEGIN
   SELECT * INTO p FROM synchro.progress FOR UPDATE;
   IF NOT FOUND OR p.stream_generation <> gen OR p.registry_generation IS NULL THEN
@@ -1379,12 +1381,8 @@ BEGIN
   END IF;
   reg := p.registry_generation;
 
-  -- An earlier run of this batch filled the work tables.
-  DELETE FROM pg_temp.synchro_b_txn;
-  DELETE FROM pg_temp.synchro_b_rows;
-  DELETE FROM pg_temp.synchro_b_links;
-  DELETE FROM pg_temp.synchro_b_scopes;
-  DELETE FROM pg_temp.synchro_b_old;
+  -- The work tables are empty here: every run empties them before it returns (below),
+  -- and a failed one takes its rows with it when its transaction rolls back.
 
   -- The run's transactions, less those already durable (a replay after a crash:
   -- same result, nothing new).
@@ -1416,11 +1414,17 @@ BEGIN
   -- snapshot checks the whole run, and only a miss waits.
   PERFORM synchro._await_visible_all(ARRAY(SELECT b.xid FROM pg_temp.synchro_b_txn b));
 
-  UPDATE pg_temp.synchro_b_txn b SET n_events = c.n
-    FROM (SELECT s.txn, count(*)::int AS n FROM pg_temp.synchro_stage s
-           WHERE s.txn BETWEEN t_first AND t_last AND s.kind IN ('I', 'U', 'D', 'T')
-           GROUP BY s.txn) c
-   WHERE c.txn = b.t;
+  -- Each transaction's row events, and the run's fences (checked against the paired
+  -- row events below), in one scan of the stage.
+  WITH c AS (
+    SELECT s.txn, count(*) FILTER (WHERE s.kind IN ('I', 'U', 'D', 'T'))::int AS n,
+           count(*) FILTER (WHERE s.kind = 'M' AND s.prefix = 'synchro.fence')::int AS f
+      FROM pg_temp.synchro_stage s
+     WHERE s.txn BETWEEN t_first AND t_last
+     GROUP BY s.txn),
+  u AS (
+    UPDATE pg_temp.synchro_b_txn b SET n_events = c.n FROM c WHERE c.txn = b.t RETURNING c.n, c.f)
+  SELECT coalesce(sum(u.n), 0), coalesce(sum(u.f), 0) INTO n_ev, n_fence FROM u;
 
   -- Relation identity: every Relation message of the run is exactly the registered
   -- relation of the generation in force (see synchro._materialize_txn). Each
@@ -1438,7 +1442,7 @@ BEGIN
     RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'relation identity';
   END IF;
 
-  IF (SELECT sum(b.n_events) FROM pg_temp.synchro_b_txn b) > 1000 THEN
+  IF n_ev > 1000 THEN
     -- Temp tables have no statistics: without them the pairing join below can be
     -- planned as a nested loop, quadratic in the run's row events.
     ANALYZE pg_temp.synchro_stage;
@@ -1500,7 +1504,7 @@ BEGIN
     -- Temp tables have no statistics: give the planner real ones for the joins below.
     ANALYZE pg_temp.synchro_b_rows;
   END IF;
-  IF n_rows <> (SELECT sum(b.n_events) FROM pg_temp.synchro_b_txn b)
+  IF n_rows <> n_ev
      OR EXISTS (SELECT 1 FROM pg_temp.synchro_b_rows w
                  WHERE w.pk IS NULL OR (w.op = 'update' AND w.old_pk IS NOT NULL AND w.old_pk IS DISTINCT FROM w.pk)) THEN
     RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'row events';
@@ -1509,9 +1513,6 @@ BEGIN
   -- (a replayed or forged fence) is refused by synchro.event's unique index when the
   -- run's events are written below: that error, like every other one here, makes the
   -- runner re-run the batch through the reference path, which names the class.
-  SELECT count(*) INTO n_fence FROM pg_temp.synchro_stage s
-    JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
-   WHERE s.kind = 'M' AND s.prefix = 'synchro.fence';
   IF EXISTS (SELECT 1 FROM pg_temp.synchro_b_rows w WHERE w.fence_id IS NULL)
      OR n_fence <> n_rows
      OR n_fence <> (SELECT count(DISTINCT w.fence_id) FROM pg_temp.synchro_b_rows w) THEN
@@ -1672,10 +1673,19 @@ BEGIN
    WHERE q.stream_generation = gen AND q.resolved_at IS NULL
      AND q.commit_lsn = ANY (ARRAY(SELECT b.commit_lsn FROM pg_temp.synchro_b_txn b));
 
-  RETURN ARRAY(SELECT CASE WHEN b.t IS NULL THEN 'duplicate' ELSE 'materialized' END
-                 FROM generate_series(t_first, t_last) g(t)
-                 LEFT JOIN pg_temp.synchro_b_txn b ON b.t = g.t
-                ORDER BY g.t);
+  outcomes := ARRAY(SELECT CASE WHEN b.t IS NULL THEN 'duplicate' ELSE 'materialized' END
+                      FROM generate_series(t_first, t_last) g(t)
+                      LEFT JOIN pg_temp.synchro_b_txn b ON b.t = g.t
+                     ORDER BY g.t);
+  -- Empty for the next run of this batch or of a later one (synchro._stage_reset
+  -- empties only the stage table, and truncates these with it when their dead space
+  -- grows: it says why rows are deleted, not truncated).
+  DELETE FROM pg_temp.synchro_b_txn;
+  DELETE FROM pg_temp.synchro_b_rows;
+  DELETE FROM pg_temp.synchro_b_links;
+  DELETE FROM pg_temp.synchro_b_scopes;
+  DELETE FROM pg_temp.synchro_b_old;
+  RETURN outcomes;
 END
 $_$;
 
@@ -3215,27 +3225,25 @@ CREATE FUNCTION synchro._stage_reset(staged bigint) RETURNS void
     LANGUAGE plpgsql
     AS $$
 DECLARE
-  since bigint := coalesce(nullif(current_setting('synchro.stage_rows', true), ''), '0')::bigint
-                  + coalesce(staged, 0);
+  bytes bigint;
 BEGIN
-  IF staged IS NULL OR staged > 50000 OR since > 200000 THEN
+  IF staged IS NOT NULL AND staged <= 50000 THEN
+    -- The size of the relation's main fork: a cached block count, no scan.
+    bytes := pg_catalog.pg_relation_size('pg_temp.synchro_stage'::regclass);
+  END IF;
+  IF staged IS NULL OR staged > 50000 OR (bytes > 1048576 AND bytes > 4 * 512 * staged) THEN
     TRUNCATE pg_temp.synchro_stage, pg_temp.synchro_w_rows, pg_temp.synchro_w_final, pg_temp.synchro_w_impacted,
              pg_temp.synchro_w_scopes, pg_temp.synchro_w_depvals, pg_temp.synchro_w_oldscopes,
              pg_temp.synchro_b_txn, pg_temp.synchro_b_rows, pg_temp.synchro_b_links, pg_temp.synchro_b_scopes,
              pg_temp.synchro_b_old;
-    since := 0;
   ELSE
+    -- Only the stage table holds rows here: synchro._materialize_txn and
+    -- synchro._materialize_run each empty their own work tables before they return,
+    -- and a failure rolls their rows back (temporary tables are transactional), so
+    -- the work tables are empty between calls. Deleting from a dozen empty tables
+    -- cost a dozen statements per batch.
     DELETE FROM pg_temp.synchro_stage;
-    PERFORM synchro._stage_clear(false);
-    DELETE FROM pg_temp.synchro_b_txn;
-    DELETE FROM pg_temp.synchro_b_rows;
-    DELETE FROM pg_temp.synchro_b_links;
-    DELETE FROM pg_temp.synchro_b_scopes;
-    DELETE FROM pg_temp.synchro_b_old;
   END IF;
-  -- Session-level on purpose: the count goes on across batches. A rolled-back batch
-  -- does not count (its rows went with it).
-  PERFORM set_config('synchro.stage_rows', since::text, false);
 END
 $$;
 

@@ -300,3 +300,56 @@ func TestBatchPoisonInTheMiddle(t *testing.T) {
 	requireBlockedAt(t, db, q[0])
 	require.GreaterOrEqual(t, rr.counter(t, "synchro_runner_batch_fallbacks_total"), float64(1), "the batch fell back")
 }
+
+// The session's staging table keeps its pages across batches (rows are deleted, not
+// truncated: synchro._stage_reset says why), so its dead space is given back once it
+// dominates: a batch that staged many rows leaves the table's size alone, a small
+// batch that finds the table over 1 MB truncates it, and so does a NULL count.
+func TestStageResetGivesSpaceBack(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	conn, err := db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		_, err := conn.Exec(ctx, sql, args...)
+		require.NoError(t, err)
+	}
+	size := func() int64 {
+		t.Helper()
+		var n int64
+		require.NoError(t, conn.QueryRow(ctx, `SELECT pg_relation_size('pg_temp.synchro_stage')`).Scan(&n))
+		return n
+	}
+	stage := func(rows int) {
+		t.Helper()
+		exec(`INSERT INTO pg_temp.synchro_stage (txn, seq, kind, new_row)
+		      SELECT 0, g, 'I', jsonb_build_object('id', g, 'payload', repeat('x', 300)) FROM generate_series(1, $1::int) g`, rows)
+	}
+	exec(`SELECT synchro.runner_stage_open()`)
+
+	stage(4000)
+	big := size()
+	require.Greater(t, big, int64(1<<20), "the staged rows fill more than 1 MB")
+	exec(`SELECT synchro._stage_reset(4000)`)
+	var left int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM pg_temp.synchro_stage`).Scan(&left))
+	require.Zero(t, left, "the batch's rows are gone")
+	require.Equal(t, big, size(), "a batch that staged about as much as the table holds deletes its rows: no truncation")
+
+	// A small batch on the large, mostly dead table truncates it.
+	stage(3)
+	exec(`SELECT synchro._stage_reset(3)`)
+	require.Zero(t, size(), "the dead space is given back")
+
+	// Below 1 MB a small batch deletes; a NULL count always truncates.
+	stage(100)
+	small := size()
+	require.Positive(t, small)
+	exec(`SELECT synchro._stage_reset(100)`)
+	require.Equal(t, small, size())
+	exec(`SELECT synchro._stage_reset(NULL)`)
+	require.Zero(t, size())
+}

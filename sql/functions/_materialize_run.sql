@@ -30,10 +30,12 @@ DECLARE
   reg     bigint;
   n_rows  int;
   n_fence int;
+  n_ev    bigint;
   big     boolean;
   rel     record;
   nestloop text;
   mergejoin text;
+  outcomes text[];
 BEGIN
   SELECT * INTO p FROM synchro.progress FOR UPDATE;
   IF NOT FOUND OR p.stream_generation <> gen OR p.registry_generation IS NULL THEN
@@ -41,12 +43,8 @@ BEGIN
   END IF;
   reg := p.registry_generation;
 
-  -- An earlier run of this batch filled the work tables.
-  DELETE FROM pg_temp.synchro_b_txn;
-  DELETE FROM pg_temp.synchro_b_rows;
-  DELETE FROM pg_temp.synchro_b_links;
-  DELETE FROM pg_temp.synchro_b_scopes;
-  DELETE FROM pg_temp.synchro_b_old;
+  -- The work tables are empty here: every run empties them before it returns (below),
+  -- and a failed one takes its rows with it when its transaction rolls back.
 
   -- The run's transactions, less those already durable (a replay after a crash:
   -- same result, nothing new).
@@ -78,11 +76,17 @@ BEGIN
   -- snapshot checks the whole run, and only a miss waits.
   PERFORM synchro._await_visible_all(ARRAY(SELECT b.xid FROM pg_temp.synchro_b_txn b));
 
-  UPDATE pg_temp.synchro_b_txn b SET n_events = c.n
-    FROM (SELECT s.txn, count(*)::int AS n FROM pg_temp.synchro_stage s
-           WHERE s.txn BETWEEN t_first AND t_last AND s.kind IN ('I', 'U', 'D', 'T')
-           GROUP BY s.txn) c
-   WHERE c.txn = b.t;
+  -- Each transaction's row events, and the run's fences (checked against the paired
+  -- row events below), in one scan of the stage.
+  WITH c AS (
+    SELECT s.txn, count(*) FILTER (WHERE s.kind IN ('I', 'U', 'D', 'T'))::int AS n,
+           count(*) FILTER (WHERE s.kind = 'M' AND s.prefix = 'synchro.fence')::int AS f
+      FROM pg_temp.synchro_stage s
+     WHERE s.txn BETWEEN t_first AND t_last
+     GROUP BY s.txn),
+  u AS (
+    UPDATE pg_temp.synchro_b_txn b SET n_events = c.n FROM c WHERE c.txn = b.t RETURNING c.n, c.f)
+  SELECT coalesce(sum(u.n), 0), coalesce(sum(u.f), 0) INTO n_ev, n_fence FROM u;
 
   -- Relation identity: every Relation message of the run is exactly the registered
   -- relation of the generation in force (see synchro._materialize_txn). Each
@@ -100,7 +104,7 @@ BEGIN
     RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'relation identity';
   END IF;
 
-  IF (SELECT sum(b.n_events) FROM pg_temp.synchro_b_txn b) > 1000 THEN
+  IF n_ev > 1000 THEN
     -- Temp tables have no statistics: without them the pairing join below can be
     -- planned as a nested loop, quadratic in the run's row events.
     ANALYZE pg_temp.synchro_stage;
@@ -162,7 +166,7 @@ BEGIN
     -- Temp tables have no statistics: give the planner real ones for the joins below.
     ANALYZE pg_temp.synchro_b_rows;
   END IF;
-  IF n_rows <> (SELECT sum(b.n_events) FROM pg_temp.synchro_b_txn b)
+  IF n_rows <> n_ev
      OR EXISTS (SELECT 1 FROM pg_temp.synchro_b_rows w
                  WHERE w.pk IS NULL OR (w.op = 'update' AND w.old_pk IS NOT NULL AND w.old_pk IS DISTINCT FROM w.pk)) THEN
     RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'row events';
@@ -171,9 +175,6 @@ BEGIN
   -- (a replayed or forged fence) is refused by synchro.event's unique index when the
   -- run's events are written below: that error, like every other one here, makes the
   -- runner re-run the batch through the reference path, which names the class.
-  SELECT count(*) INTO n_fence FROM pg_temp.synchro_stage s
-    JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
-   WHERE s.kind = 'M' AND s.prefix = 'synchro.fence';
   IF EXISTS (SELECT 1 FROM pg_temp.synchro_b_rows w WHERE w.fence_id IS NULL)
      OR n_fence <> n_rows
      OR n_fence <> (SELECT count(DISTINCT w.fence_id) FROM pg_temp.synchro_b_rows w) THEN
@@ -334,10 +335,19 @@ BEGIN
    WHERE q.stream_generation = gen AND q.resolved_at IS NULL
      AND q.commit_lsn = ANY (ARRAY(SELECT b.commit_lsn FROM pg_temp.synchro_b_txn b));
 
-  RETURN ARRAY(SELECT CASE WHEN b.t IS NULL THEN 'duplicate' ELSE 'materialized' END
-                 FROM generate_series(t_first, t_last) g(t)
-                 LEFT JOIN pg_temp.synchro_b_txn b ON b.t = g.t
-                ORDER BY g.t);
+  outcomes := ARRAY(SELECT CASE WHEN b.t IS NULL THEN 'duplicate' ELSE 'materialized' END
+                      FROM generate_series(t_first, t_last) g(t)
+                      LEFT JOIN pg_temp.synchro_b_txn b ON b.t = g.t
+                     ORDER BY g.t);
+  -- Empty for the next run of this batch or of a later one (synchro._stage_reset
+  -- empties only the stage table, and truncates these with it when their dead space
+  -- grows: it says why rows are deleted, not truncated).
+  DELETE FROM pg_temp.synchro_b_txn;
+  DELETE FROM pg_temp.synchro_b_rows;
+  DELETE FROM pg_temp.synchro_b_links;
+  DELETE FROM pg_temp.synchro_b_scopes;
+  DELETE FROM pg_temp.synchro_b_old;
+  RETURN outcomes;
 END
 $$;
 
