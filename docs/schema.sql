@@ -1374,6 +1374,7 @@ DECLARE
   nestloop text;
   mergejoin text;
   outcomes text[];
+  n_new   int;
 BEGIN
   SELECT * INTO p FROM synchro.progress FOR UPDATE;
   IF NOT FOUND OR p.stream_generation <> gen OR p.registry_generation IS NULL THEN
@@ -1391,7 +1392,8 @@ BEGIN
     FROM unnest(commit_lsns, end_lsns, xids, commit_times) WITH ORDINALITY AS x(c, e, x, ct, i)
    WHERE x.i - 1 BETWEEN t_first AND t_last
      AND NOT EXISTS (SELECT 1 FROM synchro.txn d WHERE d.stream_generation = gen AND d.commit_lsn = x.c);
-  IF NOT FOUND THEN
+  GET DIAGNOSTICS n_new = ROW_COUNT;
+  IF n_new = 0 THEN
     RETURN array_fill('duplicate'::text, ARRAY[t_last - t_first + 1]);
   END IF;
 
@@ -1673,10 +1675,15 @@ BEGIN
    WHERE q.stream_generation = gen AND q.resolved_at IS NULL
      AND q.commit_lsn = ANY (ARRAY(SELECT b.commit_lsn FROM pg_temp.synchro_b_txn b));
 
-  outcomes := ARRAY(SELECT CASE WHEN b.t IS NULL THEN 'duplicate' ELSE 'materialized' END
-                      FROM generate_series(t_first, t_last) g(t)
-                      LEFT JOIN pg_temp.synchro_b_txn b ON b.t = g.t
-                     ORDER BY g.t);
+  IF n_new = t_last - t_first + 1 THEN
+    -- No replayed transaction in the run: the common case, without a query.
+    outcomes := array_fill('materialized'::text, ARRAY[n_new]);
+  ELSE
+    outcomes := ARRAY(SELECT CASE WHEN b.t IS NULL THEN 'duplicate' ELSE 'materialized' END
+                        FROM generate_series(t_first, t_last) g(t)
+                        LEFT JOIN pg_temp.synchro_b_txn b ON b.t = g.t
+                       ORDER BY g.t);
+  END IF;
   -- Empty for the next run of this batch or of a later one (synchro._stage_reset
   -- empties only the stage table, and truncates these with it when their dead space
   -- grows: it says why rows are deleted, not truncated).
@@ -3225,11 +3232,12 @@ CREATE FUNCTION synchro._stage_reset(staged bigint) RETURNS void
     LANGUAGE plpgsql
     AS $$
 DECLARE
-  bytes bigint;
+  -- The size of the relation's main fork: a cached block count, no scan.
+  bytes bigint := pg_catalog.pg_relation_size('pg_temp.synchro_stage'::regclass);
 BEGIN
-  IF staged IS NOT NULL AND staged <= 50000 THEN
-    -- The size of the relation's main fork: a cached block count, no scan.
-    bytes := pg_catalog.pg_relation_size('pg_temp.synchro_stage'::regclass);
+  IF bytes > 1048576 AND staged IS NOT NULL AND staged < 0 THEN
+    -- Counted only when it can matter: a small table never truncates.
+    SELECT count(*) INTO staged FROM pg_temp.synchro_stage;
   END IF;
   IF staged IS NULL OR staged > 50000 OR (bytes > 1048576 AND bytes > 4 * 512 * staged) THEN
     TRUNCATE pg_temp.synchro_stage, pg_temp.synchro_w_rows, pg_temp.synchro_w_final, pg_temp.synchro_w_impacted,
@@ -4214,7 +4222,6 @@ DECLARE
   outcomes text[] := '{}';
   i        int := 0;
   j        int;
-  staged   bigint;
 BEGIN
   IF n = 0 OR cardinality(end_lsns) IS DISTINCT FROM n OR cardinality(xids) IS DISTINCT FROM n
      OR cardinality(commit_times) IS DISTINCT FROM n OR set_based IS NULL THEN
@@ -4252,10 +4259,8 @@ BEGIN
     END IF;
   END LOOP;
   -- Empty the session's work tables for the next batch (they keep rows across
-  -- commits: runner_stage_open). The count is read first: a statement that still
-  -- scans the stage table could not truncate it (55006).
-  SELECT count(*) INTO staged FROM pg_temp.synchro_stage;
-  PERFORM synchro._stage_reset(staged);
+  -- commits: runner_stage_open).
+  PERFORM synchro._stage_reset(-1);
   RETURN outcomes;
 END
 $$;

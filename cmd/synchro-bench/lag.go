@@ -118,6 +118,15 @@ func runLag(ctx context.Context, b *bench) (string, error) {
 		ms(goalLagP50), ms(goalLagP99), verdict(st.p50 < goalLagP50 && st.p99 < goalLagP99 && st.bounded))
 	fmt.Fprintf(b.stdout, "    p50 %s p99 %s max %s, achieved %.0f tps, bounded %v\n", ms(st.p50), ms(st.p99), ms(st.max), st.achievedTPS, st.bounded)
 
+	if b.cfg.lagProfile {
+		fmt.Fprintf(b.stdout, "  lag profile: %d tps for %s with nested statements tracked ...\n", b.cfg.lagRate, b.cfg.lagDuration)
+		prof, err := lagProfile(ctx, b, conn, pool, run)
+		if err != nil {
+			return "", fmt.Errorf("lag profile: %w", err)
+		}
+		sb.WriteString(prof)
+	}
+
 	// 2. Headroom: a ladder of rates, each with the raw decode rate of its own WAL.
 	sb.WriteString("Headroom: steady single-row rates with " + fmt.Sprint(headroomConns) + " writers, " +
 		b.cfg.headroomStep.String() + " each; raw = pg_recvlogical decoding the same WAL afterwards (events/s).\n\n")
@@ -337,4 +346,92 @@ func fanOut(ctx context.Context, conn *pgx.Conn, run *inProcessRunner) (direct, 
 	}
 	fan, err = visible(`INSERT INTO public.members VALUES (2, 2, 'u1')`)
 	return direct, fan, err
+}
+
+// lagProfile runs the steady load once more with pg_stat_statements tracking the
+// statements inside the pack's functions, and reports what one materialization batch
+// costs at that rate, statement by statement: under a steady load the batch's fixed
+// cost, not its rows, decides the lag. Tracking adds overhead: the lag figures come
+// from the run before, without it.
+func lagProfile(ctx context.Context, b *bench, conn *pgx.Conn, pool *pgxpool.Pool, run *inProcessRunner) (string, error) {
+	if err := trackStatements(ctx, conn, true, false); err != nil {
+		return "", err
+	}
+	defer func() { _ = trackStatements(ctx, conn, false, false) }()
+	if _, err := conn.Exec(ctx, `SELECT pg_stat_statements_reset()`); err != nil {
+		return "", err
+	}
+	st, err := steadyLoad(ctx, b, conn, pool, run, b.cfg.lagRate, 4, b.cfg.lagDuration, false)
+	if err != nil {
+		return "", err
+	}
+	type stmt struct {
+		top        bool
+		calls      int64
+		exec, plan float64
+		q          string
+	}
+	rows, err := conn.Query(ctx, `
+	  SELECT toplevel, calls, total_exec_time, total_plan_time, regexp_replace(left(query, 300), '\s+', ' ', 'g')
+	    FROM pg_stat_statements
+	   WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+	     AND query NOT LIKE '%pg_stat_statements%' AND query NOT LIKE '%processed_end_lsn >=%'
+	     AND query NOT LIKE '%INSERT INTO public.items%'
+	   ORDER BY total_exec_time + total_plan_time DESC`)
+	if err != nil {
+		return "", err
+	}
+	var stmts []stmt
+	var batches int64
+	var nested, nestedCalls float64
+	for rows.Next() {
+		var s stmt
+		if err := rows.Scan(&s.top, &s.calls, &s.exec, &s.plan, &s.q); err != nil {
+			rows.Close()
+			return "", err
+		}
+		if s.top && strings.Contains(s.q, "synchro.materialize_batch(") {
+			batches = s.calls
+		}
+		if !s.top {
+			nested += s.exec + s.plan
+			nestedCalls += float64(s.calls)
+		}
+		stmts = append(stmts, s)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return "", err
+	}
+	if batches == 0 {
+		return "", fmt.Errorf("no materialize_batch call tracked")
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "Lag profile: %d source transactions at %.0f tps in %d materialization batches (%.1f per batch), "+
+		"p50 %s, p99 %s with tracking on; statements inside the pack's functions per batch: %.1f, %.0f µs "+
+		"(pg_stat_statements, track = all, exec + plan time; nested statements are also inside their callers' time).\n\n",
+		st.txns, st.achievedTPS, batches, float64(st.txns)/float64(batches), ms(st.p50), ms(st.p99),
+		nestedCalls/float64(batches), 1000*nested/float64(batches))
+	sb.WriteString("| level | calls per batch | µs per call | µs per batch | statement |\n|---|---:|---:|---:|---|\n")
+	shown := 0
+	for _, s := range stmts {
+		// Every statement the runner sends per batch, and the costliest nested ones.
+		if !s.top && shown >= 30 || s.top && float64(s.calls) < 0.5*float64(batches) {
+			continue
+		}
+		shown++
+		lvl := "nested"
+		if s.top {
+			lvl = "top"
+		}
+		q := s.q
+		if len(q) > 110 {
+			q = q[:110] + "…"
+		}
+		q = strings.ReplaceAll(q, "|", "\\|")
+		fmt.Fprintf(&sb, "| %s | %.2f | %.0f | %.0f | `%s` |\n", lvl, float64(s.calls)/float64(batches),
+			1000*(s.exec+s.plan)/float64(max(s.calls, 1)), 1000*(s.exec+s.plan)/float64(batches), q)
+	}
+	sb.WriteString("\n")
+	return sb.String(), nil
 }

@@ -105,6 +105,7 @@ type config struct {
 	// lag suite (lag.go)
 	lagRate       int
 	lagDuration   time.Duration
+	lagProfile    bool // lag: one more steady run with nested statements tracked, per batch
 	headroomRates []int
 	headroomStep  time.Duration
 }
@@ -133,6 +134,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run (in-process runners included) to this file")
 	fs.IntVar(&c.lagRate, "lag-rate", 1000, "lag: steady single-row transactions per second")
 	fs.DurationVar(&c.lagDuration, "lag-duration", 60*time.Second, "lag: length of the steady load")
+	fs.BoolVar(&c.lagProfile, "lag-profile", false, "lag: one more steady run at --lag-rate with pg_stat_statements tracking nested statements: what one materialization batch costs, statement by statement")
 	headroom := fs.String("headroom-rates", "1000,2000,4000,8000", "lag: comma-separated ladder of steady rates (tps) for the headroom")
 	fs.DurationVar(&c.headroomStep, "headroom-step", 60*time.Second, "lag: length of each headroom rate")
 	fs.StringVar(&c.binDir, "pg-bin", "", "PostgreSQL server binaries (default $SYNCHRO_PG_BIN, else "+pgcluster.DefaultBinDir+")")

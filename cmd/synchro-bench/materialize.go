@@ -411,36 +411,10 @@ func (e *matEnv) rawDecode(ctx context.Context, slot, endpos string, r *matRun) 
 // profile reruns each shape once with pg_stat_statements tracking nested statements and
 // track_functions=pl, and reports where the runner's time went.
 func (e *matEnv) profile(ctx context.Context, shapes []matShape) (string, error) {
-	set := func(on bool) error {
-		// auto_explain logs the plans of slow statements inside the functions, for
-		// sessions started after the reload (the runner's apply session).
-		qs := []string{`LOAD 'auto_explain'`, `ALTER SYSTEM SET pg_stat_statements.track = 'all'`, `ALTER SYSTEM SET track_functions = 'pl'`,
-			`ALTER SYSTEM SET pg_stat_statements.track_planning = on`,
-			`ALTER SYSTEM SET session_preload_libraries = 'auto_explain'`,
-			`ALTER SYSTEM SET auto_explain.log_min_duration = '3ms'`,
-			`ALTER SYSTEM SET auto_explain.log_nested_statements = on`,
-			`SELECT pg_reload_conf()`}
-		if !on {
-			qs = []string{`ALTER SYSTEM RESET pg_stat_statements.track`, `ALTER SYSTEM RESET track_functions`,
-				`ALTER SYSTEM RESET pg_stat_statements.track_planning`, `ALTER SYSTEM RESET session_preload_libraries`,
-				`ALTER SYSTEM RESET auto_explain.log_min_duration`, `ALTER SYSTEM RESET auto_explain.log_nested_statements`,
-				`SELECT pg_reload_conf()`}
-		}
-		for _, q := range qs {
-			if _, err := e.conn.Exec(ctx, q); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if _, err := e.conn.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
+	if err := trackStatements(ctx, e.conn, true, true); err != nil {
 		return "", err
 	}
-	if err := set(true); err != nil {
-		return "", err
-	}
-	defer func() { _ = set(false) }()
-	time.Sleep(200 * time.Millisecond) // the reload reaches the backends
+	defer func() { _ = trackStatements(ctx, e.conn, false, true) }()
 	// The harness's connection picks the settings up at its next command.
 	var sb strings.Builder
 	sb.WriteString("\n#### materialize profile\n\n")
@@ -546,6 +520,34 @@ func (e *matEnv) profile(ctx context.Context, shapes []matShape) (string, error)
 		frows.Close()
 	}
 	return sb.String(), nil
+}
+
+// trackStatements turns pg_stat_statements' tracking of nested statements (and
+// track_functions = pl) on or off for the cluster of conn; with plans, auto_explain
+// also logs the plans of slow statements inside the functions. Sessions started
+// after the reload see it (the runner's apply session); conn at its next command.
+func trackStatements(ctx context.Context, conn *pgx.Conn, on, plans bool) error {
+	qs := []string{`CREATE EXTENSION IF NOT EXISTS pg_stat_statements`,
+		`ALTER SYSTEM SET pg_stat_statements.track = 'all'`, `ALTER SYSTEM SET track_functions = 'pl'`,
+		`ALTER SYSTEM SET pg_stat_statements.track_planning = on`}
+	if plans {
+		qs = append(qs, `LOAD 'auto_explain'`, `ALTER SYSTEM SET session_preload_libraries = 'auto_explain'`,
+			`ALTER SYSTEM SET auto_explain.log_min_duration = '3ms'`,
+			`ALTER SYSTEM SET auto_explain.log_nested_statements = on`)
+	}
+	if !on {
+		qs = []string{`ALTER SYSTEM RESET pg_stat_statements.track`, `ALTER SYSTEM RESET track_functions`,
+			`ALTER SYSTEM RESET pg_stat_statements.track_planning`, `ALTER SYSTEM RESET session_preload_libraries`,
+			`ALTER SYSTEM RESET auto_explain.log_min_duration`, `ALTER SYSTEM RESET auto_explain.log_nested_statements`}
+	}
+	qs = append(qs, `SELECT pg_reload_conf()`)
+	for _, q := range qs {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			return err
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // the reload reaches the backends
+	return nil
 }
 
 func fileSize(p string) int64 {

@@ -36,6 +36,7 @@ DECLARE
   nestloop text;
   mergejoin text;
   outcomes text[];
+  n_new   int;
 BEGIN
   SELECT * INTO p FROM synchro.progress FOR UPDATE;
   IF NOT FOUND OR p.stream_generation <> gen OR p.registry_generation IS NULL THEN
@@ -53,7 +54,8 @@ BEGIN
     FROM unnest(commit_lsns, end_lsns, xids, commit_times) WITH ORDINALITY AS x(c, e, x, ct, i)
    WHERE x.i - 1 BETWEEN t_first AND t_last
      AND NOT EXISTS (SELECT 1 FROM synchro.txn d WHERE d.stream_generation = gen AND d.commit_lsn = x.c);
-  IF NOT FOUND THEN
+  GET DIAGNOSTICS n_new = ROW_COUNT;
+  IF n_new = 0 THEN
     RETURN array_fill('duplicate'::text, ARRAY[t_last - t_first + 1]);
   END IF;
 
@@ -335,10 +337,15 @@ BEGIN
    WHERE q.stream_generation = gen AND q.resolved_at IS NULL
      AND q.commit_lsn = ANY (ARRAY(SELECT b.commit_lsn FROM pg_temp.synchro_b_txn b));
 
-  outcomes := ARRAY(SELECT CASE WHEN b.t IS NULL THEN 'duplicate' ELSE 'materialized' END
-                      FROM generate_series(t_first, t_last) g(t)
-                      LEFT JOIN pg_temp.synchro_b_txn b ON b.t = g.t
-                     ORDER BY g.t);
+  IF n_new = t_last - t_first + 1 THEN
+    -- No replayed transaction in the run: the common case, without a query.
+    outcomes := array_fill('materialized'::text, ARRAY[n_new]);
+  ELSE
+    outcomes := ARRAY(SELECT CASE WHEN b.t IS NULL THEN 'duplicate' ELSE 'materialized' END
+                        FROM generate_series(t_first, t_last) g(t)
+                        LEFT JOIN pg_temp.synchro_b_txn b ON b.t = g.t
+                       ORDER BY g.t);
+  END IF;
   -- Empty for the next run of this batch or of a later one (synchro._stage_reset
   -- empties only the stage table, and truncates these with it when their dead space
   -- grows: it says why rows are deleted, not truncated).

@@ -1,7 +1,8 @@
 -- Empties the session's staging and work tables at the end of a materialization batch
 -- (and of the baseline), inside its transaction. They keep their rows across commits
 -- (runner_stage_open says why), so this is what empties them. staged: the rows the
--- batch staged (NULL: truncate now).
+-- batch staged, -1 when the caller did not count them (counted here if needed), NULL:
+-- truncate now.
 --
 -- Most batches delete their rows: no truncation, so no relcache invalidation, no
 -- replanning of the statements that use the tables, and no new files. Truncating a
@@ -22,11 +23,12 @@ LANGUAGE plpgsql
 -- search_path already.
 AS $$
 DECLARE
-  bytes bigint;
+  -- The size of the relation's main fork: a cached block count, no scan.
+  bytes bigint := pg_catalog.pg_relation_size('pg_temp.synchro_stage'::regclass);
 BEGIN
-  IF staged IS NOT NULL AND staged <= 50000 THEN
-    -- The size of the relation's main fork: a cached block count, no scan.
-    bytes := pg_catalog.pg_relation_size('pg_temp.synchro_stage'::regclass);
+  IF bytes > 1048576 AND staged IS NOT NULL AND staged < 0 THEN
+    -- Counted only when it can matter: a small table never truncates.
+    SELECT count(*) INTO staged FROM pg_temp.synchro_stage;
   END IF;
   IF staged IS NULL OR staged > 50000 OR (bytes > 1048576 AND bytes > 4 * 512 * staged) THEN
     TRUNCATE pg_temp.synchro_stage, pg_temp.synchro_w_rows, pg_temp.synchro_w_final, pg_temp.synchro_w_impacted,

@@ -37,7 +37,6 @@ DECLARE
   outcomes text[] := '{}';
   i        int := 0;
   j        int;
-  staged   bigint;
 BEGIN
   IF n = 0 OR cardinality(end_lsns) IS DISTINCT FROM n OR cardinality(xids) IS DISTINCT FROM n
      OR cardinality(commit_times) IS DISTINCT FROM n OR set_based IS NULL THEN
@@ -75,10 +74,8 @@ BEGIN
     END IF;
   END LOOP;
   -- Empty the session's work tables for the next batch (they keep rows across
-  -- commits: runner_stage_open). The count is read first: a statement that still
-  -- scans the stage table could not truncate it (55006).
-  SELECT count(*) INTO staged FROM pg_temp.synchro_stage;
-  PERFORM synchro._stage_reset(staged);
+  -- commits: runner_stage_open).
+  PERFORM synchro._stage_reset(-1);
   RETURN outcomes;
 END
 $$;
