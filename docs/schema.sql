@@ -1430,18 +1430,32 @@ BEGIN
 
   -- Relation identity: every Relation message of the run is exactly the registered
   -- relation of the generation in force (see synchro._materialize_txn). Each
-  -- transaction stages its own, mostly identical, Relation rows: check each
-  -- distinct shape once.
+  -- transaction stages its own, mostly identical, Relation rows: each distinct shape
+  -- is checked once per session and generation, then remembered in
+  -- pg_temp.synchro_rel_ok (a relation's row and its registration in a generation
+  -- never change), so a steady stream of small batches checks nothing new.
   IF EXISTS (
-    SELECT 1 FROM (SELECT DISTINCT s.relid, s.nspname, s.relname, s.replident, s.col_names, s.col_types, s.col_keys
-                     FROM pg_temp.synchro_stage s JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
-                    WHERE s.kind = 'R') s
-      LEFT JOIN synchro.relation r ON r.relid = s.relid
-      LEFT JOIN synchro.registration g ON g.relation_id = r.relation_id AND g.generation = reg
-     WHERE g.relation_id IS NULL
-        OR synchro._relation_drifted(s.nspname, s.relname, s.replident, s.col_names, s.col_types, s.col_keys,
-                                     r, g.columns, g.column_types)) THEN
-    RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'relation identity';
+    SELECT 1 FROM pg_temp.synchro_stage s JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
+     WHERE s.kind = 'R'
+       AND NOT EXISTS (SELECT 1 FROM pg_temp.synchro_rel_ok k
+                        WHERE k.generation = reg AND k.relid = s.relid AND k.nspname = s.nspname
+                          AND k.relname = s.relname AND k.replident = s.replident AND k.col_names = s.col_names
+                          AND k.col_types = s.col_types AND k.col_keys = s.col_keys)) THEN
+    IF EXISTS (
+      SELECT 1 FROM (SELECT DISTINCT s.relid, s.nspname, s.relname, s.replident, s.col_names, s.col_types, s.col_keys
+                       FROM pg_temp.synchro_stage s JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
+                      WHERE s.kind = 'R') s
+        LEFT JOIN synchro.relation r ON r.relid = s.relid
+        LEFT JOIN synchro.registration g ON g.relation_id = r.relation_id AND g.generation = reg
+       WHERE g.relation_id IS NULL
+          OR synchro._relation_drifted(s.nspname, s.relname, s.replident, s.col_names, s.col_types, s.col_keys,
+                                       r, g.columns, g.column_types)) THEN
+      RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'relation identity';
+    END IF;
+    INSERT INTO pg_temp.synchro_rel_ok (generation, relid, nspname, relname, replident, col_names, col_types, col_keys)
+    SELECT DISTINCT reg, s.relid, s.nspname, s.relname, s.replident, s.col_names, s.col_types, s.col_keys
+      FROM pg_temp.synchro_stage s JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
+     WHERE s.kind = 'R';
   END IF;
 
   IF n_ev > 1000 THEN
@@ -3223,6 +3237,30 @@ $_$;
 
 
 ALTER FUNCTION synchro._stage_registration(relation regclass, kind text, table_id text, columns name[]) OWNER TO postgres;
+
+--
+-- Name: _stage_rel_ok_create(); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._stage_rel_ok_create() RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  CREATE TEMP TABLE synchro_rel_ok (
+    generation bigint NOT NULL,
+    relid      oid NOT NULL,
+    nspname    text NOT NULL,
+    relname    text NOT NULL,
+    replident  "char" NOT NULL,
+    col_names  text[] NOT NULL,
+    col_types  oid[] NOT NULL,
+    col_keys   boolean[] NOT NULL
+  ) ON COMMIT PRESERVE ROWS;
+END
+$$;
+
+
+ALTER FUNCTION synchro._stage_rel_ok_create() OWNER TO postgres;
 
 --
 -- Name: _stage_reset(bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -5925,6 +5963,10 @@ BEGIN
       RAISE EXCEPTION 'runner refused: the session holds temporary synchro_ tables it made itself'
         USING ERRCODE = 'insufficient_privilege';
     END IF;
+    IF to_regclass('pg_temp.synchro_rel_ok') IS NULL THEN
+      -- A session that opened its tables before an upgrade added this one.
+      PERFORM synchro._stage_rel_ok_create();
+    END IF;
     RETURN;
   END IF;
   CREATE TEMP TABLE synchro_stage (
@@ -5987,6 +6029,8 @@ BEGIN
   CREATE TEMP TABLE synchro_w_depvals (
     relation_id bigint, column_name name, value text, event_ordinal int
   ) ON COMMIT PRESERVE ROWS;
+
+  PERFORM synchro._stage_rel_ok_create();
 
   -- Work tables of the set-based path (synchro._materialize_run), keyed by the
   -- transaction's index t in the batch.
@@ -7736,6 +7780,13 @@ REVOKE ALL ON FUNCTION synchro._stage_clear(big boolean) FROM PUBLIC;
 --
 
 REVOKE ALL ON FUNCTION synchro._stage_registration(relation regclass, kind text, table_id text, columns name[]) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _stage_rel_ok_create(); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._stage_rel_ok_create() FROM PUBLIC;
 
 
 --

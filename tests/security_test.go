@@ -698,6 +698,26 @@ func TestRunnerStageRefusesSessionTables(t *testing.T) {
 		_, err = conn2.Exec(ctx, `SELECT synchro.runner_stage_open()`)
 		require.NoError(t, err)
 	}
+	// The runner stages rows, but cannot declare a Relation shape checked: the
+	// session's memory of checked shapes is the owner's alone.
+	_, err = conn2.Exec(ctx, `INSERT INTO pg_temp.synchro_rel_ok VALUES (1, 1, 'public', 'items', 'd', '{id}', '{20}', '{t}')`)
+	requireSQLState(t, err, "42501")
+
+	// A session that opened its tables before an upgrade added synchro_rel_ok gets it
+	// at its next call; one that made its own is refused.
+	conn3, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	defer conn3.Close(ctx)
+	_, err = conn3.Exec(ctx, `SELECT synchro.runner_stage_open(); DROP TABLE pg_temp.synchro_rel_ok`)
+	require.NoError(t, err)
+	_, err = conn3.Exec(ctx, `SELECT synchro.runner_stage_open()`)
+	require.NoError(t, err)
+	require.NoError(t, conn3.QueryRow(ctx, `SELECT count(*) FROM pg_temp.synchro_rel_ok`).Scan(new(int)))
+	_, err = conn3.Exec(ctx, `DROP TABLE pg_temp.synchro_rel_ok; SET ROLE `+ident+`;
+		CREATE TEMP TABLE synchro_rel_ok (generation bigint)`)
+	require.NoError(t, err)
+	_, err = conn3.Exec(ctx, `SELECT synchro.runner_stage_open()`)
+	requireSQLState(t, err, "42501")
 }
 
 // Open (issue 13, item 4, materialize.sql and runner_baseline.sql are changed there):

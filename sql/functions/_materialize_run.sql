@@ -92,18 +92,32 @@ BEGIN
 
   -- Relation identity: every Relation message of the run is exactly the registered
   -- relation of the generation in force (see synchro._materialize_txn). Each
-  -- transaction stages its own, mostly identical, Relation rows: check each
-  -- distinct shape once.
+  -- transaction stages its own, mostly identical, Relation rows: each distinct shape
+  -- is checked once per session and generation, then remembered in
+  -- pg_temp.synchro_rel_ok (a relation's row and its registration in a generation
+  -- never change), so a steady stream of small batches checks nothing new.
   IF EXISTS (
-    SELECT 1 FROM (SELECT DISTINCT s.relid, s.nspname, s.relname, s.replident, s.col_names, s.col_types, s.col_keys
-                     FROM pg_temp.synchro_stage s JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
-                    WHERE s.kind = 'R') s
-      LEFT JOIN synchro.relation r ON r.relid = s.relid
-      LEFT JOIN synchro.registration g ON g.relation_id = r.relation_id AND g.generation = reg
-     WHERE g.relation_id IS NULL
-        OR synchro._relation_drifted(s.nspname, s.relname, s.replident, s.col_names, s.col_types, s.col_keys,
-                                     r, g.columns, g.column_types)) THEN
-    RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'relation identity';
+    SELECT 1 FROM pg_temp.synchro_stage s JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
+     WHERE s.kind = 'R'
+       AND NOT EXISTS (SELECT 1 FROM pg_temp.synchro_rel_ok k
+                        WHERE k.generation = reg AND k.relid = s.relid AND k.nspname = s.nspname
+                          AND k.relname = s.relname AND k.replident = s.replident AND k.col_names = s.col_names
+                          AND k.col_types = s.col_types AND k.col_keys = s.col_keys)) THEN
+    IF EXISTS (
+      SELECT 1 FROM (SELECT DISTINCT s.relid, s.nspname, s.relname, s.replident, s.col_names, s.col_types, s.col_keys
+                       FROM pg_temp.synchro_stage s JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
+                      WHERE s.kind = 'R') s
+        LEFT JOIN synchro.relation r ON r.relid = s.relid
+        LEFT JOIN synchro.registration g ON g.relation_id = r.relation_id AND g.generation = reg
+       WHERE g.relation_id IS NULL
+          OR synchro._relation_drifted(s.nspname, s.relname, s.replident, s.col_names, s.col_types, s.col_keys,
+                                       r, g.columns, g.column_types)) THEN
+      RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'relation identity';
+    END IF;
+    INSERT INTO pg_temp.synchro_rel_ok (generation, relid, nspname, relname, replident, col_names, col_types, col_keys)
+    SELECT DISTINCT reg, s.relid, s.nspname, s.relname, s.replident, s.col_names, s.col_types, s.col_keys
+      FROM pg_temp.synchro_stage s JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
+     WHERE s.kind = 'R';
   END IF;
 
   IF n_ev > 1000 THEN

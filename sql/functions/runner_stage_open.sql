@@ -23,6 +23,10 @@ BEGIN
       RAISE EXCEPTION 'runner refused: the session holds temporary synchro_ tables it made itself'
         USING ERRCODE = 'insufficient_privilege';
     END IF;
+    IF to_regclass('pg_temp.synchro_rel_ok') IS NULL THEN
+      -- A session that opened its tables before an upgrade added this one.
+      PERFORM synchro._stage_rel_ok_create();
+    END IF;
     RETURN;
   END IF;
   CREATE TEMP TABLE synchro_stage (
@@ -85,6 +89,8 @@ BEGIN
   CREATE TEMP TABLE synchro_w_depvals (
     relation_id bigint, column_name name, value text, event_ordinal int
   ) ON COMMIT PRESERVE ROWS;
+
+  PERFORM synchro._stage_rel_ok_create();
 
   -- Work tables of the set-based path (synchro._materialize_run), keyed by the
   -- transaction's index t in the batch.
