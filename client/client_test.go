@@ -803,6 +803,25 @@ func TestPushSendsMutationsAndLeavesReplica(t *testing.T) {
 	s.fail = func(string, []any) error { return sqlErr("SY410") }
 	_, err = c.Push(ctx, []client.Mutation{{ID: "11111111-1111-4111-8111-111111111111", Table: "items", Op: "insert", PK: 7}})
 	require.ErrorIs(t, err, client.ErrIdempotencyConflict)
+
+	// SY409 on push: the client id was retired. Final: no retry, no rebuild.
+	s.fail = func(string, []any) error { return sqlErr("SY409") }
+	before := s.calls["push"]
+	_, err = c.Push(ctx, []client.Mutation{{ID: "44444444-4444-4444-8444-444444444444", Table: "items", Op: "insert", PK: 9}})
+	require.ErrorIs(t, err, client.ErrClientRetired)
+	require.NotErrorIs(t, err, client.ErrRebuildLoop)
+	require.Equal(t, "SY409", sqlStateOf(err))
+	require.Equal(t, before+1, s.calls["push"], "a retired client id is not retried")
+	require.Zero(t, s.calls["rebuild"], "nothing is rebuilt for it")
+}
+
+// sqlStateOf is the SQLSTATE of the server error err wraps.
+func sqlStateOf(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
 }
 
 // ---- persistence -----------------------------------------------------------------

@@ -81,6 +81,9 @@
 //     ErrCapturePending.
 //   - SY403 scope_denied: ErrScopeDenied.
 //   - SY410 idempotency_conflict (push): ErrIdempotencyConflict.
+//   - SY409 on push: the client id was retired by an operator (retire_client):
+//     ErrClientRetired, never retried; the application continues as a new client
+//     (a new ClientID and a new store).
 //   - SY400 and everything else: returned as is.
 //
 // The sentinel errors wrap the *pgconn.PgError, so both errors.Is and errors.As work.

@@ -183,6 +183,13 @@ func TestE2EPushPullConverges(t *testing.T) {
 	e2eSync(t, c, "team:red")
 	requireScopeKeys(t, c, "team:red", "items/1", "items/3")
 	requireRow(t, c, "items", 10, false)
+
+	// An operator retires the client id: its next push is refused for good.
+	_, err = db.Pool.Exec(ctx, `SELECT synchro.retire_client('phone')`)
+	require.NoError(t, err)
+	_, err = c.Push(ctx, []client.Mutation{{ID: mutationID(), Table: "items", Op: "insert", PK: 11,
+		Row: map[string]any{"owner": "alice", "team": "red", "name": "eleven"}}})
+	require.ErrorIs(t, err, client.ErrClientRetired)
 }
 
 func TestE2EManyPagesAndCompactionRebuild(t *testing.T) {

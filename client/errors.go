@@ -31,6 +31,11 @@ var (
 	ErrRebuildLoop = errors.New("synchro client: too many consecutive rebuilds")
 	// ErrIdempotencyConflict: SY410, a mutation id was reused with other content.
 	ErrIdempotencyConflict = errors.New("synchro client: idempotency conflict")
+	// ErrClientRetired: SY409 on push, an operator retired this client id
+	// (synchro.retire_client): its outcomes and fences are gone and the id is
+	// refused for ever. Continue as a new client: a new ClientID and a new store
+	// (every scope rebuilt).
+	ErrClientRetired = errors.New("synchro client: client id retired")
 	// ErrNotSubscribed: the scope was never passed to Subscribe.
 	ErrNotSubscribed = errors.New("synchro client: scope not subscribed")
 )

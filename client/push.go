@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 )
 
 // Mutation is one item of synchro.push (CONTRACT.md "Push").
@@ -37,7 +38,7 @@ type Results []Result
 // the outcome of each. It does not touch the local replica: accepted writes come
 // back through pull. A failed call (SY400, SY410 as ErrIdempotencyConflict,
 // serialization failures, ...) wrote nothing and may be retried as a whole with
-// the same mutation ids.
+// the same mutation ids. SY409 (ErrClientRetired) is final for this client id.
 func (c *Client) Push(ctx context.Context, mutations []Mutation) (Results, error) {
 	if len(mutations) == 0 {
 		return nil, errors.New("synchro client: push needs 1 to 1000 mutations")
@@ -48,6 +49,11 @@ func (c *Client) Push(ctx context.Context, mutations []Mutation) (Results, error
 	}
 	raw, err := c.rpc(ctx, "push", c.cfg.ClientID, string(body))
 	if err != nil {
+		if sqlState(err) == codeRebuildRequired {
+			// On push, SY409 means the client id itself is gone (retire_client),
+			// not a cursor: no rebuild of a scope can fix it.
+			return nil, fmt.Errorf("%w: %w", ErrClientRetired, err)
+		}
 		return nil, classify(err)
 	}
 	var out struct {
