@@ -348,6 +348,7 @@ func parseFenceFast(content []byte) (f Fence, ok bool) {
 		return Fence{}, false
 	}
 
+	f.Format = 2
 	box := &fenceBox{oldKey: oldKey, newKey: newKey, pk: pk}
 	if hasOld {
 		f.OldKey = &box.oldKey
