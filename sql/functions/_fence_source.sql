@@ -9,14 +9,21 @@
 -- by every install) regenerate it, so the body is still defined once, here.
 --
 -- For each row operation that actually happens the fence
---   1. checks that the fences of this row fire in row-operation order (27000),
---   2. locks or creates the row's canonical identity reservation (synchro.row_version),
---   3. allocates an opaque transition version and a UUID fence_id,
---   4. takes the next registered-DML ordinal,
---   5. records the transition (and, under push, the immutable write fence), and
---   6. emits one transactional logical message (docs/wire-format.md), authenticated by
---      a MAC under the server key (synchro._message_mac).
+--   1. refuses what the source must refuse (key change, COPY FREEZE, oversized values),
+--   2. in one statement (issue 7): reads the live tuple of the key, creates or locks and
+--      updates the row's canonical identity reservation (synchro.row_version) with a new
+--      opaque transition version, where the update's WHERE is the row-operation order
+--      check (27000 when it refuses), takes the next registered-DML ordinal and a UUID
+--      fence_id, and emits one transactional logical message in wire format 3
+--      (docs/wire-format.md), authenticated by a MAC under the server key,
+--   3. under push, records the immutable write fence.
 -- It makes nothing pull-visible: only WAL materialization does.
+--
+-- Why one statement: the fence runs in every writing transaction, and each statement
+-- of a trigger pays its executor start-up (locks, plan-state build) once per
+-- transaction, more than its own work on one row; the earlier fence had a probe, an
+-- UPDATE joined to its own FOR UPDATE subquery, an INSERT when the reservation was
+-- missing, and the message (docs/benchmarks.md, "Fence cost").
 --
 -- Out-of-order check. PostgreSQL fires the AFTER ROW triggers of a statement when
 -- that statement ends, so a nested statement (in a BEFORE trigger, a function in the
