@@ -223,9 +223,20 @@ func TestBoundaryStrangerMessagesNeverBlock(t *testing.T) {
 		'old_key', '1', 'new_key', '1', 'version', 'x', 'fence_id', gen_random_uuid(), 'ordinal', 1,
 		'table_id', 'items', 'pk', 1)::text)`, rel))
 
+	// Wire format 3 (issue 7): a well-formed fence with a MAC that is not the server
+	// key's, for the row its transaction writes (it would pair first), and a
+	// malformed one.
+	forged3 := fmt.Sprintf(`SELECT pg_logical_emit_message(true, 'synchro.fence',
+		format('1:31:s%d:%d3:app5:items1:i2:156:forged36:%%s1:15:items1:n%%s', gen_random_uuid(), repeat('0', 32)))`,
+		len(fmt.Sprint(rel)), rel)
+	e.appExec(t, `BEGIN; `+forged3+`; INSERT INTO app.items (id, owner) VALUES (15, 'a'); COMMIT`)
+	e.appExec(t, `SELECT pg_logical_emit_message(true, 'synchro.fence', '1:31:s1:1' || repeat('0', 32))`)
+
 	e.requireHealthy(t, `INSERT INTO app.items (id, owner) VALUES (13, 'a')`, "13")
 	require.Equal(t, 1, countOf(t, e.db, `SELECT count(*) FROM synchro.effect WHERE pk = '12'`),
 		"the genuine write next to a forged fence materializes")
+	require.Equal(t, 1, countOf(t, e.db, `SELECT count(*) FROM synchro.effect WHERE pk = '15'`),
+		"the genuine write next to a forged format-3 fence materializes")
 	require.Zero(t, countOf(t, e.db, `SELECT count(*) FROM synchro.effect WHERE pk = '11'`))
 
 	ignored := func(reason string) float64 {
@@ -233,8 +244,8 @@ func TestBoundaryStrangerMessagesNeverBlock(t *testing.T) {
 	}
 	require.Equal(t, 2.0, ignored("non_transactional"))
 	require.Equal(t, 2.0, ignored("unknown_prefix"))
-	require.Equal(t, 5.0, ignored("malformed"))
-	require.Equal(t, 3.0, ignored("unauthenticated"))
+	require.Equal(t, 6.0, ignored("malformed"))
+	require.Equal(t, 4.0, ignored("unauthenticated"))
 }
 
 // Item 3: a genuine fence that does not match its row event still blocks (the ADR's

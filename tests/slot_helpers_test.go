@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
+	"github.com/synchro/synchro/runner/decode"
 	"github.com/synchro/synchro/tests/testdb"
 )
 
@@ -64,7 +66,8 @@ func peek(t *testing.T, db *testdb.DB, slot string) []decoded {
 	return out
 }
 
-// fenceMsg is the JSON of a synchro.fence message (docs/wire-format.md).
+// fenceMsg is a synchro.fence message (docs/wire-format.md) in the fields of wire
+// format 2; fences parses the compact format 3 the triggers write into it.
 type fenceMsg struct {
 	V          int             `json:"v"`
 	Kind       string          `json:"kind"`
@@ -81,6 +84,7 @@ type fenceMsg struct {
 	PK         json.RawMessage `json:"pk"`
 	CaptureKey *string         `json:"capture_key"`
 	MAC        string          `json:"mac"`
+	Signed     string          `json:"-"` // format 3: the text the MAC covers
 }
 
 // event is a simplified view of the decoded stream: "B", "C", "I:table", "U:table",
@@ -115,8 +119,23 @@ func fences(t *testing.T, ds []decoded) []fenceMsg {
 	for _, d := range ds {
 		if m, ok := d.msg.(*pglogrepl.LogicalDecodingMessage); ok && m.Prefix == "synchro.fence" {
 			require.True(t, m.Transactional)
-			var f fenceMsg
-			require.NoError(t, json.Unmarshal(m.Content, &f))
+			require.True(t, strings.HasPrefix(string(m.Content), "1:3"), "fences are written in wire format 3")
+			p, err := decode.ParseFence(m.Content)
+			require.NoError(t, err)
+			f := fenceMsg{V: p.Format, Kind: string(p.Kind), RelationID: p.RelationID, Schema: p.Schema,
+				Table: p.Table, Op: string(p.Op), OldKey: p.OldKey, NewKey: p.NewKey, Version: p.Version,
+				FenceID: p.FenceID, Ordinal: p.Ordinal, MAC: p.MAC, Signed: p.Signed}
+			if p.Kind == decode.FenceSynced {
+				f.TableID = &p.TableID
+				if p.PK.IsInt {
+					f.PK = json.RawMessage(strconv.FormatInt(p.PK.Int, 10))
+				} else {
+					f.PK, err = json.Marshal(p.PK.Str)
+					require.NoError(t, err)
+				}
+			} else {
+				f.CaptureKey = &p.CaptureKey
+			}
 			out = append(out, f)
 		}
 	}

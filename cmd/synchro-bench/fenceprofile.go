@@ -31,27 +31,22 @@ func init() {
 var fenceStages = []string{
 	"no trigger (plain)",
 	"registered: key guard (UPDATE only) + empty SECURITY DEFINER AFTER ROW trigger",
-	"+ DECLARE (txid, version and fence_id UUIDs), key read, COPY FREEZE check",
+	"+ DECLARE, key read, COPY FREEZE check",
 	"+ source refusals (key size; registered values' size and json)",
-	"+ live-tuple probe (static SELECT xmin, cmin; server key pads joined)",
-	"+ row_version UPDATE … RETURNING (INSERT … ON CONFLICT when missing) + order check",
-	"+ nextval(fence_ordinal) + push_active setting check",
-	"+ message MAC (body concat, two sha256)",
-	"+ json_build_object + pg_logical_emit_message (= the generated fence, unmodified)",
+	"+ the fence statement: live-tuple probe with the key pads, row_version upsert with the order check, ordinal, format-3 message with its MAC",
+	"+ push_active check (= the generated fence, unmodified)",
 	"real fence on t_fenced (registered the same way, as installed)",
 }
 
 // fenceCuts are the lines of the rendered fence before which stages 2 to
 // len(fenceCuts)+1 return: stage s ends before fenceCuts[s-2]. Stage 1 replaces the
 // body by RETURN NULL (no DECLARE initializers); stage len(fenceCuts)+2 is the
-// rendered text unmodified.
+// rendered text unmodified. Since issue 7 the probe, the reservation write, the
+// ordinal and the message are one SQL statement, so one stage.
 var fenceCuts = []string{
 	"  -- Source refusals (issue 13)",
-	"  -- The live tuple of this key now",
-	"  -- Lock the reservation and record this fence",
-	"  ord := pg_catalog.nextval('synchro.fence_ordinal');",
-	"  -- Authenticated message (issue 13)",
-	"  PERFORM pg_catalog.pg_logical_emit_message(",
+	"  -- The fence proper, in one statement",
+	"  -- Under synchro.push (flagged",
 }
 
 // stagedFence returns the CREATE OR REPLACE FUNCTION text of stage s (1..len(fenceCuts)+2) from the

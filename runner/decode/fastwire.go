@@ -11,9 +11,11 @@ import (
 // The strict parser (parseFenceStrict) tokenizes the content twice with
 // encoding/json and unmarshals every field on its own: tens of µs and 188
 // allocations per fence, the largest share of the runner's CPU when it
-// materializes single-row transactions. But the pack writes every fence with
-// PostgreSQL's json_build_object(...)::text (sql/functions/_fence_source.sql),
-// whose text has one fixed shape:
+// materializes single-row transactions. But the pack wrote every format-2
+// fence with PostgreSQL's json_build_object(...)::text (the fence template
+// before issue 7; such fences stay in WAL written before an upgrade, and the
+// fences written since are format 3, compactwire.go), whose text has one fixed
+// shape:
 //
 //	{"v" : 2, "kind" : "synced", "relation_id" : 3, "schema" : "public", ...}
 //
@@ -348,6 +350,7 @@ func parseFenceFast(content []byte) (f Fence, ok bool) {
 		return Fence{}, false
 	}
 
+	f.Format = 2
 	box := &fenceBox{oldKey: oldKey, newKey: newKey, pk: pk}
 	if hasOld {
 		f.OldKey = &box.oldKey

@@ -73,7 +73,16 @@ func fuzzSeeds() [][]byte {
 		pt.Truncate(1, 1),
 		pt.Commit(0x100, 0x110, ts),
 	)
-	seeds := [][]byte{seq, frames(pt.Begin(0x100, ts, 1), pt.Begin(0x200, ts, 2))}
+	// The same transaction with its fence in wire format 3 (compactwire.go).
+	compact := frames(
+		pt.Begin(0x100, ts, 1),
+		tasksRel(1),
+		pt.Message(true, 1, decode.PrefixFence, []byte(compactFence(fenceSpec{kind: "synced", op: "insert", key: "1",
+			intKey: true, relationID: 3, schema: "public", table: "tasks", version: "x", fid: fid, ordinal: 1, tableID: "tasks"}))),
+		pt.Insert(1, row),
+		pt.Commit(0x100, 0x110, ts),
+	)
+	seeds := [][]byte{seq, compact, frames(pt.Begin(0x100, ts, 1), pt.Begin(0x200, ts, 2))}
 	for _, p := range validPayloads() {
 		seeds = append(seeds, p, frames(tasksRel(1), pt.Begin(0x10, ts, 1), p))
 	}
@@ -126,6 +135,7 @@ func FuzzDecode(f *testing.F) {
 // with message_format.
 func FuzzParseMessages(f *testing.F) {
 	f.Add([]byte(`{"v":2,"generation":2,"previous":1,"mac":"0123456789abcdef0123456789abcdef"}`))
+	f.Add([]byte(realCompact["real_synced_update"]))
 	f.Add([]byte(`{"v":2,"kind":"capture_dependency","relation_id":3,"schema":"s","table":"t","op":"delete","old_key":"k","new_key":null,"version":"x","fence_id":"` + fid + `","ordinal":1,"capture_key":"k","mac":"0123456789abcdef0123456789abcdef"}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if _, err := decode.ParseFence(data); err != nil {

@@ -22,7 +22,9 @@ const (
 	PrefixRegistry  = "synchro.registry"
 )
 
-// WireFormatVersion is the only accepted "v". Version 2 added "mac".
+// WireFormatVersion is the only accepted "v" of a JSON message: every
+// synchro.registry message, and a synchro.fence message written before issue 7
+// (fences are now wire format 3, compactwire.go). Version 2 added "mac".
 const WireFormatVersion = 2
 
 // MaxMessageContent bounds the content of a Synchro message worth parsing. The
@@ -99,6 +101,12 @@ type Fence struct {
 	PK         *PrimaryKey // synced only
 	CaptureKey string      // capture_dependency only
 	MAC        string      // lowercase hex, MACHexLen long; unverified here
+	// Format is the wire format the fence came in: 2 (JSON) or 3 (compact,
+	// compactwire.go). Signed is, for format 3, the text its MAC covers (the
+	// content before the MAC); format 2's MAC covers a body rebuilt from the
+	// fields (runner/msgauth).
+	Format int
+	Signed string
 }
 
 // Key returns the registered key identity of the fenced row: NewKey, or
@@ -167,12 +175,19 @@ func formatErr(detail string) *Error { return newErr(ClassMessageFormat, 0, deta
 // ParseFence parses a synchro.fence message content strictly. Any deviation
 // from docs/wire-format.md is an *Error of class message_format.
 //
+// Two wire formats are accepted: 3, the compact one the fence triggers write
+// since issue 7 (compactwire.go; it starts with "1:3"), and 2, the JSON object
+// of earlier releases, still in the WAL written before an upgrade.
+//
 // The pack's own fences take a fast path (fastwire.go) that accepts only the
 // exact text PostgreSQL's json_build_object writes and yields the same Fence;
 // anything else, malformed content included, goes through the general strict
 // parser, which alone decides errors. The accepted language is the strict
 // parser's.
 func ParseFence(content []byte) (Fence, error) {
+	if hasPrefix(content, compactHead) {
+		return parseFenceCompact(content)
+	}
 	if f, ok := parseFenceFast(content); ok {
 		return f, nil
 	}
@@ -280,6 +295,7 @@ func parseFenceStrict(content []byte) (Fence, error) {
 	if f.MAC, err = reqMAC(w.MAC, "fence mac"); err != nil {
 		return Fence{}, err
 	}
+	f.Format = 2
 	return f, nil
 }
 

@@ -103,7 +103,12 @@ func (k *Key) Verify(prefix, body, mac string) bool {
 }
 
 // VerifyFence reports whether a parsed synchro.fence message is authentic.
+// A format-3 fence is its own MAC body (the content before the MAC); a format-2
+// fence's body is rebuilt from its fields.
 func (k *Key) VerifyFence(f *decode.Fence) bool {
+	if f.Format == 3 {
+		return k.Verify(decode.PrefixFence, f.Signed, f.MAC)
+	}
 	return k.Verify(decode.PrefixFence, FenceBody(f), f.MAC)
 }
 
@@ -136,7 +141,7 @@ func (b body) int(v int64) body { return b.str(strconv.FormatInt(v, 10)) }
 const wireVersion = 2
 
 // FenceBody is synchro._message_body('synchro.fence', content) of a parsed
-// fence: v kind relation_id schema table op old_key new_key version fence_id
+// format-2 fence: v kind relation_id schema table op old_key new_key version fence_id
 // ordinal table_id pk capture_key, each field as ->> renders it.
 func FenceBody(f *decode.Fence) string {
 	b := make(body, 0, 160+len(f.Schema)+len(f.Table)+3*len(f.Key())+len(f.Version)+len(f.CaptureKey))

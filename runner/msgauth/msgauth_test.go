@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -57,4 +58,34 @@ func TestBodies(t *testing.T) {
 	prev := int64(4)
 	require.Equal(t, "1:21:5:", ActivationBody(&decode.Activation{Generation: 5}))
 	require.Equal(t, "1:21:51:4", ActivationBody(&decode.Activation{Generation: 5, Previous: &prev}))
+}
+
+// A format-3 fence is authenticated over its own content before the MAC
+// (decode.Fence.Signed); any changed byte, or the same fields under format 2's
+// body, fails.
+func TestVerifyCompactFence(t *testing.T) {
+	k, err := NewKey(pads([]byte("0123456789abcdef0123456789abcdef")))
+	require.NoError(t, err)
+	body := "1:31:s2:126:public5:tasks1:u3:ü|132:9b3c01d2e3f405162738495a6b7c8d9e36:6f1e2c3d-4b5a-4789-9abc-def0123456784:10175:tasks1:s"
+	content := body + k.MAC(decode.PrefixFence, body)
+	f, err := decode.ParseFence([]byte(content))
+	require.NoError(t, err)
+	require.Equal(t, body, f.Signed)
+	require.True(t, k.VerifyFence(&f))
+	require.False(t, k.VerifyActivation(&decode.Activation{Generation: 1, MAC: f.MAC}))
+
+	// One character of a field changed (the message still parses).
+	for _, from := range []string{"1:u", "5:tasks1:s", "4:1017", "2:12"} {
+		to := map[string]string{"1:u": "1:i", "5:tasks1:s": "5:taskz1:s", "4:1017": "4:1018", "2:12": "2:13"}[from]
+		g, err := decode.ParseFence([]byte(strings.Replace(content, from, to, 1)))
+		require.NoError(t, err, from)
+		require.False(t, k.VerifyFence(&g), from)
+	}
+	// The MAC of format 2's body for the same fields does not authenticate it.
+	v2 := f
+	v2.Format = 2
+	v2.MAC = k.MAC(decode.PrefixFence, FenceBody(&v2))
+	require.True(t, k.VerifyFence(&v2))
+	f.MAC = v2.MAC
+	require.False(t, k.VerifyFence(&f))
 }

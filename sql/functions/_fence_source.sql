@@ -9,14 +9,21 @@
 -- by every install) regenerate it, so the body is still defined once, here.
 --
 -- For each row operation that actually happens the fence
---   1. checks that the fences of this row fire in row-operation order (27000),
---   2. locks or creates the row's canonical identity reservation (synchro.row_version),
---   3. allocates an opaque transition version and a UUID fence_id,
---   4. takes the next registered-DML ordinal,
---   5. records the transition (and, under push, the immutable write fence), and
---   6. emits one transactional logical message (docs/wire-format.md), authenticated by
---      a MAC under the server key (synchro._message_mac).
+--   1. refuses what the source must refuse (key change, COPY FREEZE, oversized values),
+--   2. in one statement (issue 7): reads the live tuple of the key, creates or locks and
+--      updates the row's canonical identity reservation (synchro.row_version) with a new
+--      opaque transition version, where the update's WHERE is the row-operation order
+--      check (27000 when it refuses), takes the next registered-DML ordinal and a UUID
+--      fence_id, and emits one transactional logical message in wire format 3
+--      (docs/wire-format.md), authenticated by a MAC under the server key,
+--   3. under push, records the immutable write fence.
 -- It makes nothing pull-visible: only WAL materialization does.
+--
+-- Why one statement: the fence runs in every writing transaction, and each statement
+-- of a trigger pays its executor start-up (locks, plan-state build) once per
+-- transaction, more than its own work on one row; the earlier fence had a probe, an
+-- UPDATE joined to its own FOR UPDATE subquery, an INSERT when the reservation was
+-- missing, and the message (docs/benchmarks.md, "Fence cost").
 --
 -- Out-of-order check. PostgreSQL fires the AFTER ROW triggers of a statement when
 -- that statement ends, so a nested statement (in a BEFORE trigger, a function in the
@@ -39,16 +46,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   r synchro.relation;
-  pk_json text;
-  ident text;
 BEGIN
   SELECT * INTO STRICT r FROM synchro.relation WHERE relation_id = rid;
-  -- The typed key of the message: a JSON number for int keys, a string otherwise.
-  pk_json := CASE WHEN r.key_type = 'string' THEN 'k' ELSE 'k::bigint' END;
-  -- The kind-specific fields of the message.
-  ident := CASE WHEN r.registration_kind = 'synced'
-                THEN format('''table_id'', %L, ''pk'', %s', r.table_id, pk_json)
-                ELSE '''capture_key'', k' END;
   RETURN format($template$
 CREATE OR REPLACE FUNCTION synchro.%1$I() RETURNS trigger
 LANGUAGE plpgsql
@@ -64,42 +63,29 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fence$
 DECLARE
-  k         text;
-  old_k     text;
-  new_k     text;
-  cur_txid  xid8 := pg_catalog.pg_current_xact_id();
-  prev      record;
-  live_xmin xid;
-  live_cmin cid;
-  v         text := pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', '');
-  fid       uuid := pg_catalog.gen_random_uuid();
-  ord       bigint;
-  ctx       record;
-  mac       pg_catalog.text;  -- the message's MAC (issue 13)
-  ipad      pg_catalog.bytea; -- the server key's HMAC pads, read with the live tuple (issue 13)
-  opad      pg_catalog.bytea;
-  refused   pg_catalog.text;  -- SQLSTATE of a refused json value (issue 13)
+  k   text;
+  v   text;                   -- the transition version (for the write fence under push)
+  fid uuid;                   -- the fence_id (idem)
+  ctx record;
+  lsn pg_catalog.pg_lsn;
+  refused pg_catalog.text;    -- SQLSTATE of a refused json value (issue 13)
 BEGIN
   IF TG_OP = 'INSERT' THEN
-    new_k := NEW.%17$s::text;
-    k := new_k;
-    IF (%7$L::xid8 = cur_txid OR pg_catalog.pg_relation_filenode(TG_RELID) <> %8$s::oid)
+    k := NEW.%13$s::text;
+    IF (%7$L::xid8 = pg_catalog.pg_current_xact_id() OR pg_catalog.pg_relation_filenode(TG_RELID) <> %8$s::oid)
        AND pg_catalog.current_query() ~* '\mcopy\M[^;]*\mfreeze\M' THEN
       RAISE EXCEPTION 'COPY FREEZE into a registered relation is not supported'
         USING ERRCODE = 'feature_not_supported';
     END IF;
   ELSIF TG_OP = 'UPDATE' THEN
-    new_k := NEW.%17$s::text;
-    old_k := OLD.%17$s::text;
+    k := NEW.%13$s::text;
     -- A BEFORE UPDATE trigger that runs after the key guard can still change the key.
-    IF old_k IS DISTINCT FROM new_k THEN
+    IF OLD.%13$s::text IS DISTINCT FROM k THEN
       RAISE EXCEPTION 'primary-key value change on a registered row is not supported (delete and insert instead)'
         USING ERRCODE = 'feature_not_supported';
     END IF;
-    k := new_k;
   ELSE
-    old_k := OLD.%17$s::text;
-    k := old_k;
+    k := OLD.%13$s::text;
   END IF;
 
   -- Source refusals (issue 13): a key or a registered value that the key indexes or
@@ -112,36 +98,53 @@ BEGIN
       USING ERRCODE = 'string_data_right_truncation';
   END IF;
   IF TG_OP <> 'DELETE' THEN
-    NULL;%13$s
+    NULL;%9$s
   END IF;
 
-  -- The live tuple of this key now (none after a delete). The same statement reads
-  -- the server key's pads for the message MAC below (issue 13): a statement of its
-  -- own would cost more than the MAC.
-  SELECT t.xmin, t.cmin, sk.inner_pad, sk.outer_pad INTO live_xmin, live_cmin, ipad, opad
-    FROM synchro.server_key sk LEFT JOIN ONLY %2$I.%3$I t ON t.%17$s = k::%5$s;
-
-  -- Lock the reservation and record this fence, keeping what the previous fence saw.
-  UPDATE synchro.row_version r
-     SET version = v, deleted = (TG_OP = 'DELETE'), fence_txid = cur_txid, fence_xmin = live_xmin, fence_cmin = live_cmin
-    FROM (SELECT o.fence_txid, o.fence_xmin, o.fence_cmin FROM synchro.row_version o
-           WHERE o.relation_id = %6$s AND o.pk = k FOR UPDATE) p
-   WHERE r.relation_id = %6$s AND r.pk = k
-  RETURNING p.fence_txid, p.fence_xmin, p.fence_cmin INTO prev;
-  IF NOT FOUND THEN
+  -- The fence proper, in one statement (issue 7: each statement of a trigger costs its
+  -- executor start-up in every transaction, more than its work for one row):
+  --   p: the live tuple of this key now (none after a delete), the server key's HMAC
+  --      pads, a new transition version and fence_id, the next registered-DML ordinal,
+  --      and the message body (wire format 3, docs/wire-format.md);
+  --   w: one write of the reservation: created, or locked and updated, recording the
+  --      tuple this fence covers. Its WHERE is the out-of-order check: it refuses the
+  --      update, so w returns no row, when this row was already fenced in this
+  --      transaction and either the live tuple is the one the previous fence covered
+  --      (a later change fenced first) or an INSERT/UPDATE finds no live tuple (a
+  --      later delete fenced first);
+  --   then, only when w wrote, the authenticated message: the body followed by its MAC
+  --      under the server key (read at run time as the owner, never put in this
+  --      generated source; every operator and function applied to it is qualified).
+  WITH p AS (
+    SELECT s.*, pg_catalog.concat(%10$L, CASE TG_OP WHEN 'INSERT' THEN '1:i' WHEN 'UPDATE' THEN '1:u' ELSE '1:d' END,
+             pg_catalog.length(k), ':', k, pg_catalog.length(s.v), ':', s.v,
+             '36:', s.fid, pg_catalog.length(s.ord::pg_catalog.text), ':', s.ord, %11$L) AS body
+      FROM (SELECT t.xmin AS live_xmin, t.cmin AS live_cmin, sk.inner_pad, sk.outer_pad,
+                   pg_catalog.replace(pg_catalog.gen_random_uuid()::pg_catalog.text, '-', '') AS v,
+                   pg_catalog.gen_random_uuid() AS fid,
+                   pg_catalog.nextval('synchro.fence_ordinal') AS ord,
+                   pg_catalog.pg_current_xact_id() AS txid
+              FROM synchro.server_key sk LEFT JOIN ONLY %2$I.%3$I t ON t.%4$I = k::%5$s) s),
+  w AS (
     INSERT INTO synchro.row_version AS r (relation_id, pk, version, deleted, fence_txid, fence_xmin, fence_cmin)
-    VALUES (%6$s, k, v, TG_OP = 'DELETE', cur_txid, live_xmin, live_cmin)
+    SELECT %6$s, k, p.v, TG_OP = 'DELETE', p.txid, p.live_xmin, p.live_cmin FROM p
     ON CONFLICT (relation_id, pk) DO UPDATE
       SET version = excluded.version, deleted = excluded.deleted, fence_txid = excluded.fence_txid,
-          fence_xmin = excluded.fence_xmin, fence_cmin = excluded.fence_cmin;
-  ELSIF prev.fence_txid = cur_txid AND (
-          (TG_OP <> 'DELETE' AND live_xmin IS NULL)
-          OR (live_xmin = prev.fence_xmin AND live_cmin = prev.fence_cmin)) THEN
+          fence_xmin = excluded.fence_xmin, fence_cmin = excluded.fence_cmin
+      WHERE (r.fence_txid = excluded.fence_txid AND (
+               (NOT excluded.deleted AND excluded.fence_xmin IS NULL)
+               OR (excluded.fence_xmin = r.fence_xmin AND excluded.fence_cmin = r.fence_cmin))) IS NOT TRUE
+    RETURNING 1)
+  SELECT p.v, p.fid, pg_catalog.pg_logical_emit_message(true, 'synchro.fence', p.body OPERATOR(pg_catalog.||)
+           pg_catalog.encode(pg_catalog.substr(pg_catalog.sha256(p.outer_pad OPERATOR(pg_catalog.||)
+             pg_catalog.sha256(p.inner_pad OPERATOR(pg_catalog.||) '\x%12$s'::pg_catalog.bytea OPERATOR(pg_catalog.||)
+               pg_catalog.convert_to(p.body, 'UTF8'))), 1, 16), 'hex'))
+    INTO v, fid, lsn
+    FROM p, w;
+  IF NOT FOUND THEN
     RAISE EXCEPTION 'fence order violation: a nested statement changed a registered row before the fence of its earlier change fired'
       USING ERRCODE = 'triggered_data_change_violation';
   END IF;
-
-  ord := pg_catalog.nextval('synchro.fence_ordinal');
 
   -- Under synchro.push (flagged by its SECURITY DEFINER helper; the row it wrote is
   -- what counts), the mutation applied to exactly this row gets an immutable write
@@ -149,30 +152,12 @@ BEGIN
   IF pg_catalog.current_setting('synchro.push_active', true) = 'on' THEN
     SELECT c.client_id, c.mutation_id INTO ctx
       FROM synchro.push_context c
-     WHERE c.txid = cur_txid AND c.relation_id = %6$s AND c.pk = k;
+     WHERE c.txid = pg_catalog.pg_current_xact_id() AND c.relation_id = %6$s AND c.pk = k;
     IF FOUND THEN
       INSERT INTO synchro.write_fence (fence_id, client_id, mutation_id, relation_id, pk, op, version)
       VALUES (fid, ctx.client_id, ctx.mutation_id, %6$s, k, pg_catalog.lower(TG_OP), v);
     END IF;
   END IF;
-
-  -- Authenticated message (issue 13): anyone may emit a 'synchro.fence' message, so
-  -- the runner counts only one whose "mac" matches: synchro._message_mac over
-  -- synchro._message_body, inlined here (a function call per row costs more than the
-  -- MAC). The server key is read at run time, as the owner, never put in this
-  -- generated source (pg_proc.prosrc is world-readable); every operator and function
-  -- applied to it is qualified, so no object of the writer's search_path sees it.
-  mac := pg_catalog.encode(pg_catalog.substr(pg_catalog.sha256(opad OPERATOR(pg_catalog.||)
-            pg_catalog.sha256(ipad OPERATOR(pg_catalog.||) '\x%16$s'::pg_catalog.bytea OPERATOR(pg_catalog.||)
-              pg_catalog.convert_to(pg_catalog.concat(%14$L,
-                pg_catalog.length(pg_catalog.lower(TG_OP)), ':', pg_catalog.lower(TG_OP),
-                pg_catalog.length(old_k), ':', old_k, pg_catalog.length(new_k), ':', new_k,
-                pg_catalog.length(v), ':', v, '36:', fid, pg_catalog.length(ord::pg_catalog.text), ':', ord,
-                %15$s), 'UTF8'))), 1, 16), 'hex');
-  PERFORM pg_catalog.pg_logical_emit_message(true, 'synchro.fence', pg_catalog.json_build_object(
-    'v', 2, 'kind', %9$L, 'relation_id', %6$s, 'schema', %10$L, 'table', %11$L,
-    'op', pg_catalog.lower(TG_OP), 'old_key', old_k, 'new_key', new_k, 'version', v, 'fence_id', fid,
-    'ordinal', ord, %12$s, 'mac', mac)::text);
   RETURN NULL;
 END
 $fence$;
@@ -184,21 +169,19 @@ $template$,
     r.relation_id,                             -- 6
     pg_current_xact_id(),                      -- 7 installing transaction
     pg_relation_filenode(r.relid::regclass),   -- 8 relation file at install
-    r.registration_kind,                       -- 9
-    r.schema_name, r.table_name,               -- 10 11 registered identity
-    ident,                                     -- 12
-    synchro._fence_value_checks(rid),          -- 13 source refusals of registered values
-    -- 14 15: the constant head of the MAC body (synchro._message_body: v, kind,
-    -- relation_id, schema, table) and its fields after ordinal (table_id, pk,
-    -- capture_key); 16: the MAC's domain prefix, 'synchro.msg' 0x00 prefix 0x00, in hex
-    concat('1:2', length(r.registration_kind), ':', r.registration_kind,
+    synchro._fence_value_checks(rid),          -- 9 source refusals of registered values
+    -- 10 11: the constant head of the message body (wire format 3: v, kind,
+    -- relation_id, schema, table) and its kind-specific tail (synced: table_id and
+    -- the key's JSON type); 12: the MAC's domain prefix, 'synchro.msg' 0x00 prefix
+    -- 0x00, in hex
+    concat('1:3', '1:', CASE WHEN r.registration_kind = 'synced' THEN 's' ELSE 'c' END,
            length(r.relation_id::text), ':', r.relation_id, length(r.schema_name), ':', r.schema_name,
            length(r.table_name), ':', r.table_name),
     CASE WHEN r.registration_kind = 'synced'
-         THEN format('%L, pg_catalog.length(k), '':'', k, '':''', concat(length(r.table_id), ':', r.table_id))
-         ELSE ''':'', '':'', pg_catalog.length(k), '':'', k' END,
+         THEN concat(length(r.table_id), ':', r.table_id, '1:', CASE WHEN r.key_type = 'string' THEN 's' ELSE 'n' END)
+         ELSE '' END,
     encode(convert_to('synchro.msg', 'UTF8') || '\x00'::bytea || convert_to('synchro.fence', 'UTF8') || '\x00'::bytea, 'hex'),
-    synchro._pl_ident(r.key_column));           -- 17 the key as a field of NEW/OLD
+    synchro._pl_ident(r.key_column));           -- 13 the key as a field of NEW/OLD
 END
 $$;
 
