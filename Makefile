@@ -41,6 +41,7 @@ fuzz: ## Fuzz campaigns, FUZZTIME each (default 5m); commit every finding under 
 	$(GO) test ./runner/decode -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./runner/decode -run '^$$' -fuzz '^FuzzParseMessages$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./runner/decode -run '^$$' -fuzz '^FuzzFenceFastPath$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./runner/decode -run '^$$' -fuzz '^FuzzFenceCompact$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./runner/decode/wal2json -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./runner/decode/wal2json -run '^$$' -fuzz '^FuzzFastPath$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./tests -run '^$$' -fuzz '^FuzzReaderToken$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x
