@@ -41,7 +41,7 @@ BEGIN
   END IF;
   INSERT INTO synchro.relation_rebind AS b (generation, relation_id, relid, schema_name, table_name, staged_lsn)
   VALUES (g, r.relation_id, relation, chk.schema_name, chk.table_name, pg_current_wal_insert_lsn())
-  ON CONFLICT (generation, relation_id) DO UPDATE
+  ON CONFLICT ON CONSTRAINT relation_rebind_pkey DO UPDATE
     SET relid = excluded.relid, schema_name = excluded.schema_name, table_name = excluded.table_name,
         staged_lsn = excluded.staged_lsn;
 END
