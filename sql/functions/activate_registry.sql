@@ -238,6 +238,11 @@ BEGIN
   ON CONFLICT (scope_prefix) DO UPDATE
     SET rule_generation = excluded.rule_generation, rules_digest = excluded.rules_digest
     WHERE p.rules_digest IS DISTINCT FROM excluded.rules_digest;
+  -- A prefix left without rules changed too: its membership is re-evaluated to nothing
+  -- and its cursors are stale. The empty digest stands for "no rules".
+  UPDATE synchro.scope_prefix p SET rule_generation = g, rules_digest = ''
+   WHERE p.rules_digest <> ''
+     AND NOT EXISTS (SELECT 1 FROM synchro.scope_rule s WHERE s.generation = g AND s.scope_prefix = p.scope_prefix);
   -- A prefix whose rules (before or after) name a relation this activation re-projects
   -- or removes, directly or through a dependency: its clients rebuild (SY409), since
   -- the bootstrap delivers no incremental effects.
