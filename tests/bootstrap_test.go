@@ -475,3 +475,35 @@ func TestDriftWayOut(t *testing.T) {
 		return countOf(t, db, `SELECT count(*) FROM synchro.readiness() WHERE NOT ok`) == 0
 	})
 }
+
+// TestHostileReconfiguration: the reconfiguration functions, called as
+// synchro_operator with NULLs, unknown ids and injection-shaped names, answer SY400
+// and leave no pending generation behind.
+func TestHostileReconfiguration(t *testing.T) {
+	t.Parallel()
+	db := runnerSetup(t)
+	op := newOperator(t, db)
+	items := itemsRelationID(t, db)
+	calls := []struct {
+		sql  string
+		args []any
+	}{
+		{`SELECT synchro.unregister_relation($1)`, []any{nil}},
+		{`SELECT synchro.unregister_relation($1)`, []any{int64(999999)}},
+		{`SELECT synchro.set_columns($1, $2)`, []any{nil, nil}},
+		{`SELECT synchro.set_columns($1, $2::name[])`, []any{items, []string{"id", "x'; DROP TABLE items; --"}}},
+		{`SELECT synchro.set_columns($1, $2::name[])`, []any{items, []string{}}},
+		{`SELECT synchro.set_columns($1, $2::name[])`, []any{items, []string{"id"}}}, // the rule's column goes
+		{`SELECT synchro.remove_scope_rules($1)`, []any{nil}},
+		{`SELECT synchro.remove_scope_rules($1)`, []any{"items'; --"}},
+		{`SELECT synchro.rebind_relation($1, $2)`, []any{nil, nil}},
+		{`SELECT synchro.rebind_relation($1, 'items')`, []any{nil}},
+		{`SELECT synchro.rebind_relation($1, 'items')`, []any{items}}, // items still exists
+	}
+	for _, c := range calls {
+		err := op.exec(c.sql, c.args...)
+		requireSQLState(t, err, "SY400")
+	}
+	require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM synchro.registry_generation WHERE state = 'pending'`))
+	require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM synchro.relation_rebind`))
+}
