@@ -324,6 +324,7 @@ func TestUnregisterTable(t *testing.T) {
 	requireNoQuarantine(t, db)
 	require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM synchro.projection WHERE relation_id = $1`, notes))
 	require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM synchro.membership WHERE relation_id = $1`, notes))
+	require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM synchro.row_version WHERE relation_id = $1`, notes))
 	_, err = pullRaw(db, "a", "owner:o1", cur, 100)
 	requireSQLState(t, err, "SY409")
 	rows, _ := fullRebuild(t, db, "a", "owner:o1", 100)

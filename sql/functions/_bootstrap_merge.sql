@@ -34,6 +34,10 @@ BEGIN
         RAISE EXCEPTION 'poison: bootstrap_incomplete' USING ERRCODE = 'SYP08', DETAIL = format('relation_id=%s', b.relation_id);
       END IF;
       DELETE FROM synchro.bootstrap_row s WHERE s.generation = reg AND s.relation_id = b.relation_id;
+    ELSE
+      -- Nothing fences the relation any more (its triggers went at activation), and no
+      -- push may name it: its row versions are dead weight.
+      DELETE FROM synchro.row_version v WHERE v.relation_id = b.relation_id;
     END IF;
     UPDATE synchro.bootstrap x SET merged_at = now() WHERE x.generation = reg AND x.relation_id = b.relation_id;
   END LOOP;

@@ -16,7 +16,7 @@ DECLARE
   r record;
   chk record;
   trg text;
-  nonversioned boolean;
+  total bigint;
   pub text;
   rels text;
   msg jsonb;
@@ -165,24 +165,26 @@ BEGIN
         relation_id bigint, generation bigint, src text, live boolean, sql text NOT NULL,
         PRIMARY KEY (relation_id, generation, src, live)
       ) ON COMMIT PRESERVE ROWS;
-      -- Every row passed a fence or got a version above; a staged row never invents one.
-      EXECUTE format('SELECT EXISTS (SELECT 1 FROM ONLY %I.%I t WHERE NOT EXISTS ('
-                     'SELECT 1 FROM synchro.row_version v WHERE v.relation_id = $1 AND v.pk = t.%I::text))',
-                     r.schema_name, r.table_name, r.key_column)
-        INTO nonversioned USING r.relation_id;
-      IF nonversioned THEN
-        RAISE EXCEPTION 'activation refused: a row of relation_id % has no version', r.relation_id USING ERRCODE = 'SY400';
-      END IF;
       INSERT INTO synchro.bootstrap (generation, relation_id, kind) VALUES (g, r.relation_id, 'project');
       -- Rendered as the first start's baseline renders them (synchro._baseline_rows).
+      -- Each row's version by an index probe (LATERAL, OFFSET 0): row_version's
+      -- statistics do not know the rows just allocated above, and a join planned from
+      -- them can scan it once per row.
       EXECUTE format(
         'INSERT INTO synchro.bootstrap_row (generation, relation_id, pk, pk_int, version, image) '
         'SELECT $3, $1, t.%I::text, CASE WHEN $2 <> %L THEN t.%I::text::bigint END, v.version, %s '
-        '  FROM ONLY %I.%I t JOIN synchro.row_version v ON v.relation_id = $1 AND v.pk = t.%I::text',
+        '  FROM ONLY %I.%I t CROSS JOIN LATERAL ('
+        '    SELECT v0.version FROM synchro.row_version v0 WHERE v0.relation_id = $1 AND v0.pk = t.%I::text OFFSET 0) v',
         r.key_column, 'string', r.key_column, synchro._image_sql(r.relation_id, g, 't', true),
         r.schema_name, r.table_name, r.key_column)
       USING r.relation_id, r.key_type, g;
       GET DIAGNOSTICS n = ROW_COUNT;
+      -- Every row passed a fence or got a version above; a staged row never invents one,
+      -- and a row without one must not be left out silently.
+      EXECUTE format('SELECT count(*) FROM ONLY %I.%I', r.schema_name, r.table_name) INTO total;
+      IF total <> n THEN
+        RAISE EXCEPTION 'activation refused: a row of relation_id % has no version', r.relation_id USING ERRCODE = 'SY400';
+      END IF;
       UPDATE synchro.bootstrap x SET row_count = n WHERE x.generation = g AND x.relation_id = r.relation_id;
     END IF;
   END LOOP;
