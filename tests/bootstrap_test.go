@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/synchro/synchro/internal/fault"
+	"github.com/synchro/synchro/tests/runproc"
 	"github.com/synchro/synchro/tests/testdb"
 )
 
@@ -507,4 +509,46 @@ func TestHostileReconfiguration(t *testing.T) {
 	}
 	require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM synchro.registry_generation WHERE state = 'pending'`))
 	require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM synchro.relation_rebind`))
+}
+
+// TestBootstrapRunnerKilled: `synchro run` killed (SIGKILL) before the activation's
+// materialization commits leaves the stage unmerged; killed right after it commits,
+// before the slot heard of it, the replay finds it durable. Either way the restarted
+// runner ends with every bootstrapped row projected once and nothing staged.
+func TestBootstrapRunnerKilled(t *testing.T) {
+	t.Parallel()
+	bin := runproc.BuildT(t, runproc.FaultTag)
+	db := runnerSetup(t)
+	mustExec(t, db, `CREATE TABLE filled (id int8 PRIMARY KEY, owner text);
+		INSERT INTO filled SELECT i, 'o' || (i % 3) FROM generate_series(1, 3000) i;`)
+	p := startProc(t, bin, db, fault.Spec{Point: fault.BeforeCommit, N: 1}.String())
+	waitStream(t, db)
+	mustExec(t, db, `SELECT synchro.register_table('filled', 'filled');
+		SELECT synchro.add_scope_rule('filled', 'owner:', 'owner');
+		SELECT synchro.activate_registry();`)
+	requireFaultDeath(t, p, fault.BeforeCommit)
+	require.Equal(t, 3000, countOf(t, db, `SELECT count(*) FROM synchro.bootstrap_row`), "the stage is intact")
+	require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM synchro.bootstrap WHERE merged_at IS NOT NULL`))
+
+	waitRunnerGone(t, db)
+	p = startProc(t, bin, db, fault.Spec{Point: fault.AfterCommit, N: 1}.String())
+	requireFaultDeath(t, p, fault.AfterCommit)
+	require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM synchro.bootstrap_row`), "merged")
+
+	waitRunnerGone(t, db)
+	p = startProc(t, bin, db, "")
+	eventually(t, 30*time.Second, "the replayed activation", func() bool {
+		return procCounter(t, p, "synchro_runner_transactions_total", "outcome", "duplicate") == 1
+	})
+	mustExec(t, db, `INSERT INTO filled VALUES (3001, 'o1')`)
+	eventually(t, 30*time.Second, "streaming after the bootstrap", func() bool {
+		return countOf(t, db, `SELECT count(*) FROM synchro.projection WHERE pk = '3001'`) == 1
+	})
+	require.Equal(t, 3001, countOf(t, db, `SELECT count(*) FROM synchro.projection p JOIN synchro.relation r USING (relation_id) WHERE r.table_id = 'filled'`))
+	rows, _ := fullRebuild(t, db, "a", "owner:o1", 2000)
+	rep := replica{}
+	rep.applyRebuild(t, rows)
+	require.Len(t, rep, 1001)
+	requireNoQuarantine(t, db)
+	require.NoError(t, p.Stop(10*time.Second))
 }
