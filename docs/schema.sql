@@ -3693,6 +3693,15 @@ BEGIN
         RAISE EXCEPTION 'activation refused: a projection bootstrap must read the locked table in READ COMMITTED (relation_id %)',
           r.relation_id USING ERRCODE = 'SY400';
       END IF;
+      -- The row-image cache of synchro._image_sql, whose SQL runs here with the owner's
+      -- rights: a table of that name the caller made (with its own rows, triggers or
+      -- policies) would run the caller's code as the owner.
+      IF EXISTS (SELECT 1 FROM pg_class c
+                  WHERE c.relnamespace = pg_my_temp_schema() AND c.relname = 'synchro_image_sql'
+                    AND c.relowner <> current_user::regrole) THEN
+        RAISE EXCEPTION 'activation refused: the session holds a temporary synchro_image_sql table it made itself'
+          USING ERRCODE = 'insufficient_privilege';
+      END IF;
       CREATE TEMP TABLE IF NOT EXISTS synchro_image_sql (
         relation_id bigint, generation bigint, src text, live boolean, sql text NOT NULL,
         PRIMARY KEY (relation_id, generation, src, live)

@@ -552,3 +552,27 @@ func TestBootstrapRunnerKilled(t *testing.T) {
 	requireNoQuarantine(t, db)
 	require.NoError(t, p.Stop(10*time.Second))
 }
+
+// TestBootstrapRefusesCallerImageCache: the bootstrap renders rows with SQL cached in
+// pg_temp.synchro_image_sql and runs it with the owner's rights; an operator's session
+// that made that table itself (with SQL of its own in it) is refused (42501) instead of
+// having its SQL run as the owner.
+func TestBootstrapRefusesCallerImageCache(t *testing.T) {
+	t.Parallel()
+	e := newSyncEnv(t, `CREATE TABLE docs (id int8 PRIMARY KEY, team text); INSERT INTO docs VALUES (1, 't1');
+		GRANT SELECT ON docs TO synchro_operator;`)
+	db := e.db
+	ctx := context.Background()
+	op := newOperator(t, db)
+	var rid, g int64
+	require.NoError(t, op.conn.QueryRow(ctx, `SELECT synchro.register_table('docs', 'docs')`).Scan(&rid))
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT generation FROM synchro.registry_generation WHERE state = 'pending'`).Scan(&g))
+	require.NoError(t, op.exec(`CREATE TEMP TABLE synchro_image_sql (
+		relation_id bigint, generation bigint, src text, live boolean, sql text NOT NULL,
+		PRIMARY KEY (relation_id, generation, src, live))`))
+	require.NoError(t, op.exec(`INSERT INTO synchro_image_sql VALUES ($1, $2, 't', true,
+		'pg_catalog.to_jsonb((SELECT count(*) FROM synchro.server_key))')`, rid, g))
+	err := op.exec(`SELECT synchro.activate_registry()`)
+	requireSQLState(t, err, "42501")
+	require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM synchro.bootstrap_row`))
+}
