@@ -243,6 +243,46 @@ $_$;
 ALTER FUNCTION synchro._baseline_rows(reg bigint, sch text) OWNER TO postgres;
 
 --
+-- Name: _bootstrap_merge(bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._bootstrap_merge(reg bigint) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  b record;
+  n bigint;
+BEGIN
+  FOR b IN SELECT x.relation_id, x.kind, x.row_count FROM synchro.bootstrap x
+            WHERE x.generation = reg AND x.merged_at IS NULL ORDER BY x.relation_id FOR UPDATE LOOP
+    DELETE FROM synchro.membership m WHERE m.relation_id = b.relation_id;
+    DELETE FROM synchro.rule_value v WHERE v.relation_id = b.relation_id;
+    DELETE FROM synchro.projection p WHERE p.relation_id = b.relation_id;
+    IF b.kind = 'project' THEN
+      INSERT INTO synchro.projection (relation_id, pk, pk_int, version, image)
+      SELECT s.relation_id, s.pk, s.pk_int, s.version, s.image FROM synchro.bootstrap_row s
+       WHERE s.generation = reg AND s.relation_id = b.relation_id;
+      GET DIAGNOSTICS n = ROW_COUNT;
+      -- The staged count was taken when the rows were staged: a difference means the
+      -- stage is incomplete, and a partial projection must not become the state.
+      IF n <> b.row_count THEN
+        RAISE EXCEPTION 'poison: bootstrap_incomplete' USING ERRCODE = 'SYP08', DETAIL = format('relation_id=%s', b.relation_id);
+      END IF;
+      DELETE FROM synchro.bootstrap_row s WHERE s.generation = reg AND s.relation_id = b.relation_id;
+    ELSE
+      -- Nothing fences the relation any more (its triggers went at activation), and no
+      -- push may name it: its row versions are dead weight.
+      DELETE FROM synchro.row_version v WHERE v.relation_id = b.relation_id;
+    END IF;
+    UPDATE synchro.bootstrap x SET merged_at = now() WHERE x.generation = reg AND x.relation_id = b.relation_id;
+  END LOOP;
+END
+$$;
+
+
+ALTER FUNCTION synchro._bootstrap_merge(reg bigint) OWNER TO postgres;
+
+--
 -- Name: _called_from_push(); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -1705,6 +1745,7 @@ DECLARE
   act       record;
   act_seqs  int[] := '{}';
   act_gens  bigint[] := '{}';
+  act_gen   bigint;
   bad       record;
   rel       record;
   t         record;
@@ -1765,6 +1806,13 @@ BEGIN
   END LOOP;
 
   PERFORM synchro._mat_check_relations(_materialize_txn.t, reg_end);
+
+  -- Projection bootstrap of each activation, at its position: before the row events,
+  -- which all follow it here (events before an activation message name relations the
+  -- previous generation holds, and a bootstrapped relation's rows are staged with them).
+  FOREACH act_gen IN ARRAY act_gens LOOP
+    PERFORM synchro._bootstrap_merge(act_gen);
+  END LOOP;
 
   -- Row events, each with the registry generation selected by its source position.
   INSERT INTO pg_temp.synchro_w_rows (seq, event_ordinal, op, relation_id, registration_kind, table_id,
@@ -3529,10 +3577,15 @@ DECLARE
   prev bigint;
   r record;
   chk record;
-  nonempty boolean;
+  trg text;
+  total bigint;
   pub text;
   rels text;
   msg jsonb;
+  running boolean;
+  reproject boolean;
+  n bigint;
+  rb record;
 BEGIN
   PERFORM pg_advisory_xact_lock(hashtextextended('synchro.registry', synchro._lock_seed()));
   SELECT generation INTO g FROM synchro.registry_generation WHERE state = 'pending';
@@ -3540,6 +3593,31 @@ BEGIN
     RAISE EXCEPTION 'activation refused: no registry generation is staged' USING ERRCODE = 'SY400';
   END IF;
   SELECT generation INTO prev FROM synchro.registry_generation WHERE state = 'active';
+  running := EXISTS (SELECT 1 FROM synchro.progress);
+  -- A reset stages the registered relations of one generation; a bootstrap staged
+  -- meanwhile would be merged into neither stream.
+  IF EXISTS (SELECT 1 FROM synchro.reset x WHERE x.phase IN ('requested', 'staging', 'catching_up', 'ready', 'failed')) THEN
+    RAISE EXCEPTION 'activation refused: a stream reset is open; activate or abort it first' USING ERRCODE = 'SY400';
+  END IF;
+
+  -- Rebinds (synchro.rebind_relation): the old table is gone, and the runner has
+  -- processed the WAL past the moment the rebind was staged, so no change of the old
+  -- table is left to decode under the old OID. Then the relation names the new table.
+  FOR rb IN SELECT * FROM synchro.relation_rebind x WHERE x.generation = g ORDER BY x.relation_id LOOP
+    IF EXISTS (SELECT 1 FROM pg_class c JOIN synchro.relation rel ON rel.relid = c.oid
+                WHERE rel.relation_id = rb.relation_id) THEN
+      RAISE EXCEPTION 'activation refused: relation_id % still exists; rebind is for a dropped and recreated table',
+        rb.relation_id USING ERRCODE = 'SY400';
+    END IF;
+    IF running AND NOT EXISTS (SELECT 1 FROM synchro.progress p WHERE p.processed_end_lsn >= rb.staged_lsn) THEN
+      RAISE EXCEPTION 'activation refused: the runner has not processed the WAL up to the rebind of relation_id % yet; retry shortly',
+        rb.relation_id USING ERRCODE = 'SY400';
+    END IF;
+    UPDATE synchro.relation rel SET relid = rb.relid, schema_name = rb.schema_name, table_name = rb.table_name
+     WHERE rel.relation_id = rb.relation_id;
+    -- The old table's row versions: the recreated table's rows get new ones below.
+    DELETE FROM synchro.row_version v WHERE v.relation_id = rb.relation_id;
+  END LOOP;
 
   -- Every registration again: the relation may have drifted since it was staged (or
   -- since the previous activation). Drift is never reinterpreted as a new relation.
@@ -3601,7 +3679,8 @@ BEGIN
   -- write slips in between the trigger and the version allocation below.
   FOR r IN
     SELECT rel.*, (prev IS NULL OR NOT EXISTS (
-             SELECT 1 FROM synchro.registration p WHERE p.generation = prev AND p.relation_id = rel.relation_id)) AS is_new
+             SELECT 1 FROM synchro.registration p WHERE p.generation = prev AND p.relation_id = rel.relation_id)) AS is_new,
+           EXISTS (SELECT 1 FROM synchro.relation_rebind x WHERE x.generation = g AND x.relation_id = rel.relation_id) AS rebound
       FROM synchro.registration reg JOIN synchro.relation rel USING (relation_id)
      WHERE reg.generation = g
      ORDER BY rel.relation_id
@@ -3618,23 +3697,87 @@ BEGIN
     PERFORM synchro._check_render(r.relid::regclass,
                                   (SELECT reg.columns FROM synchro.registration reg
                                     WHERE reg.generation = g AND reg.relation_id = r.relation_id));
-    IF r.is_new AND EXISTS (SELECT 1 FROM synchro.progress) THEN
-      -- A running stream has no projection of this relation's rows. Until projection
-      -- bootstrap exists, only an empty relation can join a running stream (its rows
-      -- then all arrive through the WAL after this activation).
-      EXECUTE format('SELECT EXISTS (SELECT 1 FROM ONLY %I.%I)', r.schema_name, r.table_name) INTO nonempty;
-      IF nonempty THEN
-        RAISE EXCEPTION 'activation refused: relation_id % is not empty and the stream is running; projection bootstrap is required',
-          r.relation_id USING ERRCODE = 'SY400';
-      END IF;
-    END IF;
-    IF r.is_new THEN
+    IF r.is_new OR r.rebound THEN
       -- Rows that never passed a fence still need a version for rebuild and push CAS.
       EXECUTE format(
         'INSERT INTO synchro.row_version (relation_id, pk, version) '
         'SELECT $1, %I::text, synchro._new_version() FROM ONLY %I.%I ON CONFLICT DO NOTHING',
         r.key_column, r.schema_name, r.table_name)
       USING r.relation_id;
+    END IF;
+
+    -- Projection bootstrap: the running stream's projection of this relation is
+    -- missing or in another shape. The trigger statements above hold SHARE ROW
+    -- EXCLUSIVE on the table, so every write committed before this statement's
+    -- snapshot is in the WAL before this transaction's activation message, and every
+    -- later one after it: the staged rows are the table exactly at the activation's
+    -- position. Under REPEATABLE READ or SERIALIZABLE the transaction's snapshot could
+    -- predate the lock, so those levels are refused.
+    reproject := r.is_new OR r.rebound OR prev IS NULL OR EXISTS (
+      SELECT 1 FROM synchro.registration p, synchro.registration q
+       WHERE p.generation = prev AND p.relation_id = r.relation_id
+         AND q.generation = g AND q.relation_id = r.relation_id
+         AND (p.columns IS DISTINCT FROM q.columns OR p.column_types IS DISTINCT FROM q.column_types));
+    IF running AND reproject THEN
+      IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'activation refused: a projection bootstrap must read the locked table in READ COMMITTED (relation_id %)',
+          r.relation_id USING ERRCODE = 'SY400';
+      END IF;
+      -- The row-image cache of synchro._image_sql, whose SQL runs here with the owner's
+      -- rights: a table of that name the caller made (with its own rows, triggers or
+      -- policies) would run the caller's code as the owner.
+      IF EXISTS (SELECT 1 FROM pg_class c
+                  WHERE c.relnamespace = pg_my_temp_schema() AND c.relname = 'synchro_image_sql'
+                    AND c.relowner <> current_user::regrole) THEN
+        RAISE EXCEPTION 'activation refused: the session holds a temporary synchro_image_sql table it made itself'
+          USING ERRCODE = 'insufficient_privilege';
+      END IF;
+      CREATE TEMP TABLE IF NOT EXISTS synchro_image_sql (
+        relation_id bigint, generation bigint, src text, live boolean, sql text NOT NULL,
+        PRIMARY KEY (relation_id, generation, src, live)
+      ) ON COMMIT PRESERVE ROWS;
+      INSERT INTO synchro.bootstrap (generation, relation_id, kind) VALUES (g, r.relation_id, 'project');
+      -- Rendered as the first start's baseline renders them (synchro._baseline_rows).
+      -- Each row's version by an index probe (LATERAL, OFFSET 0): row_version's
+      -- statistics do not know the rows just allocated above, and a join planned from
+      -- them can scan it once per row.
+      EXECUTE format(
+        'INSERT INTO synchro.bootstrap_row (generation, relation_id, pk, pk_int, version, image) '
+        'SELECT $3, $1, t.%I::text, CASE WHEN $2 <> %L THEN t.%I::text::bigint END, v.version, %s '
+        '  FROM ONLY %I.%I t CROSS JOIN LATERAL ('
+        '    SELECT v0.version FROM synchro.row_version v0 WHERE v0.relation_id = $1 AND v0.pk = t.%I::text OFFSET 0) v',
+        r.key_column, 'string', r.key_column, synchro._image_sql(r.relation_id, g, 't', true),
+        r.schema_name, r.table_name, r.key_column)
+      USING r.relation_id, r.key_type, g;
+      GET DIAGNOSTICS n = ROW_COUNT;
+      -- Every row passed a fence or got a version above; a staged row never invents one,
+      -- and a row without one must not be left out silently.
+      EXECUTE format('SELECT count(*) FROM ONLY %I.%I', r.schema_name, r.table_name) INTO total;
+      IF total <> n THEN
+        RAISE EXCEPTION 'activation refused: a row of relation_id % has no version', r.relation_id USING ERRCODE = 'SY400';
+      END IF;
+      UPDATE synchro.bootstrap x SET row_count = n WHERE x.generation = g AND x.relation_id = r.relation_id;
+    END IF;
+  END LOOP;
+
+  -- Relations that leave the registry: no fence may run for them any more (a fence
+  -- message without its row event would block capture), and on a running stream their
+  -- projection, rule index and membership are dropped at this activation's position.
+  FOR r IN
+    SELECT rel.* FROM synchro.registration p JOIN synchro.relation rel USING (relation_id)
+     WHERE p.generation = prev
+       AND NOT EXISTS (SELECT 1 FROM synchro.registration q WHERE q.generation = g AND q.relation_id = p.relation_id)
+     ORDER BY rel.relation_id
+  LOOP
+    IF EXISTS (SELECT 1 FROM pg_class c WHERE c.oid = r.relid) THEN
+      FOREACH trg IN ARRAY ARRAY['synchro_guard_key', 'synchro_guard_truncate', 'synchro_fence_insert',
+                                   'synchro_fence_update', 'synchro_fence_delete'] LOOP
+        EXECUTE format('DROP TRIGGER IF EXISTS %I ON %I.%I', trg, r.schema_name, r.table_name);
+      END LOOP;
+    END IF;
+    EXECUTE format('DROP FUNCTION IF EXISTS synchro.%I()', '_fence_' || r.relation_id);
+    IF running THEN
+      INSERT INTO synchro.bootstrap (generation, relation_id, kind) VALUES (g, r.relation_id, 'remove');
     END IF;
   END LOOP;
 
@@ -3668,6 +3811,20 @@ BEGIN
   ON CONFLICT (scope_prefix) DO UPDATE
     SET rule_generation = excluded.rule_generation, rules_digest = excluded.rules_digest
     WHERE p.rules_digest IS DISTINCT FROM excluded.rules_digest;
+  -- A prefix left without rules changed too: its membership is re-evaluated to nothing
+  -- and its cursors are stale. The empty digest stands for "no rules".
+  UPDATE synchro.scope_prefix p SET rule_generation = g, rules_digest = ''
+   WHERE p.rules_digest <> ''
+     AND NOT EXISTS (SELECT 1 FROM synchro.scope_rule s WHERE s.generation = g AND s.scope_prefix = p.scope_prefix);
+  -- A prefix whose rules (before or after) name a relation this activation re-projects
+  -- or removes, directly or through a dependency: its clients rebuild (SY409), since
+  -- the bootstrap delivers no incremental effects.
+  UPDATE synchro.scope_prefix p SET rule_generation = g
+   WHERE p.rule_generation <> g
+     AND p.scope_prefix IN (
+       SELECT s.scope_prefix FROM synchro.scope_rule s JOIN synchro.bootstrap b
+           ON b.generation = g AND (b.relation_id = s.relation_id OR b.relation_id = s.via_relation_id)
+        WHERE s.generation IN (g, prev));
 
   UPDATE synchro.registry_generation SET state = 'retired' WHERE state = 'active';
   UPDATE synchro.registry_generation SET state = 'active', activated_at = now() WHERE generation = g;
@@ -4948,6 +5105,54 @@ $$;
 ALTER FUNCTION synchro.ready() OWNER TO postgres;
 
 --
+-- Name: rebind_relation(bigint, regclass); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro.rebind_relation(relation_id bigint, relation regclass) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  g bigint;
+  r synchro.relation;
+  chk record;
+BEGIN
+  IF relation IS NULL THEN
+    RAISE EXCEPTION 'rebind refused: relation is required' USING ERRCODE = 'SY400';
+  END IF;
+  IF NOT coalesce(has_table_privilege(synchro._invoker(), relation, 'SELECT'), true) THEN
+    RAISE EXCEPTION 'rebind refused: the calling role may not SELECT the relation' USING ERRCODE = 'SY400';
+  END IF;
+  g := synchro._pending_generation();
+  SELECT rel.* INTO r FROM synchro.relation rel JOIN synchro.registration reg
+      ON reg.relation_id = rel.relation_id AND reg.generation = g
+   WHERE rel.relation_id = rebind_relation.relation_id;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'rebind refused: relation_id is not registered in the pending generation' USING ERRCODE = 'SY400';
+  END IF;
+  IF EXISTS (SELECT 1 FROM pg_class c WHERE c.oid = r.relid) THEN
+    RAISE EXCEPTION 'rebind refused: the registered relation still exists (rebind is for a dropped and recreated table)'
+      USING ERRCODE = 'SY400';
+  END IF;
+  IF EXISTS (SELECT 1 FROM synchro.relation x WHERE x.relid = relation) THEN
+    RAISE EXCEPTION 'rebind refused: relation is already registered' USING ERRCODE = 'SY400';
+  END IF;
+  chk := synchro._check_relation(relation);
+  IF chk.key_column <> r.key_column OR chk.key_pg_type <> r.key_pg_type THEN
+    RAISE EXCEPTION 'rebind refused: the new relation''s primary key differs from the registered key' USING ERRCODE = 'SY400';
+  END IF;
+  INSERT INTO synchro.relation_rebind AS b (generation, relation_id, relid, schema_name, table_name, staged_lsn)
+  VALUES (g, r.relation_id, relation, chk.schema_name, chk.table_name, pg_current_wal_insert_lsn())
+  ON CONFLICT ON CONSTRAINT relation_rebind_pkey DO UPDATE
+    SET relid = excluded.relid, schema_name = excluded.schema_name, table_name = excluded.table_name,
+        staged_lsn = excluded.staged_lsn;
+END
+$$;
+
+
+ALTER FUNCTION synchro.rebind_relation(relation_id bigint, relation regclass) OWNER TO postgres;
+
+--
 -- Name: rebuild(text, text, text, integer); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -5214,6 +5419,34 @@ $_$;
 
 
 ALTER FUNCTION synchro.remove_consumer_group(name text, confirm text) OWNER TO postgres;
+
+--
+-- Name: remove_scope_rules(text); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro.remove_scope_rules(table_id text) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  g bigint := synchro._pending_generation();
+  rid bigint;
+  n integer;
+BEGIN
+  SELECT r.relation_id INTO rid
+    FROM synchro.relation r JOIN synchro.registration reg ON reg.relation_id = r.relation_id AND reg.generation = g
+   WHERE r.table_id = remove_scope_rules.table_id AND r.registration_kind = 'synced';
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'remove_scope_rules refused: unknown table_id' USING ERRCODE = 'SY400';
+  END IF;
+  DELETE FROM synchro.scope_rule s WHERE s.generation = g AND s.relation_id = rid;
+  GET DIAGNOSTICS n = ROW_COUNT;
+  RETURN n;
+END
+$$;
+
+
+ALTER FUNCTION synchro.remove_scope_rules(table_id text) OWNER TO postgres;
 
 --
 -- Name: reset_status(uuid); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -6091,6 +6324,51 @@ $$;
 ALTER FUNCTION synchro.runner_table_set() OWNER TO postgres;
 
 --
+-- Name: set_columns(bigint, name[]); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro.set_columns(relation_id bigint, columns name[]) RETURNS name[]
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  g bigint := synchro._pending_generation();
+  r synchro.relation;
+  relid oid;
+  cols name[];
+BEGIN
+  SELECT rel.* INTO r FROM synchro.relation rel JOIN synchro.registration reg
+      ON reg.relation_id = rel.relation_id AND reg.generation = g
+   WHERE rel.relation_id = set_columns.relation_id;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'set_columns refused: relation_id is not registered in the pending generation' USING ERRCODE = 'SY400';
+  END IF;
+  -- A rebind staged in this generation names the relation the columns must come from.
+  relid := coalesce((SELECT b.relid FROM synchro.relation_rebind b
+                      WHERE b.generation = g AND b.relation_id = r.relation_id), r.relid);
+  IF NOT EXISTS (SELECT 1 FROM pg_class c WHERE c.oid = relid) THEN
+    RAISE EXCEPTION 'set_columns refused: the relation no longer exists (rebind_relation first)' USING ERRCODE = 'SY400';
+  END IF;
+  IF NOT coalesce(has_table_privilege(synchro._invoker(), relid, 'SELECT'), true) THEN
+    RAISE EXCEPTION 'set_columns refused: the calling role may not SELECT the relation' USING ERRCODE = 'SY400';
+  END IF;
+  cols := synchro._check_columns(relid::regclass, r.key_column, columns);
+  IF EXISTS (SELECT 1 FROM synchro.scope_rule s
+              WHERE s.generation = g
+                AND ((s.relation_id = r.relation_id AND NOT (s.column_name = ANY (cols)))
+                  OR (s.via_relation_id = r.relation_id AND NOT (s.via_match = ANY (cols) AND s.via_scope = ANY (cols))))) THEN
+    RAISE EXCEPTION 'set_columns refused: a scope rule uses a column the new list leaves out' USING ERRCODE = 'SY400';
+  END IF;
+  UPDATE synchro.registration reg SET columns = cols
+   WHERE reg.generation = g AND reg.relation_id = r.relation_id;
+  RETURN cols;
+END
+$$;
+
+
+ALTER FUNCTION synchro.set_columns(relation_id bigint, columns name[]) OWNER TO postgres;
+
+--
 -- Name: set_scope_authorizer(regprocedure); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -6118,6 +6396,37 @@ $$;
 ALTER FUNCTION synchro.set_scope_authorizer(fn regprocedure) OWNER TO postgres;
 
 --
+-- Name: unregister_relation(bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro.unregister_relation(relation_id bigint) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  g bigint := synchro._pending_generation();
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM synchro.registration reg
+                  WHERE reg.generation = g AND reg.relation_id = unregister_relation.relation_id) THEN
+    RAISE EXCEPTION 'unregister refused: relation_id is not registered in the pending generation' USING ERRCODE = 'SY400';
+  END IF;
+  -- A dependency that another table's rule reaches through cannot go first.
+  IF EXISTS (SELECT 1 FROM synchro.scope_rule s
+              WHERE s.generation = g AND s.via_relation_id = unregister_relation.relation_id
+                AND s.relation_id <> unregister_relation.relation_id) THEN
+    RAISE EXCEPTION 'unregister refused: a scope rule of another table uses this dependency as via; remove those rules first'
+      USING ERRCODE = 'SY400';
+  END IF;
+  DELETE FROM synchro.scope_rule s WHERE s.generation = g AND s.relation_id = unregister_relation.relation_id;
+  DELETE FROM synchro.relation_rebind b WHERE b.generation = g AND b.relation_id = unregister_relation.relation_id;
+  DELETE FROM synchro.registration reg WHERE reg.generation = g AND reg.relation_id = unregister_relation.relation_id;
+END
+$$;
+
+
+ALTER FUNCTION synchro.unregister_relation(relation_id bigint) OWNER TO postgres;
+
+--
 -- Name: _chain_agg(bytea, bytea); Type: AGGREGATE; Schema: synchro; Owner: postgres
 --
 
@@ -6128,6 +6437,39 @@ CREATE AGGREGATE synchro._chain_agg(seed bytea, piece bytea) (
 
 
 ALTER AGGREGATE synchro._chain_agg(seed bytea, piece bytea) OWNER TO postgres;
+
+--
+-- Name: bootstrap; Type: TABLE; Schema: synchro; Owner: postgres
+--
+
+CREATE TABLE synchro.bootstrap (
+    generation bigint NOT NULL,
+    relation_id bigint NOT NULL,
+    kind text NOT NULL,
+    row_count bigint DEFAULT 0 NOT NULL,
+    staged_at timestamp with time zone DEFAULT now() NOT NULL,
+    merged_at timestamp with time zone,
+    CONSTRAINT bootstrap_kind CHECK ((kind = ANY (ARRAY['project'::text, 'remove'::text])))
+);
+
+
+ALTER TABLE synchro.bootstrap OWNER TO postgres;
+
+--
+-- Name: bootstrap_row; Type: TABLE; Schema: synchro; Owner: postgres
+--
+
+CREATE TABLE synchro.bootstrap_row (
+    generation bigint NOT NULL,
+    relation_id bigint NOT NULL,
+    pk text NOT NULL,
+    pk_int bigint,
+    version text NOT NULL,
+    image jsonb NOT NULL
+);
+
+
+ALTER TABLE synchro.bootstrap_row OWNER TO postgres;
 
 --
 -- Name: change; Type: TABLE; Schema: synchro; Owner: postgres
@@ -6519,6 +6861,22 @@ CREATE VIEW synchro.registry AS
 ALTER TABLE synchro.registry OWNER TO postgres;
 
 --
+-- Name: relation_rebind; Type: TABLE; Schema: synchro; Owner: postgres
+--
+
+CREATE TABLE synchro.relation_rebind (
+    generation bigint NOT NULL,
+    relation_id bigint NOT NULL,
+    relid oid NOT NULL,
+    schema_name name NOT NULL,
+    table_name name NOT NULL,
+    staged_lsn pg_lsn NOT NULL
+);
+
+
+ALTER TABLE synchro.relation_rebind OWNER TO postgres;
+
+--
 -- Name: relation_relation_id_seq; Type: SEQUENCE; Schema: synchro; Owner: postgres
 --
 
@@ -6801,6 +7159,22 @@ CREATE TABLE synchro.write_fence (
 ALTER TABLE synchro.write_fence OWNER TO postgres;
 
 --
+-- Name: bootstrap bootstrap_pkey; Type: CONSTRAINT; Schema: synchro; Owner: postgres
+--
+
+ALTER TABLE ONLY synchro.bootstrap
+    ADD CONSTRAINT bootstrap_pkey PRIMARY KEY (generation, relation_id);
+
+
+--
+-- Name: bootstrap_row bootstrap_row_pkey; Type: CONSTRAINT; Schema: synchro; Owner: postgres
+--
+
+ALTER TABLE ONLY synchro.bootstrap_row
+    ADD CONSTRAINT bootstrap_row_pkey PRIMARY KEY (generation, relation_id, pk);
+
+
+--
 -- Name: change change_pkey; Type: CONSTRAINT; Schema: synchro; Owner: postgres
 --
 
@@ -6942,6 +7316,14 @@ ALTER TABLE ONLY synchro.registry_generation
 
 ALTER TABLE ONLY synchro.relation
     ADD CONSTRAINT relation_pkey PRIMARY KEY (relation_id);
+
+
+--
+-- Name: relation_rebind relation_rebind_pkey; Type: CONSTRAINT; Schema: synchro; Owner: postgres
+--
+
+ALTER TABLE ONLY synchro.relation_rebind
+    ADD CONSTRAINT relation_rebind_pkey PRIMARY KEY (generation, relation_id);
 
 
 --
@@ -7173,6 +7555,30 @@ CREATE INDEX write_fence_pending_by_mutation ON synchro.write_fence USING btree 
 
 
 --
+-- Name: bootstrap bootstrap_generation_fkey; Type: FK CONSTRAINT; Schema: synchro; Owner: postgres
+--
+
+ALTER TABLE ONLY synchro.bootstrap
+    ADD CONSTRAINT bootstrap_generation_fkey FOREIGN KEY (generation) REFERENCES synchro.registry_generation(generation);
+
+
+--
+-- Name: bootstrap bootstrap_relation_id_fkey; Type: FK CONSTRAINT; Schema: synchro; Owner: postgres
+--
+
+ALTER TABLE ONLY synchro.bootstrap
+    ADD CONSTRAINT bootstrap_relation_id_fkey FOREIGN KEY (relation_id) REFERENCES synchro.relation(relation_id);
+
+
+--
+-- Name: bootstrap_row bootstrap_row_generation_relation_id_fkey; Type: FK CONSTRAINT; Schema: synchro; Owner: postgres
+--
+
+ALTER TABLE ONLY synchro.bootstrap_row
+    ADD CONSTRAINT bootstrap_row_generation_relation_id_fkey FOREIGN KEY (generation, relation_id) REFERENCES synchro.bootstrap(generation, relation_id);
+
+
+--
 -- Name: change_retention change_retention_stream_generation_fkey; Type: FK CONSTRAINT; Schema: synchro; Owner: postgres
 --
 
@@ -7202,6 +7608,22 @@ ALTER TABLE ONLY synchro.registration
 
 ALTER TABLE ONLY synchro.registration
     ADD CONSTRAINT registration_relation_id_fkey FOREIGN KEY (relation_id) REFERENCES synchro.relation(relation_id);
+
+
+--
+-- Name: relation_rebind relation_rebind_generation_fkey; Type: FK CONSTRAINT; Schema: synchro; Owner: postgres
+--
+
+ALTER TABLE ONLY synchro.relation_rebind
+    ADD CONSTRAINT relation_rebind_generation_fkey FOREIGN KEY (generation) REFERENCES synchro.registry_generation(generation);
+
+
+--
+-- Name: relation_rebind relation_rebind_relation_id_fkey; Type: FK CONSTRAINT; Schema: synchro; Owner: postgres
+--
+
+ALTER TABLE ONLY synchro.relation_rebind
+    ADD CONSTRAINT relation_rebind_relation_id_fkey FOREIGN KEY (relation_id) REFERENCES synchro.relation(relation_id);
 
 
 --
@@ -7317,6 +7739,13 @@ REVOKE ALL ON FUNCTION synchro._baseline_project(reg bigint) FROM PUBLIC;
 --
 
 REVOKE ALL ON FUNCTION synchro._baseline_rows(reg bigint, sch text) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _bootstrap_merge(reg bigint); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._bootstrap_merge(reg bigint) FROM PUBLIC;
 
 
 --
@@ -7939,6 +8368,14 @@ GRANT ALL ON FUNCTION synchro.ready() TO synchro_runner;
 
 
 --
+-- Name: FUNCTION rebind_relation(relation_id bigint, relation regclass); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro.rebind_relation(relation_id bigint, relation regclass) FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.rebind_relation(relation_id bigint, relation regclass) TO synchro_operator;
+
+
+--
 -- Name: FUNCTION rebuild(client_id text, scope text, session text, max_rows integer); Type: ACL; Schema: synchro; Owner: postgres
 --
 
@@ -7984,6 +8421,14 @@ GRANT ALL ON FUNCTION synchro.release_lease(name text, token bigint) TO synchro_
 
 REVOKE ALL ON FUNCTION synchro.remove_consumer_group(name text, confirm text) FROM PUBLIC;
 GRANT ALL ON FUNCTION synchro.remove_consumer_group(name text, confirm text) TO synchro_consumer;
+
+
+--
+-- Name: FUNCTION remove_scope_rules(table_id text); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro.remove_scope_rules(table_id text) FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.remove_scope_rules(table_id text) TO synchro_operator;
 
 
 --
@@ -8187,11 +8632,27 @@ GRANT ALL ON FUNCTION synchro.runner_table_set() TO synchro_runner;
 
 
 --
+-- Name: FUNCTION set_columns(relation_id bigint, columns name[]); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro.set_columns(relation_id bigint, columns name[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.set_columns(relation_id bigint, columns name[]) TO synchro_operator;
+
+
+--
 -- Name: FUNCTION set_scope_authorizer(fn regprocedure); Type: ACL; Schema: synchro; Owner: postgres
 --
 
 REVOKE ALL ON FUNCTION synchro.set_scope_authorizer(fn regprocedure) FROM PUBLIC;
 GRANT ALL ON FUNCTION synchro.set_scope_authorizer(fn regprocedure) TO synchro_operator;
+
+
+--
+-- Name: FUNCTION unregister_relation(relation_id bigint); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro.unregister_relation(relation_id bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.unregister_relation(relation_id bigint) TO synchro_operator;
 
 
 --

@@ -10,6 +10,24 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+type SynchroBootstrap struct {
+	Generation int64
+	RelationID int64
+	Kind       string
+	RowCount   int64
+	StagedAt   time.Time
+	MergedAt   *time.Time
+}
+
+type SynchroBootstrapRow struct {
+	Generation int64
+	RelationID int64
+	Pk         string
+	PkInt      *int64
+	Version    string
+	Image      []byte
+}
+
 type SynchroChange struct {
 	StreamGeneration int64
 	CommitLsn        interface{}
@@ -203,6 +221,15 @@ type SynchroRelation struct {
 	KeyType          string
 	KeyPgType        string
 	StagedGeneration int64
+}
+
+type SynchroRelationRebind struct {
+	Generation int64
+	RelationID int64
+	Relid      pgtype.Uint32
+	SchemaName string
+	TableName  string
+	StagedLsn  interface{}
 }
 
 type SynchroReset struct {

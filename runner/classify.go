@@ -58,6 +58,7 @@ var poisonSQLStates = map[string]string{
 	"SYP05": "message_format",
 	"SYP06": "stream_order",
 	"SYP07": "toast_missing",
+	"SYP08": "bootstrap_incomplete",
 }
 
 var relationIDDetail = regexp.MustCompile(`(?:^|[^a-z_])relation_id=([0-9]{1,19})\b`)

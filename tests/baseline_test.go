@@ -58,9 +58,9 @@ func TestBaselineCoversEarlierPushes(t *testing.T) {
 	require.Equal(t, res.Results[0].Version, rb.Rows[1].Version, "the baseline keeps the version push returned")
 }
 
-// Until projection bootstrap exists, a registry generation that adds a non-empty
-// relation to a running stream is refused; an empty one joins and streams.
-func TestActivationOnRunningStreamNeedsBootstrap(t *testing.T) {
+// A registry generation that adds a non-empty relation to a running stream bootstraps
+// its projection (docs/bootstrap.md); an empty one joins and streams.
+func TestActivationOnRunningStreamBootstraps(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := runnerSetup(t)
@@ -70,10 +70,15 @@ func TestActivationOnRunningStreamNeedsBootstrap(t *testing.T) {
 	mustExec(t, db, `CREATE TABLE filled (id int8 PRIMARY KEY, owner text); INSERT INTO filled VALUES (1, 'a');
 		CREATE TABLE empty (id int8 PRIMARY KEY, owner text);`)
 	// One simple-protocol call: the statements run in one implicit transaction.
-	_, err := db.Pool.Exec(ctx, `SELECT synchro.register_table('filled', 'filled');
+	mustExec(t, db, `SELECT synchro.register_table('filled', 'filled');
+		SELECT synchro.add_scope_rule('filled', 'owner:', 'owner');
 		SELECT synchro.activate_registry();`)
-	pgErr := requireSQLState(t, err, "SY400")
-	require.Contains(t, pgErr.Message, "projection bootstrap is required")
+	eventually(t, 10*time.Second, "the bootstrapped row", func() bool {
+		var n int
+		require.NoError(t, db.Pool.QueryRow(ctx,
+			`SELECT count(*) FROM synchro.membership WHERE table_id = 'filled' AND scope = 'owner:a' AND pk = '1'`).Scan(&n))
+		return n == 1
+	})
 
 	mustExec(t, db, `SELECT synchro.register_table('empty', 'empty');
 		SELECT synchro.add_scope_rule('empty', 'owner:', 'owner');

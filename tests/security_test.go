@@ -522,6 +522,11 @@ func TestPrivilegeBoundary(t *testing.T) {
 		"synchro.reset_status(uuid)",
 		"synchro.activate_reset(uuid)",
 		"synchro.abort_reset(uuid)",
+		// Controlled reconfiguration (docs/bootstrap.md).
+		"synchro.set_columns(bigint,name[])",
+		"synchro.remove_scope_rules(text)",
+		"synchro.unregister_relation(bigint)",
+		"synchro.rebind_relation(bigint,regclass)",
 		"SELECT synchro.poison",
 		"SELECT synchro.registry",
 		// Retention: the destructive release of a consumer group, and the groups' lag.

@@ -11,10 +11,11 @@
 -- projections, rule indexes, membership, pull effects, write-fence coverage and the
 -- progress row.
 --
--- Poison (a blocking failure the runner quarantines) raises SYP01..SYP07; the message
+-- Poison (a blocking failure the runner quarantines) raises SYP01..SYP08; the message
 -- names the class and never carries values:
 --   SYP01 fence_mismatch  SYP02 truncate  SYP03 relation_drift  SYP04 unknown_relation
 --   SYP05 message_format  SYP06 stream_order  SYP07 toast_missing
+--   SYP08 bootstrap_incomplete (synchro._bootstrap_merge)
 -- DETAIL carries relation_id=<n> when a relation is known.
 CREATE OR REPLACE FUNCTION synchro._materialize_txn(
   t int, stream_generation bigint, commit_lsn pg_lsn, end_lsn pg_lsn, xid bigint, commit_time timestamptz)
@@ -32,6 +33,7 @@ DECLARE
   act       record;
   act_seqs  int[] := '{}';
   act_gens  bigint[] := '{}';
+  act_gen   bigint;
   bad       record;
   rel       record;
   t         record;
@@ -92,6 +94,13 @@ BEGIN
   END LOOP;
 
   PERFORM synchro._mat_check_relations(_materialize_txn.t, reg_end);
+
+  -- Projection bootstrap of each activation, at its position: before the row events,
+  -- which all follow it here (events before an activation message name relations the
+  -- previous generation holds, and a bootstrapped relation's rows are staged with them).
+  FOREACH act_gen IN ARRAY act_gens LOOP
+    PERFORM synchro._bootstrap_merge(act_gen);
+  END LOOP;
 
   -- Row events, each with the registry generation selected by its source position.
   INSERT INTO pg_temp.synchro_w_rows (seq, event_ordinal, op, relation_id, registration_kind, table_id,

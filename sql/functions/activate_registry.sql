@@ -15,10 +15,15 @@ DECLARE
   prev bigint;
   r record;
   chk record;
-  nonempty boolean;
+  trg text;
+  total bigint;
   pub text;
   rels text;
   msg jsonb;
+  running boolean;
+  reproject boolean;
+  n bigint;
+  rb record;
 BEGIN
   PERFORM pg_advisory_xact_lock(hashtextextended('synchro.registry', synchro._lock_seed()));
   SELECT generation INTO g FROM synchro.registry_generation WHERE state = 'pending';
@@ -26,6 +31,31 @@ BEGIN
     RAISE EXCEPTION 'activation refused: no registry generation is staged' USING ERRCODE = 'SY400';
   END IF;
   SELECT generation INTO prev FROM synchro.registry_generation WHERE state = 'active';
+  running := EXISTS (SELECT 1 FROM synchro.progress);
+  -- A reset stages the registered relations of one generation; a bootstrap staged
+  -- meanwhile would be merged into neither stream.
+  IF EXISTS (SELECT 1 FROM synchro.reset x WHERE x.phase IN ('requested', 'staging', 'catching_up', 'ready', 'failed')) THEN
+    RAISE EXCEPTION 'activation refused: a stream reset is open; activate or abort it first' USING ERRCODE = 'SY400';
+  END IF;
+
+  -- Rebinds (synchro.rebind_relation): the old table is gone, and the runner has
+  -- processed the WAL past the moment the rebind was staged, so no change of the old
+  -- table is left to decode under the old OID. Then the relation names the new table.
+  FOR rb IN SELECT * FROM synchro.relation_rebind x WHERE x.generation = g ORDER BY x.relation_id LOOP
+    IF EXISTS (SELECT 1 FROM pg_class c JOIN synchro.relation rel ON rel.relid = c.oid
+                WHERE rel.relation_id = rb.relation_id) THEN
+      RAISE EXCEPTION 'activation refused: relation_id % still exists; rebind is for a dropped and recreated table',
+        rb.relation_id USING ERRCODE = 'SY400';
+    END IF;
+    IF running AND NOT EXISTS (SELECT 1 FROM synchro.progress p WHERE p.processed_end_lsn >= rb.staged_lsn) THEN
+      RAISE EXCEPTION 'activation refused: the runner has not processed the WAL up to the rebind of relation_id % yet; retry shortly',
+        rb.relation_id USING ERRCODE = 'SY400';
+    END IF;
+    UPDATE synchro.relation rel SET relid = rb.relid, schema_name = rb.schema_name, table_name = rb.table_name
+     WHERE rel.relation_id = rb.relation_id;
+    -- The old table's row versions: the recreated table's rows get new ones below.
+    DELETE FROM synchro.row_version v WHERE v.relation_id = rb.relation_id;
+  END LOOP;
 
   -- Every registration again: the relation may have drifted since it was staged (or
   -- since the previous activation). Drift is never reinterpreted as a new relation.
@@ -87,7 +117,8 @@ BEGIN
   -- write slips in between the trigger and the version allocation below.
   FOR r IN
     SELECT rel.*, (prev IS NULL OR NOT EXISTS (
-             SELECT 1 FROM synchro.registration p WHERE p.generation = prev AND p.relation_id = rel.relation_id)) AS is_new
+             SELECT 1 FROM synchro.registration p WHERE p.generation = prev AND p.relation_id = rel.relation_id)) AS is_new,
+           EXISTS (SELECT 1 FROM synchro.relation_rebind x WHERE x.generation = g AND x.relation_id = rel.relation_id) AS rebound
       FROM synchro.registration reg JOIN synchro.relation rel USING (relation_id)
      WHERE reg.generation = g
      ORDER BY rel.relation_id
@@ -104,23 +135,87 @@ BEGIN
     PERFORM synchro._check_render(r.relid::regclass,
                                   (SELECT reg.columns FROM synchro.registration reg
                                     WHERE reg.generation = g AND reg.relation_id = r.relation_id));
-    IF r.is_new AND EXISTS (SELECT 1 FROM synchro.progress) THEN
-      -- A running stream has no projection of this relation's rows. Until projection
-      -- bootstrap exists, only an empty relation can join a running stream (its rows
-      -- then all arrive through the WAL after this activation).
-      EXECUTE format('SELECT EXISTS (SELECT 1 FROM ONLY %I.%I)', r.schema_name, r.table_name) INTO nonempty;
-      IF nonempty THEN
-        RAISE EXCEPTION 'activation refused: relation_id % is not empty and the stream is running; projection bootstrap is required',
-          r.relation_id USING ERRCODE = 'SY400';
-      END IF;
-    END IF;
-    IF r.is_new THEN
+    IF r.is_new OR r.rebound THEN
       -- Rows that never passed a fence still need a version for rebuild and push CAS.
       EXECUTE format(
         'INSERT INTO synchro.row_version (relation_id, pk, version) '
         'SELECT $1, %I::text, synchro._new_version() FROM ONLY %I.%I ON CONFLICT DO NOTHING',
         r.key_column, r.schema_name, r.table_name)
       USING r.relation_id;
+    END IF;
+
+    -- Projection bootstrap: the running stream's projection of this relation is
+    -- missing or in another shape. The trigger statements above hold SHARE ROW
+    -- EXCLUSIVE on the table, so every write committed before this statement's
+    -- snapshot is in the WAL before this transaction's activation message, and every
+    -- later one after it: the staged rows are the table exactly at the activation's
+    -- position. Under REPEATABLE READ or SERIALIZABLE the transaction's snapshot could
+    -- predate the lock, so those levels are refused.
+    reproject := r.is_new OR r.rebound OR prev IS NULL OR EXISTS (
+      SELECT 1 FROM synchro.registration p, synchro.registration q
+       WHERE p.generation = prev AND p.relation_id = r.relation_id
+         AND q.generation = g AND q.relation_id = r.relation_id
+         AND (p.columns IS DISTINCT FROM q.columns OR p.column_types IS DISTINCT FROM q.column_types));
+    IF running AND reproject THEN
+      IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'activation refused: a projection bootstrap must read the locked table in READ COMMITTED (relation_id %)',
+          r.relation_id USING ERRCODE = 'SY400';
+      END IF;
+      -- The row-image cache of synchro._image_sql, whose SQL runs here with the owner's
+      -- rights: a table of that name the caller made (with its own rows, triggers or
+      -- policies) would run the caller's code as the owner.
+      IF EXISTS (SELECT 1 FROM pg_class c
+                  WHERE c.relnamespace = pg_my_temp_schema() AND c.relname = 'synchro_image_sql'
+                    AND c.relowner <> current_user::regrole) THEN
+        RAISE EXCEPTION 'activation refused: the session holds a temporary synchro_image_sql table it made itself'
+          USING ERRCODE = 'insufficient_privilege';
+      END IF;
+      CREATE TEMP TABLE IF NOT EXISTS synchro_image_sql (
+        relation_id bigint, generation bigint, src text, live boolean, sql text NOT NULL,
+        PRIMARY KEY (relation_id, generation, src, live)
+      ) ON COMMIT PRESERVE ROWS;
+      INSERT INTO synchro.bootstrap (generation, relation_id, kind) VALUES (g, r.relation_id, 'project');
+      -- Rendered as the first start's baseline renders them (synchro._baseline_rows).
+      -- Each row's version by an index probe (LATERAL, OFFSET 0): row_version's
+      -- statistics do not know the rows just allocated above, and a join planned from
+      -- them can scan it once per row.
+      EXECUTE format(
+        'INSERT INTO synchro.bootstrap_row (generation, relation_id, pk, pk_int, version, image) '
+        'SELECT $3, $1, t.%I::text, CASE WHEN $2 <> %L THEN t.%I::text::bigint END, v.version, %s '
+        '  FROM ONLY %I.%I t CROSS JOIN LATERAL ('
+        '    SELECT v0.version FROM synchro.row_version v0 WHERE v0.relation_id = $1 AND v0.pk = t.%I::text OFFSET 0) v',
+        r.key_column, 'string', r.key_column, synchro._image_sql(r.relation_id, g, 't', true),
+        r.schema_name, r.table_name, r.key_column)
+      USING r.relation_id, r.key_type, g;
+      GET DIAGNOSTICS n = ROW_COUNT;
+      -- Every row passed a fence or got a version above; a staged row never invents one,
+      -- and a row without one must not be left out silently.
+      EXECUTE format('SELECT count(*) FROM ONLY %I.%I', r.schema_name, r.table_name) INTO total;
+      IF total <> n THEN
+        RAISE EXCEPTION 'activation refused: a row of relation_id % has no version', r.relation_id USING ERRCODE = 'SY400';
+      END IF;
+      UPDATE synchro.bootstrap x SET row_count = n WHERE x.generation = g AND x.relation_id = r.relation_id;
+    END IF;
+  END LOOP;
+
+  -- Relations that leave the registry: no fence may run for them any more (a fence
+  -- message without its row event would block capture), and on a running stream their
+  -- projection, rule index and membership are dropped at this activation's position.
+  FOR r IN
+    SELECT rel.* FROM synchro.registration p JOIN synchro.relation rel USING (relation_id)
+     WHERE p.generation = prev
+       AND NOT EXISTS (SELECT 1 FROM synchro.registration q WHERE q.generation = g AND q.relation_id = p.relation_id)
+     ORDER BY rel.relation_id
+  LOOP
+    IF EXISTS (SELECT 1 FROM pg_class c WHERE c.oid = r.relid) THEN
+      FOREACH trg IN ARRAY ARRAY['synchro_guard_key', 'synchro_guard_truncate', 'synchro_fence_insert',
+                                   'synchro_fence_update', 'synchro_fence_delete'] LOOP
+        EXECUTE format('DROP TRIGGER IF EXISTS %I ON %I.%I', trg, r.schema_name, r.table_name);
+      END LOOP;
+    END IF;
+    EXECUTE format('DROP FUNCTION IF EXISTS synchro.%I()', '_fence_' || r.relation_id);
+    IF running THEN
+      INSERT INTO synchro.bootstrap (generation, relation_id, kind) VALUES (g, r.relation_id, 'remove');
     END IF;
   END LOOP;
 
@@ -154,6 +249,20 @@ BEGIN
   ON CONFLICT (scope_prefix) DO UPDATE
     SET rule_generation = excluded.rule_generation, rules_digest = excluded.rules_digest
     WHERE p.rules_digest IS DISTINCT FROM excluded.rules_digest;
+  -- A prefix left without rules changed too: its membership is re-evaluated to nothing
+  -- and its cursors are stale. The empty digest stands for "no rules".
+  UPDATE synchro.scope_prefix p SET rule_generation = g, rules_digest = ''
+   WHERE p.rules_digest <> ''
+     AND NOT EXISTS (SELECT 1 FROM synchro.scope_rule s WHERE s.generation = g AND s.scope_prefix = p.scope_prefix);
+  -- A prefix whose rules (before or after) name a relation this activation re-projects
+  -- or removes, directly or through a dependency: its clients rebuild (SY409), since
+  -- the bootstrap delivers no incremental effects.
+  UPDATE synchro.scope_prefix p SET rule_generation = g
+   WHERE p.rule_generation <> g
+     AND p.scope_prefix IN (
+       SELECT s.scope_prefix FROM synchro.scope_rule s JOIN synchro.bootstrap b
+           ON b.generation = g AND (b.relation_id = s.relation_id OR b.relation_id = s.via_relation_id)
+        WHERE s.generation IN (g, prev));
 
   UPDATE synchro.registry_generation SET state = 'retired' WHERE state = 'active';
   UPDATE synchro.registry_generation SET state = 'active', activated_at = now() WHERE generation = g;

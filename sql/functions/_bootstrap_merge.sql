@@ -1,0 +1,47 @@
+-- The projection bootstrap's merge (docs/bootstrap.md): called by
+-- synchro._materialize_txn for each registry generation the source transaction
+-- activates, right after the activation is validated and before the transaction's row
+-- events are applied. A relation staged 'project' by synchro.activate_registry gets the
+-- staged rows as its projection (the table exactly at the activation's position, so
+-- the transaction's later events apply on top of it by the ordinary code); one staged
+-- 'remove' loses its projection. Rule index and membership of both are rebuilt by
+-- synchro._reevaluate_prefixes: activate_registry gave every prefix whose rules name
+-- them this generation. No pull effects: those prefixes' clients rebuild (SY409).
+-- Atomic with the materialization, so a replay finds it merged (the transaction is a
+-- duplicate) or not at all.
+CREATE OR REPLACE FUNCTION synchro._bootstrap_merge(reg bigint) RETURNS void
+LANGUAGE plpgsql
+-- No SET clause: called only from synchro._materialize_txn, under the pinned
+-- search_path of synchro.materialize_batch.
+AS $$
+DECLARE
+  b record;
+  n bigint;
+BEGIN
+  FOR b IN SELECT x.relation_id, x.kind, x.row_count FROM synchro.bootstrap x
+            WHERE x.generation = reg AND x.merged_at IS NULL ORDER BY x.relation_id FOR UPDATE LOOP
+    DELETE FROM synchro.membership m WHERE m.relation_id = b.relation_id;
+    DELETE FROM synchro.rule_value v WHERE v.relation_id = b.relation_id;
+    DELETE FROM synchro.projection p WHERE p.relation_id = b.relation_id;
+    IF b.kind = 'project' THEN
+      INSERT INTO synchro.projection (relation_id, pk, pk_int, version, image)
+      SELECT s.relation_id, s.pk, s.pk_int, s.version, s.image FROM synchro.bootstrap_row s
+       WHERE s.generation = reg AND s.relation_id = b.relation_id;
+      GET DIAGNOSTICS n = ROW_COUNT;
+      -- The staged count was taken when the rows were staged: a difference means the
+      -- stage is incomplete, and a partial projection must not become the state.
+      IF n <> b.row_count THEN
+        RAISE EXCEPTION 'poison: bootstrap_incomplete' USING ERRCODE = 'SYP08', DETAIL = format('relation_id=%s', b.relation_id);
+      END IF;
+      DELETE FROM synchro.bootstrap_row s WHERE s.generation = reg AND s.relation_id = b.relation_id;
+    ELSE
+      -- Nothing fences the relation any more (its triggers went at activation), and no
+      -- push may name it: its row versions are dead weight.
+      DELETE FROM synchro.row_version v WHERE v.relation_id = b.relation_id;
+    END IF;
+    UPDATE synchro.bootstrap x SET merged_at = now() WHERE x.generation = reg AND x.relation_id = b.relation_id;
+  END LOOP;
+END
+$$;
+
+REVOKE ALL ON FUNCTION synchro._bootstrap_merge(bigint) FROM PUBLIC;
