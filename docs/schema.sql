@@ -1448,8 +1448,9 @@ BEGIN
   -- relation of the generation in force (see synchro._materialize_txn). Each
   -- transaction stages its own, mostly identical, Relation rows: each distinct shape
   -- is checked once per session and generation, then remembered in
-  -- pg_temp.synchro_rel_ok (a relation's row and its registration in a generation
-  -- never change), so a steady stream of small batches checks nothing new.
+  -- pg_temp.synchro_rel_ok (a generation's registrations never change, and a
+  -- relation's row changes only when a registry activation starts a new generation:
+  -- rebind_relation), so a steady stream of small batches checks nothing new.
   IF EXISTS (
     SELECT 1 FROM pg_temp.synchro_stage s JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
      WHERE s.kind = 'R'

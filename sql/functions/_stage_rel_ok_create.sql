@@ -1,7 +1,8 @@
 -- Creates pg_temp.synchro_rel_ok, the session's memory of the Relation shapes that
 -- synchro._materialize_run found to be exactly the registered relation of a registry
--- generation (relation rows and a generation's registrations never change, so a shape
--- once checked stays checked for that generation). Rows of a batch that rolls back go
+-- generation (a generation's registrations never change, and a relation's row changes
+-- only when an activation starts a new generation, as rebind_relation's does, so a
+-- shape once checked stays checked for that generation). Rows of a batch that rolls back go
 -- with it. Only the pack's owner writes it: no grant to the runner's role, which
 -- could otherwise declare a drifted shape checked.
 CREATE OR REPLACE FUNCTION synchro._stage_rel_ok_create() RETURNS void
