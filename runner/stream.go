@@ -65,6 +65,11 @@ type reader struct {
 	// boundary classifies a payload as the plugin's begin or commit.
 	boundary func([]byte) decode.Boundary
 	idleOut  pglogrepl.LSN
+	// nextStatus is when the next periodic standby status update is due, kept
+	// by run and dispatch alike: the interval counts from the last update sent,
+	// wherever it was sent, so a reader held back in dispatch does not let the
+	// gap between two updates grow to twice the standby interval.
+	nextStatus time.Time
 	// lastRecv is when the reader last heard from the server, or resumed
 	// reading after the applier held it back: the receive timeout measures only
 	// time spent waiting for the server.
@@ -141,26 +146,26 @@ func (r *reader) run(ctx context.Context) error {
 	defer stopWake()
 
 	r.lastRecv = time.Now()
-	nextStatus := time.Now() // the first update goes out at once
+	r.nextStatus = time.Now() // the first update goes out at once
 	for {
 		r.beat()
 		if r.stopping() && !r.inTxn {
 			return nil
 		}
 		now := time.Now()
-		if due := !now.Before(nextStatus); due || r.frontier.Unsent() {
+		if due := !now.Before(r.nextStatus); due || r.frontier.Unsent() {
 			// A periodic update asks for a reply, so a silent peer is detected.
 			if err := r.sendStatus(ctx, due); err != nil {
 				return err
 			}
 			if due {
-				nextStatus = now.Add(r.cfg.StandbyInterval)
+				r.nextStatus = now.Add(r.cfg.StandbyInterval)
 			}
 		}
 		if now.Sub(r.lastRecv) > r.cfg.ReceiveTimeout {
 			return errDeadConnection
 		}
-		deadline := nextStatus
+		deadline := r.nextStatus
 		if d := r.lastRecv.Add(r.cfg.ReceiveTimeout); d.Before(deadline) {
 			deadline = d
 		}
@@ -244,9 +249,9 @@ func (r *reader) handle(ctx context.Context, msg pgproto3.BackendMessage) error 
 
 // dispatch hands an item to the applier once the byte budget admits it and the
 // buffer has room. While the applier is behind (buffer full by count or bytes) it
-// keeps the server informed: the durable boundary as it moves, and a periodic
-// update within the standby interval. The applier releases the item's bytes when
-// it takes it.
+// keeps the server informed: the durable boundary as it moves, and the periodic
+// update when it is due (r.nextStatus, shared with run). The applier releases the
+// item's bytes when it takes it.
 func (r *reader) dispatch(ctx context.Context, it item) error {
 	admitted := r.budget.tryAcquire(it.size())
 	if admitted {
@@ -256,7 +261,9 @@ func (r *reader) dispatch(ctx context.Context, it item) error {
 		default:
 		}
 	}
-	t := time.NewTicker(r.cfg.StandbyInterval)
+	// The periodic update stays due when run's schedule says (r.nextStatus),
+	// not one interval after the reader was held back.
+	t := time.NewTimer(time.Until(r.nextStatus))
 	defer t.Stop()
 	for {
 		r.beat()             // held back by the applier: waiting here is not the reader's fault
@@ -284,6 +291,8 @@ func (r *reader) dispatch(ctx context.Context, it item) error {
 			if err := r.sendStatus(ctx, false); err != nil {
 				return err
 			}
+			r.nextStatus = time.Now().Add(r.cfg.StandbyInterval)
+			t.Reset(r.cfg.StandbyInterval)
 		}
 	}
 }
