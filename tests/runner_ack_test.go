@@ -56,7 +56,7 @@ func TestRunnerRecordsAckUnderSteadyLoad(t *testing.T) {
 	// While the load goes on, the recorded acknowledgement moves forward again and
 	// again (each time to a position the slot confirmed), and never passes the slot.
 	var seen []pglogrepl.LSN
-	eventually(t, 60*time.Second, "the recorded acknowledgement to advance ten times under load", func() bool {
+	eventually(t, 2*time.Minute, "the recorded acknowledgement to advance ten times under load", func() bool {
 		st, ok := runnerState(t, db)
 		require.True(t, ok)
 		slot := slotLSN(t, db)
