@@ -65,11 +65,11 @@ type reader struct {
 	// boundary classifies a payload as the plugin's begin or commit.
 	boundary func([]byte) decode.Boundary
 	idleOut  pglogrepl.LSN
-	// nextStatus is when the next periodic standby status update is due, kept
-	// by run and dispatch alike: the interval counts from the last update sent,
-	// wherever it was sent, so a reader held back in dispatch does not let the
-	// gap between two updates grow to twice the standby interval.
-	nextStatus time.Time
+	// lastStatus is when the last standby status update went out, from run or
+	// dispatch: a reader held back in dispatch sends its next update one standby
+	// interval after it, not one interval after it began to wait (which let the
+	// gap between two updates grow to twice the interval).
+	lastStatus time.Time
 	// lastRecv is when the reader last heard from the server, or resumed
 	// reading after the applier held it back: the receive timeout measures only
 	// time spent waiting for the server.
@@ -133,6 +133,7 @@ func (r *reader) sendStatus(ctx context.Context, reply bool) error {
 	if err != nil {
 		return fmt.Errorf("synchro: standby status update: %w", err)
 	}
+	r.lastStatus = time.Now()
 	r.frontier.Sent(b)
 	r.cfg.faults.Reach(fault.StatusSent)
 	return nil
@@ -146,26 +147,26 @@ func (r *reader) run(ctx context.Context) error {
 	defer stopWake()
 
 	r.lastRecv = time.Now()
-	r.nextStatus = time.Now() // the first update goes out at once
+	nextStatus := time.Now() // the first update goes out at once
 	for {
 		r.beat()
 		if r.stopping() && !r.inTxn {
 			return nil
 		}
 		now := time.Now()
-		if due := !now.Before(r.nextStatus); due || r.frontier.Unsent() {
+		if due := !now.Before(nextStatus); due || r.frontier.Unsent() {
 			// A periodic update asks for a reply, so a silent peer is detected.
 			if err := r.sendStatus(ctx, due); err != nil {
 				return err
 			}
 			if due {
-				r.nextStatus = now.Add(r.cfg.StandbyInterval)
+				nextStatus = now.Add(r.cfg.StandbyInterval)
 			}
 		}
 		if now.Sub(r.lastRecv) > r.cfg.ReceiveTimeout {
 			return errDeadConnection
 		}
-		deadline := r.nextStatus
+		deadline := nextStatus
 		if d := r.lastRecv.Add(r.cfg.ReceiveTimeout); d.Before(deadline) {
 			deadline = d
 		}
@@ -249,9 +250,9 @@ func (r *reader) handle(ctx context.Context, msg pgproto3.BackendMessage) error 
 
 // dispatch hands an item to the applier once the byte budget admits it and the
 // buffer has room. While the applier is behind (buffer full by count or bytes) it
-// keeps the server informed: the durable boundary as it moves, and the periodic
-// update when it is due (r.nextStatus, shared with run). The applier releases the
-// item's bytes when it takes it.
+// keeps the server informed: the durable boundary as it moves, and an update at
+// least every standby interval, counted from the last one sent (lastStatus). The
+// applier releases the item's bytes when it takes it.
 func (r *reader) dispatch(ctx context.Context, it item) error {
 	admitted := r.budget.tryAcquire(it.size())
 	if admitted {
@@ -261,9 +262,7 @@ func (r *reader) dispatch(ctx context.Context, it item) error {
 		default:
 		}
 	}
-	// The periodic update stays due when run's schedule says (r.nextStatus),
-	// not one interval after the reader was held back.
-	t := time.NewTimer(time.Until(r.nextStatus))
+	t := time.NewTimer(time.Until(r.lastStatus.Add(r.cfg.StandbyInterval)))
 	defer t.Stop()
 	for {
 		r.beat()             // held back by the applier: waiting here is not the reader's fault
@@ -286,13 +285,13 @@ func (r *reader) dispatch(ctx context.Context, it item) error {
 				if err := r.sendStatus(ctx, false); err != nil {
 					return err
 				}
+				t.Reset(time.Until(r.lastStatus.Add(r.cfg.StandbyInterval)))
 			}
 		case <-t.C:
 			if err := r.sendStatus(ctx, false); err != nil {
 				return err
 			}
-			r.nextStatus = time.Now().Add(r.cfg.StandbyInterval)
-			t.Reset(r.cfg.StandbyInterval)
+			t.Reset(time.Until(r.lastStatus.Add(r.cfg.StandbyInterval)))
 		}
 	}
 }
