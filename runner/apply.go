@@ -67,6 +67,11 @@ type applier struct {
 
 	lastIdle time.Time
 	live     *liveness // nil: not watched
+	// ackDue: a poll tick found the acknowledgement to record while a batch was
+	// open. Under a steady load a batch is open almost all the time, so the first
+	// moment between batches records it (afterBatch), not only a later tick that
+	// happens to fall between two batches.
+	ackDue bool
 
 	// reloaded: the registered columns (Stager.SetRegistered) were reloaded in
 	// the open source transaction. Once is enough: the reload waits until the
@@ -380,9 +385,15 @@ func (a *applier) maybeIdle(ctx context.Context) error {
 
 // maybeRecordAck records the acknowledgement once the slot shows the boundary
 // the reader sent. Only between batches: runner_ack must not join a
-// materialization transaction.
+// materialization transaction. Called on every poll tick and, when a tick came
+// while a batch was open (ackDue), right after the next batch commits: at most
+// one slot query per poll interval.
 func (a *applier) maybeRecordAck(ctx context.Context) error {
-	if a.tx != nil || !a.frontier.Unrecorded() {
+	if a.tx != nil {
+		return nil
+	}
+	a.ackDue = false
+	if !a.frontier.Unrecorded() {
 		return nil
 	}
 	slot := a.slot
@@ -531,6 +542,11 @@ func (a *applier) run(ctx, stop context.Context, items <-chan item) error {
 				if err := a.materialize(ctx); err != nil {
 					return a.fail(ctx, err, it.walStart)
 				}
+				if a.ackDue {
+					if err := a.maybeRecordAck(ctx); err != nil {
+						return err
+					}
+				}
 			}
 			if stop.Err() != nil && !a.inTxn && a.tx == nil {
 				// Finish the transaction in hand, not everything buffered.
@@ -550,6 +566,7 @@ func (a *applier) run(ctx, stop context.Context, items <-chan item) error {
 			if err := a.maybeIdle(ctx); err != nil {
 				return err
 			}
+			a.ackDue = true
 			if err := a.maybeRecordAck(ctx); err != nil {
 				return err
 			}

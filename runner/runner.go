@@ -95,9 +95,17 @@ func (r *Runner) Run(ctx context.Context) error {
 	defer r.live.idle(LoopSession)
 
 	r.live.beat(LoopSession)
-	if err := r.claim(work); err != nil {
+	// PostgreSQL may be down (or restarting) when the runner starts: the first
+	// claim is retried with backoff like any transient failure, not left to a
+	// supervisor's restart loop.
+	bo := newBackoff(r.cfg.BackoffMin, r.cfg.BackoffMax)
+	if err := r.claimRetrying(work, ctx, bo, true); err != nil {
 		return err
 	}
+	if ctx.Err() != nil {
+		return nil // stopped before the first claim: nothing to release
+	}
+	bo.Reset()
 	defer func() { r.ctl.close(work) }()
 	ver, err := r.ctl.serverVersion(work)
 	if err != nil {
@@ -121,7 +129,6 @@ func (r *Runner) Run(ctx context.Context) error {
 		defer func() { close(obsQuit); obs.Wait() }()
 	}
 
-	bo := newBackoff(r.cfg.BackoffMin, r.cfg.BackoffMax)
 	for {
 		err := r.serve(work, ctx)
 		if errors.Is(err, errControlLost) && ctx.Err() != nil {
@@ -151,47 +158,51 @@ func IsFatal(err error) bool {
 	return errors.As(err, &fatal) || errors.Is(err, ErrSlotMismatch)
 }
 
-// claim opens the control session and claims the database on it.
-func (r *Runner) claim(ctx context.Context) error {
-	ctl, err := openControl(ctx, r.cfg.DatabaseURL)
-	if err != nil {
+// reclaim connects and claims again after the control session was lost, with
+// bounded exponential backoff (see claimRetrying).
+func (r *Runner) reclaim(work, stop context.Context, bo *backoff) error {
+	r.ctl.close(work)
+	if err := r.claimRetrying(work, stop, bo, false); err != nil {
+		r.log.Error("runner cannot claim the database again", "err", err)
 		return err
 	}
-	if err := ctl.claim(ctx, &r.cfg); err != nil {
-		ctl.close(ctx)
-		return err
+	if stop.Err() == nil {
+		r.log.Info("runner claimed the database again")
 	}
-	r.ctl = ctl
 	return nil
 }
 
-// reclaim connects and claims again after the control session was lost, with
-// bounded exponential backoff. ErrAlreadyRunning (another runner took the
-// database meanwhile) and refusals of runner_claim are returned; connection
-// failures are retried until stop.
-func (r *Runner) reclaim(work, stop context.Context, bo *backoff) error {
-	r.ctl.close(work)
+// claimRetrying opens the control session and claims the database on it, with
+// bounded exponential backoff: a connection failure or a transient error (the
+// server is down, starting or shutting down) is logged with why (the error and
+// the delay) and retried until stop, which returns nil with r.ctl closed. first:
+// the runner's first claim (before it ever held the database).
+// ErrAlreadyRunning (another runner holds the database), a URL that does not
+// parse and every other refusal (authentication, a missing pack) are returned.
+func (r *Runner) claimRetrying(work, stop context.Context, bo *backoff, first bool) error {
+	msg := "reconnecting: retrying"
+	if first {
+		msg = "cannot reach the database to claim it yet: retrying"
+	}
 	for {
 		r.live.beat(LoopSession)
 		ctl, err := openControl(work, r.cfg.DatabaseURL)
 		if err == nil {
 			if err = ctl.claim(work, &r.cfg); err == nil {
 				r.ctl = ctl
-				r.log.Info("runner claimed the database again")
 				return nil
 			}
 			ctl.close(work)
-			if errors.Is(err, ErrAlreadyRunning) || Classify(err).Disposition != Transient {
-				r.ctl = ctl // closed; Run's deferred close is a no-op
-				r.log.Error("runner cannot claim the database again", "err", err)
-				return err
-			}
+			r.ctl = ctl // closed; Run's deferred close is a no-op
 		} else {
 			r.ctl = &control{conn: nil}
 		}
+		if errors.Is(err, ErrAlreadyRunning) || errors.Is(err, errParseURL) || Classify(err).Disposition != Transient {
+			return err
+		}
 		d := bo.Delay()
 		r.cfg.Metrics.transientError()
-		r.log.Warn("reconnecting: retrying", "err", err, "backoff", d)
+		r.log.Warn(msg, "err", err, "backoff", d)
 		if !sleep(stop, d) {
 			return nil
 		}

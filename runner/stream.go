@@ -65,6 +65,11 @@ type reader struct {
 	// boundary classifies a payload as the plugin's begin or commit.
 	boundary func([]byte) decode.Boundary
 	idleOut  pglogrepl.LSN
+	// lastStatus is when the last standby status update went out, from run or
+	// dispatch: a reader held back in dispatch sends its next update one standby
+	// interval after it, not one interval after it began to wait (which let the
+	// gap between two updates grow to twice the interval).
+	lastStatus time.Time
 	// lastRecv is when the reader last heard from the server, or resumed
 	// reading after the applier held it back: the receive timeout measures only
 	// time spent waiting for the server.
@@ -128,6 +133,7 @@ func (r *reader) sendStatus(ctx context.Context, reply bool) error {
 	if err != nil {
 		return fmt.Errorf("synchro: standby status update: %w", err)
 	}
+	r.lastStatus = time.Now()
 	r.frontier.Sent(b)
 	r.cfg.faults.Reach(fault.StatusSent)
 	return nil
@@ -244,9 +250,9 @@ func (r *reader) handle(ctx context.Context, msg pgproto3.BackendMessage) error 
 
 // dispatch hands an item to the applier once the byte budget admits it and the
 // buffer has room. While the applier is behind (buffer full by count or bytes) it
-// keeps the server informed: the durable boundary as it moves, and a periodic
-// update within the standby interval. The applier releases the item's bytes when
-// it takes it.
+// keeps the server informed: the durable boundary as it moves, and an update at
+// least every standby interval, counted from the last one sent (lastStatus). The
+// applier releases the item's bytes when it takes it.
 func (r *reader) dispatch(ctx context.Context, it item) error {
 	admitted := r.budget.tryAcquire(it.size())
 	if admitted {
@@ -256,7 +262,7 @@ func (r *reader) dispatch(ctx context.Context, it item) error {
 		default:
 		}
 	}
-	t := time.NewTicker(r.cfg.StandbyInterval)
+	t := time.NewTimer(time.Until(r.lastStatus.Add(r.cfg.StandbyInterval)))
 	defer t.Stop()
 	for {
 		r.beat()             // held back by the applier: waiting here is not the reader's fault
@@ -279,11 +285,13 @@ func (r *reader) dispatch(ctx context.Context, it item) error {
 				if err := r.sendStatus(ctx, false); err != nil {
 					return err
 				}
+				t.Reset(time.Until(r.lastStatus.Add(r.cfg.StandbyInterval)))
 			}
 		case <-t.C:
 			if err := r.sendStatus(ctx, false); err != nil {
 				return err
 			}
+			t.Reset(time.Until(r.lastStatus.Add(r.cfg.StandbyInterval)))
 		}
 	}
 }

@@ -316,12 +316,14 @@ func (e effectRow) String() string {
 	return fmt.Sprintf("%s/%d/%d %s %s %s", e.CommitLSN, e.EventOrdinal, e.EffectOrdinal, e.Scope, e.PK, e.Op)
 }
 
-// effects lists synchro.effect in stream-position order.
+// effects lists synchro.effect in stream-position order (ORDER BY the qualified pg_lsn
+// column: a bare commit_lsn would name the text output column, out of order past
+// 0/10000000).
 func effects(t *testing.T, db *testdb.DB) []effectRow {
 	t.Helper()
 	rows, err := db.Pool.Query(context.Background(), `
-		SELECT commit_lsn::text, event_ordinal, effect_ordinal, scope, pk, op, version
-		FROM synchro.effect ORDER BY commit_lsn, event_ordinal, scope, effect_ordinal`)
+		SELECT e.commit_lsn::text, e.event_ordinal, e.effect_ordinal, e.scope, e.pk, e.op, e.version
+		FROM synchro.effect e ORDER BY e.commit_lsn, e.event_ordinal, e.scope, e.effect_ordinal`)
 	require.NoError(t, err)
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (effectRow, error) {
 		var e effectRow
@@ -362,8 +364,8 @@ type quarantineRow struct {
 func quarantines(t *testing.T, db *testdb.DB) []quarantineRow {
 	t.Helper()
 	rows, err := db.Pool.Query(context.Background(), `
-		SELECT commit_lsn::text, failure_class, relation_id, attempts, resolved_at IS NOT NULL
-		FROM synchro.quarantine ORDER BY commit_lsn`)
+		SELECT q.commit_lsn::text, q.failure_class, q.relation_id, q.attempts, q.resolved_at IS NOT NULL
+		FROM synchro.quarantine q ORDER BY q.commit_lsn`)
 	require.NoError(t, err)
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (quarantineRow, error) {
 		var q quarantineRow

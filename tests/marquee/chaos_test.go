@@ -143,9 +143,9 @@ func (c *conductor) randomKill(ctx context.Context) {
 // a while and is killed, sometimes while PostgreSQL is down.
 func (c *conductor) crash(ctx context.Context) {
 	p := c.start("")
-	// The crash hits a runner that streams: `synchro run` does not retry its first
-	// connection and claim (it exits and its supervisor starts it again), which is not
-	// what this step tests.
+	// The crash hits a runner that streams: a crash before its first claim only
+	// delays that claim (retried with backoff, TestRunnerWaitsForDatabaseAtStart),
+	// which is not what this step tests.
 	deadline := time.Now().Add(30 * time.Second)
 	for !p.Exited() && time.Now().Before(deadline) {
 		if n, err := countSessions(ctx, c.url, "synchro-runner-apply"); err == nil && n > 0 {

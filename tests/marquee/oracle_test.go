@@ -118,8 +118,11 @@ func collect(ctx context.Context, conn *pgx.Conn) (audit map[int64][]auditRow, t
 	if err = rows.Err(); err != nil {
 		return
 	}
-	rows, err = conn.Query(ctx, `SELECT xid % 4294967296, commit_lsn::text, event_count FROM synchro.txn
-		WHERE stream_generation = (SELECT stream_generation FROM synchro.progress) ORDER BY commit_lsn`)
+	// Ordered by the pg_lsn column, qualified: a bare "commit_lsn" in ORDER BY names
+	// the output column commit_lsn::text, whose order breaks once LSNs pass
+	// 0/10000000 (a full-size run does). sortStream orders again in Go.
+	rows, err = conn.Query(ctx, `SELECT t.xid % 4294967296, t.commit_lsn::text, t.event_count FROM synchro.txn t
+		WHERE t.stream_generation = (SELECT stream_generation FROM synchro.progress) ORDER BY t.commit_lsn`)
 	if err != nil {
 		return
 	}
@@ -154,9 +157,9 @@ func collect(ctx context.Context, conn *pgx.Conn) (audit map[int64][]auditRow, t
 	if err = rows.Err(); err != nil {
 		return
 	}
-	rows, err = conn.Query(ctx, `SELECT scope, commit_lsn::text, event_ordinal, effect_ordinal, table_id, pk, op FROM synchro.effect
-		WHERE stream_generation = (SELECT stream_generation FROM synchro.progress)
-		ORDER BY scope COLLATE "C", commit_lsn, event_ordinal, effect_ordinal`)
+	rows, err = conn.Query(ctx, `SELECT f.scope, f.commit_lsn::text, f.event_ordinal, f.effect_ordinal, f.table_id, f.pk, f.op
+		FROM synchro.effect f WHERE f.stream_generation = (SELECT stream_generation FROM synchro.progress)
+		ORDER BY f.scope COLLATE "C", f.commit_lsn, f.event_ordinal, f.effect_ordinal`)
 	if err != nil {
 		return
 	}
@@ -169,8 +172,29 @@ func collect(ctx context.Context, conn *pgx.Conn) (audit map[int64][]auditRow, t
 		e.CommitLSN = lsn(c)
 		effects = append(effects, e)
 	}
-	err = rows.Err()
+	if err = rows.Err(); err != nil {
+		return
+	}
+	sortStream(txns, effects)
 	return
+}
+
+// sortStream puts transactions in commit order and effects in stream-position order
+// per scope (scope, commit LSN, event, effect), comparing LSNs as numbers.
+func sortStream(txns []txnRow, effects []effectRow) {
+	sort.SliceStable(txns, func(i, j int) bool { return txns[i].CommitLSN < txns[j].CommitLSN })
+	sort.SliceStable(effects, func(i, j int) bool {
+		a, b := effects[i], effects[j]
+		switch {
+		case a.Scope != b.Scope:
+			return a.Scope < b.Scope
+		case a.CommitLSN != b.CommitLSN:
+			return a.CommitLSN < b.CommitLSN
+		case a.Event != b.Event:
+			return a.Event < b.Event
+		}
+		return a.Effect < b.Effect
+	})
 }
 
 // model is the scope rules applied to the committed row images, in commit order.

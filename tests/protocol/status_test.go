@@ -1,0 +1,59 @@
+package protocol
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/synchro/synchro/tests/runproc"
+)
+
+// While the applier holds the reader back (its receive buffer is full: the
+// materialization waits on a lock), the reader reads nothing, so it answers no
+// keepalive: its periodic standby status updates alone keep the walsender alive. They
+// stay one standby interval apart, counted from the last one sent, wherever the reader
+// is: wal_sender_timeout at 1.25 times the standby interval never expires. Red when the
+// held-back reader starts a fresh interval on entering the wait (the gap between two
+// updates reached up to twice the interval: about half of such waits ended in a
+// replication timeout). Four waits, each starting at a random moment of the interval.
+func TestStatusUpdatesWhileHeldBack(t *testing.T) {
+	bin := runproc.BuildT(t)
+	db := setup(t)
+	ctx := context.Background()
+	p := run(t, bin, withOptions(t, db.URL, "wal_sender_timeout=5s"), db,
+		"--buffer-bytes", "65536", "--standby-interval", "4s", "--receive-timeout", "60s")
+	walsender := func() int {
+		var pid int
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT coalesce(max(pid), 0) FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name = 'synchro-runner-replication'`).Scan(&pid))
+		return pid
+	}
+	var pid int
+	eventually(t, 30*time.Second, "the runner's walsender", func() bool { pid = walsender(); return pid != 0 })
+
+	for round := range 4 {
+		time.Sleep(time.Duration(rand.Int64N(int64(4 * time.Second))))
+		lock, err := db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		_, err = lock.Exec(ctx, `LOCK TABLE synchro.effect IN EXCLUSIVE MODE`)
+		require.NoError(t, err)
+		base := 10000 * round
+		first, _ := commit(t, db, fmt.Sprintf(`INSERT INTO items SELECT g, 'a', 'first' FROM generate_series(%d, %d) g`, base+1, base+10))
+		second, _ := commit(t, db, fmt.Sprintf(`INSERT INTO items SELECT g, 'b', repeat('y', 200) FROM generate_series(%d, %d) g`, base+11, base+5010))
+		// Three standby intervals held back.
+		time.Sleep(12 * time.Second)
+		require.Zero(t, count(t, db, `SELECT count(*) FROM synchro.txn WHERE xid % 4294967296 IN ($1, $2)`, first, second),
+			"nothing materialized while the lock is held")
+		require.NoError(t, lock.Rollback(ctx))
+		exactlyOnce(t, db, first, 10)
+		exactlyOnce(t, db, second, 5000)
+		require.Equal(t, pid, walsender(), "round %d: the walsender was replaced (replication timeout)", round)
+	}
+	require.Zero(t, metric(p, "synchro_runner_reconnects_total"), "the runner never reconnected")
+	require.False(t, p.Exited())
+	require.NoError(t, p.Stop(30*time.Second))
+}
