@@ -177,13 +177,25 @@ func TestRunnerStopFinishesTransactionInHand(t *testing.T) {
 		rr := startRunner(t, cfg)
 		waitStream(t, db)
 
+		// The apply session is held inside its materialization transaction, not caught
+		// there by polling (a fast materialization finished between two polls): a
+		// SHARE lock on synchro.txn, which only materialization writes (the ledger row
+		// of each source transaction, near the end of materialize_batch), keeps it
+		// waiting with the whole transaction in hand until the stop has arrived.
+		ctx := context.Background()
+		hold, err := db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = hold.Rollback(ctx) }()
+		_, err = hold.Exec(ctx, `LOCK TABLE synchro.txn IN SHARE MODE`)
+		require.NoError(t, err)
 		mustExec(t, db, `INSERT INTO items (id, owner) SELECT g, 'a' FROM generate_series(100, 1099) g`)
-		eventually(t, 5*time.Second, "the apply session to be inside the transaction", func() bool {
-			return countOf(t, db, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND application_name = 'synchro-runner-apply'
-			  AND xact_start IS NOT NULL AND query ILIKE '%synchro_stage%'`) > 0
+		eventually(t, 30*time.Second, "the apply session to wait inside the transaction", func() bool {
+			return countOf(t, db, `SELECT count(*) FROM pg_locks WHERE relation = 'synchro.txn'::regclass AND NOT granted`) > 0
 		})
-		require.NoError(t, rr.stop(t))
+		rr.cancel() // the stop (rr.stop without its wait)
+		time.Sleep(200 * time.Millisecond)
+		require.NoError(t, hold.Commit(ctx))
+		require.NoError(t, rr.wait(t, 10*time.Second))
 		require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.txn`), "the transaction in hand was finished")
 		require.Equal(t, 1000, countOf(t, db, `SELECT count(*) FROM synchro.effect`))
 		p, _ := runnerState(t, db)
