@@ -24,6 +24,7 @@ import (
 // operator is a connection as synchro_operator.
 type operator struct {
 	conn *pgx.Conn
+	db   *testdb.DB // the test's superuser pool, for diagnostics
 }
 
 func newOperator(t *testing.T, db *testdb.DB) *operator {
@@ -34,7 +35,7 @@ func newOperator(t *testing.T, db *testdb.DB) *operator {
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
 	_, err = conn.Exec(ctx, `SET ROLE synchro_operator`)
 	require.NoError(t, err)
-	return &operator{conn: conn}
+	return &operator{conn: conn, db: db}
 }
 
 func (o *operator) begin(t *testing.T, reason string) string {
@@ -72,6 +73,34 @@ func (o *operator) exec(sql string, args ...any) error {
 func (o *operator) waitPhase(t *testing.T, id, phase string) resetStatus {
 	t.Helper()
 	var s resetStatus
+	// What a stuck reset waits for: the candidate slot's exported snapshot waits for
+	// every xid-holding transaction of the cluster, the runner's log says the rest.
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		rows, err := o.db.Pool.Query(context.Background(), `
+			SELECT coalesce(datname, '') || ' pid=' || pid || ' app=' || coalesce(application_name, '') || ' state=' ||
+			       coalesce(state, '') || ' xid=' || coalesce(backend_xid::text, '') || ' xmin=' || coalesce(backend_xmin::text, '') ||
+			       ' since=' || coalesce((now() - xact_start)::text, '') || ' wait=' || coalesce(wait_event, '') || ' ' ||
+			       left(coalesce(query, ''), 100)
+			  FROM pg_stat_activity WHERE backend_xid IS NOT NULL OR backend_xmin IS NOT NULL OR backend_type = 'walsender'`)
+		if err != nil {
+			t.Logf("reset diagnostics: %v", err)
+			return
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var line string
+			if rows.Scan(&line) == nil {
+				t.Logf("reset diagnostics: %s", line)
+			}
+		}
+		var st string
+		if o.db.Pool.QueryRow(context.Background(), `SELECT synchro.reset_status($1)::text`, id).Scan(&st) == nil {
+			t.Logf("reset diagnostics: status %s", st)
+		}
+	})
 	eventually(t, 180*time.Second, "reset phase "+phase, func() bool {
 		s = o.status(t, id)
 		if s.Phase == "failed" && phase != "failed" {
