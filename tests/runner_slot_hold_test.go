@@ -43,7 +43,8 @@ func TestRunnerSlotHoldsBehindUnmaterialized(t *testing.T) {
 	// Received: the runner is materializing it, waiting for the lock.
 	eventually(t, 10*time.Second, "the runner to wait for synchro.txn", func() bool {
 		return countOf(t, db, `SELECT count(*) FROM pg_locks
-			WHERE NOT granted AND relation = 'synchro.txn'::regclass AND pid <> $1`, lockerPID) > 0
+			WHERE NOT granted AND relation = 'synchro.txn'::regclass AND pid <> $1
+			  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, lockerPID) > 0
 	})
 
 	// The walsender's reply_time changes with every standby status update the runner

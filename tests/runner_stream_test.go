@@ -190,7 +190,10 @@ func TestRunnerStopFinishesTransactionInHand(t *testing.T) {
 		require.NoError(t, err)
 		mustExec(t, db, `INSERT INTO items (id, owner) SELECT g, 'a' FROM generate_series(100, 1099) g`)
 		eventually(t, 30*time.Second, "the apply session to wait inside the transaction", func() bool {
-			return countOf(t, db, `SELECT count(*) FROM pg_locks WHERE relation = 'synchro.txn'::regclass AND NOT granted`) > 0
+			// This database's (test databases are clones of one template: the
+			// parallel subtest's synchro.txn has the same OID).
+			return countOf(t, db, `SELECT count(*) FROM pg_locks WHERE relation = 'synchro.txn'::regclass AND NOT granted
+				AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`) > 0
 		})
 		rr.cancel() // the stop (rr.stop without its wait)
 		time.Sleep(200 * time.Millisecond)
