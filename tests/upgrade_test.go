@@ -329,10 +329,14 @@ func upgradeWithData(t *testing.T, bin string, upgrade func(context.Context, *te
 	w.phase.Store("during")
 	upCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	err = upgrade(upCtx, db)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "40P01" {
+	for attempt := 1; attempt < 5; attempt++ {
 		// A migration's DDL can still deadlock with an application write (PostgreSQL
-		// aborts one side; each migration is its own transaction): a deploy retries.
+		// aborts one side; each migration is its own transaction, so the applied ones
+		// stay applied): a deploy retries, as docs/install.md says.
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "40P01" {
+			break
+		}
 		t.Logf("upgrade deadlocked with a write (%s): retried", pgErr.Code)
 		err = upgrade(upCtx, db)
 	}
