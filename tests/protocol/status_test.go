@@ -24,8 +24,11 @@ func TestStatusUpdatesWhileHeldBack(t *testing.T) {
 	bin := runproc.BuildT(t)
 	db := setup(t)
 	ctx := context.Background()
+	// Two seconds of slack between the interval and the timeout (CI runs three test
+	// packages at once on two cores); the old schedule's gap of up to two intervals
+	// (6 s) still times out.
 	p := run(t, bin, withOptions(t, db.URL, "wal_sender_timeout=5s"), db,
-		"--buffer-bytes", "65536", "--standby-interval", "4s", "--receive-timeout", "60s")
+		"--buffer-bytes", "65536", "--standby-interval", "3s", "--receive-timeout", "60s")
 	walsender := func() int {
 		var pid int
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT coalesce(max(pid), 0) FROM pg_stat_activity
@@ -36,7 +39,7 @@ func TestStatusUpdatesWhileHeldBack(t *testing.T) {
 	eventually(t, 30*time.Second, "the runner's walsender", func() bool { pid = walsender(); return pid != 0 })
 
 	for round := range 4 {
-		time.Sleep(time.Duration(rand.Int64N(int64(4 * time.Second))))
+		time.Sleep(time.Duration(rand.Int64N(int64(3 * time.Second))))
 		lock, err := db.Pool.Begin(ctx)
 		require.NoError(t, err)
 		_, err = lock.Exec(ctx, `LOCK TABLE synchro.effect IN EXCLUSIVE MODE`)
