@@ -32,6 +32,10 @@ test-matrix: ## Run every test but the marquee and protocol-edge packages (Postg
 	done; \
 	if [ -n "$$failed" ]; then echo "test-matrix: failed on PostgreSQL$$failed"; exit 1; fi
 
+.PHONY: test-timing
+test-timing: ## Protocol tests whose verdict is a server timeout (alone: not under make test's parallel load)
+	SYNCHRO_TIMING_TESTS=1 $(GO) test -count=1 ./tests/protocol -run '^TestStatusUpdatesWhileHeldBack$$' -v
+
 .PHONY: marquee
 marquee: ## Crash-injection marquee at full size (MARQUEE_KILLS=200 runner deaths at fault points, MARQUEE_RESTARTS=20 PostgreSQL crashes); docs/reliability.md
 	$(GO) test -count=1 -timeout 60m -v ./tests/marquee -run '^TestMarquee$$' -marquee.kills=$(MARQUEE_KILLS) -marquee.restarts=$(MARQUEE_RESTARTS)
