@@ -64,6 +64,14 @@ var differentialWorkload = []string{
 	`SELECT pg_logical_emit_message(true, 'synchro.other', '{}');
 	 SELECT pg_logical_emit_message(true, 'someone.else', 'x');
 	 UPDATE later SET n = NULL WHERE id = 'x'`,
+	// Transactions that carry a logical message only: a stranger's, one under an unknown
+	// synchro. prefix, binary content under the fence prefix (not UTF-8, a NUL byte:
+	// wal2json copies the bytes verbatim and stops at the NUL), and a non-transactional
+	// one. pgoutput materializes the transactional ones as transactions without events.
+	`SELECT pg_logical_emit_message(true, 'someone.else', 'alone')`,
+	`SELECT pg_logical_emit_message(true, 'synchro.other', 'alone')`,
+	`SELECT pg_logical_emit_message(true, 'synchro.fence', '\xff41fe00424344'::bytea)`,
+	`SELECT pg_logical_emit_message(false, 'synchro.fence', '\xc3'::bytea)`,
 	// A transaction outside the table set only (pgoutput sends nothing for it).
 	`CREATE TABLE scratch (n int); INSERT INTO scratch VALUES (1)`,
 }
@@ -113,6 +121,9 @@ func TestDecoderDifferential(t *testing.T) {
 	var end string
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&end))
 
+	// The runner's count of dropped synchro. messages, by reason: the same messages
+	// reach the collator under either decoder.
+	ignored := make(map[string]map[string]float64)
 	materialize := func(decoder, slot string) map[string][]string {
 		cfg := testRunnerConfig(t, db)
 		cfg.Decoder, cfg.Slot = decoder, slot
@@ -123,6 +134,10 @@ func TestDecoderDifferential(t *testing.T) {
 			require.Nil(t, p.PoisonClass, "%s: poison", decoder)
 			return lsnOf(t, p.Processed) >= lsnOf(t, &end)
 		})
+		ignored[decoder] = make(map[string]float64)
+		for _, reason := range []string{"non_transactional", "unknown_prefix", "malformed", "unauthenticated"} {
+			ignored[decoder][reason] = r.counter(t, "synchro_runner_ignored_messages_total", "reason", reason)
+		}
 		require.NoError(t, r.stop(t))
 		waitRunnerGone(t, db)
 		require.Empty(t, quarantines(t, db), decoder)
@@ -151,6 +166,10 @@ func TestDecoderDifferential(t *testing.T) {
 	for _, tb := range differentialTables {
 		require.NotEmpty(t, viaPgoutput[tb], tb)
 		require.Equal(t, viaPgoutput[tb], viaWal2json[tb], "synchro.%s differs between pgoutput and wal2json", tb)
+	}
+	require.Equal(t, ignored["pgoutput"], ignored["wal2json"], "dropped synchro. messages by reason")
+	for _, reason := range []string{"non_transactional", "unknown_prefix", "malformed"} {
+		require.Positive(t, ignored["pgoutput"][reason], "the fixture has a synchro. message dropped as %s", reason)
 	}
 	// The fixture reached what it is for: effects of every kind of change.
 	require.GreaterOrEqual(t, len(viaPgoutput["txn"]), 7, "every workload transaction but the one outside the table set")
