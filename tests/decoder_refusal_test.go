@@ -2,7 +2,9 @@ package tests
 
 import (
 	"context"
+	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -145,4 +147,39 @@ func TestDecoderWal2jsonRefusesNumeric(t *testing.T) {
 	waitStream(t, db2)
 	mustExec(t, db2, `INSERT INTO prices VALUES (1, 'a', 'NaN')`)
 	waitEffects(t, db2, 1)
+}
+
+// The float4/float8/numeric refusal is checked again at every wal2json session start:
+// an activation that registers such a column on a running stream ends the session
+// (the table set changed), and the next session's start refuses the column before
+// anything of that activation's transaction is materialized.
+func TestDecoderWal2jsonRefusesNumericLater(t *testing.T) {
+	t.Parallel()
+	testdb.RequireLibrary(t, "wal2json")
+	db := runnerSetup(t)
+	cfg := testRunnerConfig(t, db)
+	cfg.Decoder = "wal2json"
+	logs := &syncLog{}
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	rr := startRunner(t, cfg)
+	waitStream(t, db)
+	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (10, 'a')`)
+	waitEffects(t, db, 1)
+	waitAcked(t, db)
+
+	mustExec(t, db, `
+		CREATE TABLE prices (id int8 PRIMARY KEY, owner text, price float8);
+		SELECT synchro.register_table('prices', 'prices');
+		SELECT synchro.add_scope_rule('prices', 'owner:', 'owner');
+		SELECT synchro.activate_registry();
+		INSERT INTO prices VALUES (1, 'a', 'NaN');
+		INSERT INTO items (id, owner) VALUES (11, 'a');`)
+	err := rr.wait(t, 30*time.Second)
+	require.True(t, runner.IsFatal(err), "%v", err)
+	c, _ := decode.ClassOf(err)
+	require.Equal(t, decode.ClassValueNotRepresentable, c)
+	require.Zero(t, countOf(t, db, `SELECT count(*) FROM synchro.effect WHERE pk = '11'`)+
+		countOf(t, db, `SELECT count(*) FROM synchro.projection p JOIN synchro.relation r USING (relation_id)
+			WHERE r.table_id = 'prices'`), "nothing of the activation's transaction is materialized")
+	require.Empty(t, quarantines(t, db), "a refusal at start, not a poison")
 }
