@@ -16,7 +16,8 @@ import (
 // differentialSchema is the fixture's schema: every registered column type the
 // tests use (int8, int4, text, json) and more (bool, jsonb, bytea, timestamptz, uuid,
 // varchar, int[], numeric through a domain: wal2json cannot carry a bare numeric's NaN,
-// docs/decoders.md), a TOASTed column, a dependency with a via rule.
+// docs/decoders.md), keys of the types registration accepts (int8, text, uuid, varchar),
+// a TOASTed column, a dependency with a via rule.
 const differentialSchema = `
 	CREATE DOMAIN exact_numeric AS numeric;
 	CREATE TABLE docs (id int8 PRIMARY KEY, owner text, team text, v int NOT NULL DEFAULT 0, note text,
@@ -24,7 +25,13 @@ const differentialSchema = `
 	  amount exact_numeric, big text);
 	ALTER TABLE docs ALTER big SET STORAGE EXTERNAL;
 	CREATE TABLE members (id int8 PRIMARY KEY, team text, user_id text);
+	CREATE TABLE ukeys (id uuid PRIMARY KEY, owner text, n int4);
+	CREATE TABLE vkeys (id varchar(20) PRIMARY KEY, owner text, n int4);
 	SELECT synchro.register_table('docs', 'docs');
+	SELECT synchro.register_table('ukeys', 'ukeys');
+	SELECT synchro.register_table('vkeys', 'vkeys');
+	SELECT synchro.add_scope_rule('ukeys', 'owner:', 'owner');
+	SELECT synchro.add_scope_rule('vkeys', 'owner:', 'owner');
 	SELECT synchro.register_dependency('members');
 	SELECT synchro.add_scope_rule('docs', 'owner:', 'owner');
 	SELECT synchro.add_scope_rule('docs', 'user:', 'team', 'members', 'team', 'user_id');
@@ -50,6 +57,13 @@ var differentialWorkload = []string{
 	// Inserted and deleted in one transaction, and a delete.
 	`INSERT INTO docs (id, owner) VALUES (4, 'a'); UPDATE docs SET owner = 'b' WHERE id = 4; DELETE FROM docs WHERE id = 4;
 	 DELETE FROM docs WHERE id = 1`,
+	// The other key types registration accepts (uuid, varchar): insert, update, delete (a key
+	// change is refused at the source).
+	`INSERT INTO ukeys VALUES ('0f5b6c1e-2d3a-4b8c-9e7f-a1b2c3d4e5f6', 'a', 1), ('8b6f1a52-3c1e-4f0a-9d2b-7e4c5a6b1c03', 'b', 2);
+	 INSERT INTO vkeys VALUES ('k one', 'a', 1), ('k"two\', 'b', 2);
+	 UPDATE ukeys SET n = 3, owner = 'c' WHERE n = 1;
+	 UPDATE vkeys SET n = 4 WHERE id = 'k one';
+	 DELETE FROM ukeys WHERE n = 2; DELETE FROM vkeys WHERE n = 2`,
 	// A push.
 	`SELECT synchro.push('device-1', '[{"id": "7d0f6f3e-1b52-4a25-8f7c-0a3b6f9a2c11", "table": "docs", "op": "insert",
 	   "pk": 5, "row": {"owner": "a", "note": "pushed", "flag": true}}]')`,
