@@ -42,7 +42,7 @@ marquee: ## Crash-injection marquee at full size (MARQUEE_KILLS=200 runner death
 
 .PHONY: fuzz
 fuzz: ## Fuzz campaigns, FUZZTIME each (default 5m); commit every finding under testdata/fuzz with a fix
-	$(GO) test ./runner/decode -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./runner/decode/pgoutput -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./runner/decode -run '^$$' -fuzz '^FuzzParseMessages$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./runner/decode -run '^$$' -fuzz '^FuzzFenceFastPath$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./runner/decode -run '^$$' -fuzz '^FuzzFenceCompact$$' -fuzztime $(FUZZTIME)
