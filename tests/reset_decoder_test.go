@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/synchro/synchro/tests/testdb"
 )
 
 // A stream reset is how a stream switches decoders (docs/decoders.md): the runner that
@@ -16,6 +18,8 @@ import (
 // with the reset open it serves it; after activation the old decoder is refused.
 func TestResetSwitchesDecoder(t *testing.T) {
 	eachDecoder(t, func(t *testing.T) {
+		// Both plugins take part (the version matrix's PostgreSQL 16-18 have no wal2json).
+		testdb.RequireLibrary(t, "wal2json")
 		// Not parallel: a reset creates a slot with an exported snapshot, which waits for
 		// every xid-holding transaction of the cluster (TestResetRecoversTruncatePoison).
 		ctx := context.Background()
