@@ -340,7 +340,11 @@ func (r *Runner) resetCatchUp(work, stop context.Context, conn *pgx.Conn, rs gen
 	if err != nil {
 		return err
 	}
-	dec, err := r.plugin.Open(work, conn, decode.SessionSpec{Publication: r.cfg.Publication, RegistryGeneration: regGen})
+	// RestartedAt: an activation message that already ended a catch-up (anyone may
+	// emit one; none is genuine while the reset is open; the loop records it as for
+	// a session, runner.go) is let through the next time.
+	dec, err := r.plugin.Open(work, conn, decode.SessionSpec{Publication: r.cfg.Publication, RegistryGeneration: regGen,
+		RestartedAt: r.restartedAt})
 	if err != nil {
 		if v := Classify(err); v.Disposition == Fatal {
 			return r.resetFailure(work, conn, rs.ResetID, err)

@@ -38,6 +38,15 @@ func TestResetSwitchesDecoder(t *testing.T) {
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT slot_name FROM synchro.stream_generation WHERE state = 'active'`).Scan(&oldSlot))
 		e.stopRunner(t)
 
+		// The marker waits for this lock (runner_reset_mark takes write_fence in SHARE
+		// mode; holding ROW EXCLUSIVE takes no xid, so the candidate slot's snapshot does
+		// not wait for it): what is committed meanwhile is inside the catch-up's range.
+		hold, err := db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = hold.Rollback(ctx) }()
+		_, err = hold.Exec(ctx, `LOCK TABLE synchro.write_fence IN ROW EXCLUSIVE MODE`)
+		require.NoError(t, err)
+
 		op := newOperator(t, db)
 		id := op.begin(t, "switch the decoder to "+to)
 		e.cfg.Decoder = to
@@ -47,6 +56,18 @@ func TestResetSwitchesDecoder(t *testing.T) {
 			mustExec(t, db, fmt.Sprintf(`INSERT INTO tasks (id, project_id, owner, title) VALUES (%d, 1, 'o1', 'w');
 				UPDATE notes SET body = 'edit %d' WHERE id = 'n1'`, i, i))
 		}
+		eventually(t, 120*time.Second, "the catch-up waiting to write its marker", func() bool {
+			return countOf(t, db, `SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+				WHERE d.datname = current_database() AND l.relation = 'synchro.write_fence'::regclass AND NOT l.granted`) > 0
+		})
+		// Inside the catch-up: a forged registry activation of a generation the table set
+		// does not know (anyone may emit one). wal2json's decoder ends the catch-up once
+		// for it (table_set_changed), as it ends a session; the next catch-up lets it
+		// through instead of ending again, for ever.
+		mustExec(t, db, `SELECT pg_logical_emit_message(true, 'synchro.registry',
+			'{"v":2,"generation":99,"previous":1,"mac":"00000000000000000000000000000000"}');
+			INSERT INTO tasks (id, project_id, owner, title) VALUES (30, 1, 'o1', 'next to the forgery')`)
+		require.NoError(t, hold.Rollback(ctx))
 		s := op.waitPhase(t, id, "ready")
 		require.NotNil(t, s.CandidateSlot)
 		var candidatePlugin string
@@ -80,7 +101,7 @@ func TestResetSwitchesDecoder(t *testing.T) {
 		e.stopRunner(t)
 		cfg := e.cfg
 		cfg.Decoder = from
-		err, _ := fatalRunner(t, cfg)
+		err, _ = fatalRunner(t, cfg)
 		require.ErrorContains(t, err, `the stream records output plugin "`+to+`"`)
 	})
 }
