@@ -42,7 +42,7 @@ marquee: ## Crash-injection marquee at full size (MARQUEE_KILLS=200 runner death
 
 .PHONY: fuzz
 fuzz: ## Fuzz campaigns, FUZZTIME each (default 5m); commit every finding under testdata/fuzz with a fix
-	$(GO) test ./runner/decode -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./runner/decode/pgoutput -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./runner/decode -run '^$$' -fuzz '^FuzzParseMessages$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./runner/decode -run '^$$' -fuzz '^FuzzFenceFastPath$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./runner/decode -run '^$$' -fuzz '^FuzzFenceCompact$$' -fuzztime $(FUZZTIME)
@@ -77,6 +77,10 @@ bench: ## Run the benchmark harness (BENCH_ARGS are passed through)
 bench-groups: ## Consumer-group read vs pull of the same changes, 100,000-transaction backlog (issue 11)
 	$(GO) run ./cmd/synchro-bench --suite groups --groups-txns 100000 --repeat 3
 
+.PHONY: bench-decoders
+bench-decoders: ## Materialized row events/s under wal2json against pgoutput, same run (docs/decoders.md)
+	$(GO) run ./cmd/synchro-bench --suite materialize --decoder pgoutput,wal2json --repeat 3 --mat-small-txns 2000 --mat-big-txns 20 --no-profile
+
 .PHONY: bench-quick
 bench-quick: ## Short same-run ratios (CI); fails below half of docs/benchmarks.md's figures
-	$(GO) run ./cmd/synchro-bench --suite materialize --repeat 3 --mat-small-txns 10000 --mat-big-txns 20 --no-profile --check docs/benchmarks.md
+	$(GO) run ./cmd/synchro-bench --suite materialize --decoder pgoutput --repeat 3 --mat-small-txns 10000 --mat-big-txns 20 --no-profile --check docs/benchmarks.md

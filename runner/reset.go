@@ -16,7 +16,6 @@ import (
 	"github.com/synchro/synchro/gen"
 	"github.com/synchro/synchro/runner/collate"
 	"github.com/synchro/synchro/runner/decode"
-	"github.com/synchro/synchro/runner/decode/pgoutput"
 )
 
 // The runner's part of an operator-authorized stream reset (ADR 001, "Causally
@@ -84,10 +83,13 @@ func (r *Runner) resetOpen(ctx context.Context) bool {
 
 // serveReset runs one phase of the reset in hand; handled is false when there
 // is none (the loop then runs a session on the active slot).
-// streamPlugin is the output plugin of the candidate slots a stream reset creates and
-// catches up from: pgoutput, whatever decoder the old stream used.
-const streamPlugin = pgoutput.Name
-
+//
+// The candidate slot a reset creates and catches up from uses the runner's
+// decoder (--decoder), whatever plugin the old stream used: a stream reset is
+// how a stream switches decoders (docs/decoders.md). The reset records the
+// candidate's plugin, and activation makes it the new stream generation's. A
+// candidate of another plugin than the runner's is discarded and staged again
+// while the reset is still staging or catching up.
 func (r *Runner) serveReset(work, stop context.Context) (handled bool, err error) {
 	rs, ok, err := r.ctl.resetState(work)
 	if err != nil {
@@ -98,12 +100,6 @@ func (r *Runner) serveReset(work, stop context.Context) (handled bool, err error
 	}
 	if !ok {
 		return false, nil
-	}
-	if r.plugin.Name() != streamPlugin && rs.Phase != "activated" {
-		// The catch-up decodes the candidate slot with pgoutput (its marker is found
-		// by pgoutput's Begin xid).
-		return true, &fatalError{err: fmt.Errorf(
-			"synchro: fatal: a stream reset is served by a runner with --decoder %s, not %s", streamPlugin, r.plugin.Name())}
 	}
 	r.setState(stateResetting)
 	log := r.log.With("reset_id", rs.ResetID)
@@ -144,7 +140,7 @@ func (r *Runner) serveReset(work, stop context.Context) (handled bool, err error
 			if err != nil {
 				return true, err
 			}
-			if s.Exists && s.Plugin == streamPlugin && s.WALStatus != "lost" {
+			if s.Exists && s.Plugin == r.plugin.Name() && s.WALStatus != "lost" {
 				return true, r.resetIndex(work, stop, conn, rs.ResetID, log)
 			}
 		}
@@ -155,6 +151,13 @@ func (r *Runner) serveReset(work, stop context.Context) (handled bool, err error
 	}
 	// ready or failed: the operator decides.
 	log.Info("reset waits for the operator", "phase", rs.Phase)
+	if rs.Phase == "ready" {
+		if s, err := slotPosition(work, conn, rs.CandidateSlot); err == nil && s.Exists && s.Plugin != r.plugin.Name() {
+			log.Warn("the ready candidate slot uses another output plugin than this runner's decoder: "+
+				"activation starts a stream this runner refuses (abort the reset and begin again to switch)",
+				"candidate_plugin", s.Plugin, "decoder", r.plugin.Name())
+		}
+	}
 	r.awaitResetChange(work, stop, rs)
 	return true, nil
 }
@@ -192,7 +195,7 @@ func (r *Runner) resetStage(ctx, stop context.Context, conn *pgx.Conn, rs gen.Ru
 			return err
 		}
 	}
-	slot, err := gen.New(conn).RunnerResetCandidate(ctx, gen.RunnerResetCandidateParams{ResetID: rs.ResetID, Plugin: streamPlugin})
+	slot, err := gen.New(conn).RunnerResetCandidate(ctx, gen.RunnerResetCandidateParams{ResetID: rs.ResetID, Plugin: r.plugin.Name()})
 	if err != nil {
 		return fmt.Errorf("synchro: runner_reset_candidate: %w", err)
 	}
@@ -203,8 +206,7 @@ func (r *Runner) resetStage(ctx, stop context.Context, conn *pgx.Conn, rs gen.Ru
 	defer closeReplication(ctx, repl)
 	// Creating the slot waits for every transaction running in the cluster.
 	r.live.idle(LoopSession)
-	res, err := pglogrepl.CreateReplicationSlot(ctx, repl, slot, streamPlugin,
-		pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "EXPORT_SNAPSHOT", Mode: pglogrepl.LogicalReplication})
+	res, err := decode.CreateSlot(ctx, repl, r.plugin, slot)
 	r.live.beat(LoopSession)
 	if err != nil {
 		return fmt.Errorf("synchro: create candidate slot: %w", err)
@@ -301,7 +303,7 @@ func (r *Runner) resetCatchUp(work, stop context.Context, conn *pgx.Conn, rs gen
 	if err != nil {
 		return err
 	}
-	if !s.Exists || s.Plugin != streamPlugin || s.WALStatus == "lost" {
+	if !s.Exists || s.Plugin != r.plugin.Name() || s.WALStatus == "lost" {
 		// Never resume on a missing or unusable slot: start a new candidate.
 		log.Info("candidate slot missing or unusable: discarding the stage", "candidate_slot", rs.CandidateSlot)
 		return r.resetStage(work, stop, conn, rs, log)
@@ -312,7 +314,7 @@ func (r *Runner) resetCatchUp(work, stop context.Context, conn *pgx.Conn, rs gen
 	if rs.ActivationBarrier != "" {
 		return r.resetReady(work, conn, rs, nil, log)
 	}
-	// pgoutput's Begin carries the 32-bit xid of the marker transaction.
+	// The plugin's Begin carries the 32-bit xid of the marker transaction.
 	var barrierXid uint32
 	marked := rs.BarrierXid != ""
 	if marked {
@@ -331,13 +333,26 @@ func (r *Runner) resetCatchUp(work, stop context.Context, conn *pgx.Conn, rs gen
 		return err
 	}
 	defer closeReplication(work, repl)
-	dec := decode.NewPgOutput()
-	opts, err := dec.StartOptions(r.cfg.Publication)
+	// No registry activation can commit while a reset is open (activate_registry
+	// refuses), and the candidate slot was created after begin_reset: the
+	// generation in effect at its consistent point is the latest activated one.
+	regGen, err := latestRegistryGeneration(work, conn)
 	if err != nil {
-		return &fatalError{err: err}
+		return err
+	}
+	// RestartedAt: an activation message that already ended a catch-up (anyone may
+	// emit one; none is genuine while the reset is open; the loop records it as for
+	// a session, runner.go) is let through the next time.
+	dec, err := r.plugin.Open(work, conn, decode.SessionSpec{Publication: r.cfg.Publication, RegistryGeneration: regGen,
+		RestartedAt: r.restartedAt})
+	if err != nil {
+		if v := Classify(err); v.Disposition == Fatal {
+			return r.resetFailure(work, conn, rs.ResetID, err)
+		}
+		return err
 	}
 	if err := pglogrepl.StartReplication(work, repl, rs.CandidateSlot, s.ConfirmedFlush,
-		pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication, PluginArgs: opts}); err != nil {
+		pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication, PluginArgs: dec.StartOptions()}); err != nil {
 		return fmt.Errorf("synchro: start replication (candidate): %w", err)
 	}
 	log.Info("reset catch-up started", "candidate_slot", rs.CandidateSlot, "start_lsn", s.ConfirmedFlush)
@@ -482,7 +497,7 @@ func (r *Runner) resetCatchUp(work, stop context.Context, conn *pgx.Conn, rs gen
 // resetMark writes the coordinator's marker transaction, which selects the
 // activation barrier (its end, once the catch-up materialized it: it comes later
 // on the slot than everything materialized so far), and returns its 32-bit xid as
-// pgoutput's Begin carries it.
+// the plugin's Begin carries it.
 func (r *Runner) resetMark(ctx context.Context, conn *pgx.Conn, resetID string, log *slog.Logger) (uint32, error) {
 	if err := gen.New(conn).RunnerResetMark(ctx, resetID); err != nil {
 		return 0, fmt.Errorf("synchro: runner_reset_mark: %w", err)
@@ -657,4 +672,17 @@ func dropSlotIfIdle(ctx context.Context, conn *pgx.Conn, slot string) error {
 		return fmt.Errorf("synchro: drop slot: %w", err)
 	}
 	return nil
+}
+
+// latestRegistryGeneration is the latest activated registry generation (0 when
+// none registers a relation yet).
+func latestRegistryGeneration(ctx context.Context, conn *pgx.Conn) (int64, error) {
+	set, err := gen.New(conn).RunnerTableSet(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("synchro: runner_table_set: %w", err)
+	}
+	if len(set) == 0 {
+		return 0, nil
+	}
+	return set[0].LatestGeneration, nil
 }

@@ -311,16 +311,18 @@ func (r *Runner) step(work, stop context.Context) error {
 		}
 		return err
 	}
+	if ok {
+		// An open stream reset blocks the old stream: serve it instead (reset.go).
+		// First: its candidate is decoded with this runner's decoder, whatever
+		// the old stream's plugin (a reset is how a stream switches decoders).
+		if handled, err := r.serveReset(work, stop); handled {
+			return err
+		}
+	}
 	if ok && st.Plugin != r.plugin.Name() {
 		return &fatalError{err: fmt.Errorf(
 			"synchro: fatal: the stream records output plugin %q, the runner decodes with %q (--decoder): "+
 				"switching decoders needs a stream reset (docs/decoders.md)", st.Plugin, r.plugin.Name())}
-	}
-	if ok {
-		// An open stream reset blocks the old stream: serve it instead (reset.go).
-		if handled, err := r.serveReset(work, stop); handled {
-			return err
-		}
 	}
 	if !ok {
 		if err := r.bootstrap(work); err != nil {

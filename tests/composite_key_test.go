@@ -52,13 +52,15 @@ func TestCompositeKeyAfterActivation(t *testing.T) {
 }
 
 func TestCompositeKeyBlocksCapture(t *testing.T) {
-	t.Parallel()
-	db, _, q := blockedStream(t, func(db *testdb.DB) {
-		mustExec(t, db, compositeKeyDDL)
-		mustExec(t, db, `UPDATE items SET note = 'under a composite key' WHERE id = 1`)
+	eachDecoder(t, func(t *testing.T) {
+		t.Parallel()
+		db, _, q := blockedStream(t, func(db *testdb.DB) {
+			mustExec(t, db, compositeKeyDDL)
+			mustExec(t, db, `UPDATE items SET note = 'under a composite key' WHERE id = 1`)
+		})
+		require.Equal(t, "relation_drift", q.Class)
+		require.NotNil(t, q.RelationID, "the quarantine names the relation")
+		require.Equal(t, itemsRelationID(t, db), *q.RelationID)
+		require.Zero(t, countOf(t, db, `SELECT count(*) FROM synchro.effect WHERE pk = '1' AND commit_lsn >= $1::pg_lsn`, q.CommitLSN))
 	})
-	require.Equal(t, "relation_drift", q.Class)
-	require.NotNil(t, q.RelationID, "the quarantine names the relation")
-	require.Equal(t, itemsRelationID(t, db), *q.RelationID)
-	require.Zero(t, countOf(t, db, `SELECT count(*) FROM synchro.effect WHERE pk = '1' AND commit_lsn >= $1::pg_lsn`, q.CommitLSN))
 }

@@ -16,7 +16,8 @@ import (
 // differentialSchema is the fixture's schema: every registered column type the
 // tests use (int8, int4, text, json) and more (bool, jsonb, bytea, timestamptz, uuid,
 // varchar, int[], numeric through a domain: wal2json cannot carry a bare numeric's NaN,
-// docs/decoders.md), a TOASTed column, a dependency with a via rule.
+// docs/decoders.md), keys of the types registration accepts (int8, text, uuid, varchar),
+// a TOASTed column, a dependency with a via rule.
 const differentialSchema = `
 	CREATE DOMAIN exact_numeric AS numeric;
 	CREATE TABLE docs (id int8 PRIMARY KEY, owner text, team text, v int NOT NULL DEFAULT 0, note text,
@@ -24,7 +25,13 @@ const differentialSchema = `
 	  amount exact_numeric, big text);
 	ALTER TABLE docs ALTER big SET STORAGE EXTERNAL;
 	CREATE TABLE members (id int8 PRIMARY KEY, team text, user_id text);
+	CREATE TABLE ukeys (id uuid PRIMARY KEY, owner text, n int4);
+	CREATE TABLE vkeys (id varchar(20) PRIMARY KEY, owner text, n int4);
 	SELECT synchro.register_table('docs', 'docs');
+	SELECT synchro.register_table('ukeys', 'ukeys');
+	SELECT synchro.register_table('vkeys', 'vkeys');
+	SELECT synchro.add_scope_rule('ukeys', 'owner:', 'owner');
+	SELECT synchro.add_scope_rule('vkeys', 'owner:', 'owner');
 	SELECT synchro.register_dependency('members');
 	SELECT synchro.add_scope_rule('docs', 'owner:', 'owner');
 	SELECT synchro.add_scope_rule('docs', 'user:', 'team', 'members', 'team', 'user_id');
@@ -50,6 +57,13 @@ var differentialWorkload = []string{
 	// Inserted and deleted in one transaction, and a delete.
 	`INSERT INTO docs (id, owner) VALUES (4, 'a'); UPDATE docs SET owner = 'b' WHERE id = 4; DELETE FROM docs WHERE id = 4;
 	 DELETE FROM docs WHERE id = 1`,
+	// The other key types registration accepts (uuid, varchar): insert, update, delete (a key
+	// change is refused at the source).
+	`INSERT INTO ukeys VALUES ('0f5b6c1e-2d3a-4b8c-9e7f-a1b2c3d4e5f6', 'a', 1), ('8b6f1a52-3c1e-4f0a-9d2b-7e4c5a6b1c03', 'b', 2);
+	 INSERT INTO vkeys VALUES ('k one', 'a', 1), ('k"two\', 'b', 2);
+	 UPDATE ukeys SET n = 3, owner = 'c' WHERE n = 1;
+	 UPDATE vkeys SET n = 4 WHERE id = 'k one';
+	 DELETE FROM ukeys WHERE n = 2; DELETE FROM vkeys WHERE n = 2`,
 	// A push.
 	`SELECT synchro.push('device-1', '[{"id": "7d0f6f3e-1b52-4a25-8f7c-0a3b6f9a2c11", "table": "docs", "op": "insert",
 	   "pk": 5, "row": {"owner": "a", "note": "pushed", "flag": true}}]')`,
@@ -64,6 +78,14 @@ var differentialWorkload = []string{
 	`SELECT pg_logical_emit_message(true, 'synchro.other', '{}');
 	 SELECT pg_logical_emit_message(true, 'someone.else', 'x');
 	 UPDATE later SET n = NULL WHERE id = 'x'`,
+	// Transactions that carry a logical message only: a stranger's, one under an unknown
+	// synchro. prefix, binary content under the fence prefix (not UTF-8, a NUL byte:
+	// wal2json copies the bytes verbatim and stops at the NUL), and a non-transactional
+	// one. pgoutput materializes the transactional ones as transactions without events.
+	`SELECT pg_logical_emit_message(true, 'someone.else', 'alone')`,
+	`SELECT pg_logical_emit_message(true, 'synchro.other', 'alone')`,
+	`SELECT pg_logical_emit_message(true, 'synchro.fence', '\xff41fe00424344'::bytea)`,
+	`SELECT pg_logical_emit_message(false, 'synchro.fence', '\xc3'::bytea)`,
 	// A transaction outside the table set only (pgoutput sends nothing for it).
 	`CREATE TABLE scratch (n int); INSERT INTO scratch VALUES (1)`,
 }
@@ -113,6 +135,9 @@ func TestDecoderDifferential(t *testing.T) {
 	var end string
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&end))
 
+	// The runner's count of dropped synchro. messages, by reason: the same messages
+	// reach the collator under either decoder.
+	ignored := make(map[string]map[string]float64)
 	materialize := func(decoder, slot string) map[string][]string {
 		cfg := testRunnerConfig(t, db)
 		cfg.Decoder, cfg.Slot = decoder, slot
@@ -123,6 +148,10 @@ func TestDecoderDifferential(t *testing.T) {
 			require.Nil(t, p.PoisonClass, "%s: poison", decoder)
 			return lsnOf(t, p.Processed) >= lsnOf(t, &end)
 		})
+		ignored[decoder] = make(map[string]float64)
+		for _, reason := range []string{"non_transactional", "unknown_prefix", "malformed", "unauthenticated"} {
+			ignored[decoder][reason] = r.counter(t, "synchro_runner_ignored_messages_total", "reason", reason)
+		}
 		require.NoError(t, r.stop(t))
 		waitRunnerGone(t, db)
 		require.Empty(t, quarantines(t, db), decoder)
@@ -151,6 +180,10 @@ func TestDecoderDifferential(t *testing.T) {
 	for _, tb := range differentialTables {
 		require.NotEmpty(t, viaPgoutput[tb], tb)
 		require.Equal(t, viaPgoutput[tb], viaWal2json[tb], "synchro.%s differs between pgoutput and wal2json", tb)
+	}
+	require.Equal(t, ignored["pgoutput"], ignored["wal2json"], "dropped synchro. messages by reason")
+	for _, reason := range []string{"non_transactional", "unknown_prefix", "malformed"} {
+		require.Positive(t, ignored["pgoutput"][reason], "the fixture has a synchro. message dropped as %s", reason)
 	}
 	// The fixture reached what it is for: effects of every kind of change.
 	require.GreaterOrEqual(t, len(viaPgoutput["txn"]), 7, "every workload transaction but the one outside the table set")

@@ -2,7 +2,10 @@ package tests
 
 import (
 	"context"
+	"encoding/json"
+	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -145,4 +148,92 @@ func TestDecoderWal2jsonRefusesNumeric(t *testing.T) {
 	waitStream(t, db2)
 	mustExec(t, db2, `INSERT INTO prices VALUES (1, 'a', 'NaN')`)
 	waitEffects(t, db2, 1)
+}
+
+// The float4/float8/numeric refusal is checked again at every wal2json session start:
+// an activation that registers such a column on a running stream ends the session
+// (the table set changed), and the next session's start refuses the column before
+// anything of that activation's transaction is materialized.
+func TestDecoderWal2jsonRefusesNumericLater(t *testing.T) {
+	t.Parallel()
+	testdb.RequireLibrary(t, "wal2json")
+	db := runnerSetup(t)
+	cfg := testRunnerConfig(t, db)
+	cfg.Decoder = "wal2json"
+	logs := &syncLog{}
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	rr := startRunner(t, cfg)
+	waitStream(t, db)
+	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (10, 'a')`)
+	waitEffects(t, db, 1)
+	waitAcked(t, db)
+
+	mustExec(t, db, `
+		CREATE TABLE prices (id int8 PRIMARY KEY, owner text, price float8);
+		SELECT synchro.register_table('prices', 'prices');
+		SELECT synchro.add_scope_rule('prices', 'owner:', 'owner');
+		SELECT synchro.activate_registry();
+		INSERT INTO prices VALUES (1, 'a', 'NaN');
+		INSERT INTO items (id, owner) VALUES (11, 'a');`)
+	err := rr.wait(t, 30*time.Second)
+	require.True(t, runner.IsFatal(err), "%v", err)
+	c, _ := decode.ClassOf(err)
+	require.Equal(t, decode.ClassValueNotRepresentable, c)
+	require.Zero(t, countOf(t, db, `SELECT count(*) FROM synchro.effect WHERE pk = '11'`)+
+		countOf(t, db, `SELECT count(*) FROM synchro.projection p JOIN synchro.relation r USING (relation_id)
+			WHERE r.table_id = 'prices'`), "nothing of the activation's transaction is materialized")
+	require.Empty(t, quarantines(t, db), "a refusal at start, not a poison")
+}
+
+// The capability wal2json's format 1 is refused for (declared by the plugin package,
+// refused by decode.CheckCapabilities before any slot: TestDecoderCapabilityRefused) is
+// real: on this server's wal2json, format 1 with include-lsn gives one document per
+// transaction whose changes carry no LSN of their own, where format 2 gives each
+// change its lsn.
+func TestWal2jsonFormat1HasNoChangeLSN(t *testing.T) {
+	t.Parallel()
+	testdb.RequireLibrary(t, "wal2json")
+	ctx := context.Background()
+	db := runnerSetup(t)
+	conn, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var slot string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT slot_name::text FROM pg_create_logical_replication_slot(
+		'synchro_f1_' || pg_backend_pid(), 'wal2json', true)`).Scan(&slot))
+	_, err = conn.Exec(ctx, `INSERT INTO items (id, owner) VALUES (20, 'a'), (21, 'a')`)
+	require.NoError(t, err)
+
+	peek := func(format string) []map[string]any {
+		rows, err := conn.Query(ctx, `SELECT data FROM pg_logical_slot_peek_changes($1, NULL, NULL,
+			'format-version', $2, 'include-lsn', 'true', 'include-xids', 'true')`, slot, format)
+		require.NoError(t, err)
+		docs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (map[string]any, error) {
+			var s string
+			if err := r.Scan(&s); err != nil {
+				return nil, err
+			}
+			var m map[string]any
+			return m, json.Unmarshal([]byte(s), &m)
+		})
+		require.NoError(t, err)
+		return docs
+	}
+	v1 := peek("1")
+	require.Len(t, v1, 1, "format 1: one document for the transaction")
+	changes, ok := v1[0]["change"].([]any)
+	require.True(t, ok, "%v", v1[0])
+	require.GreaterOrEqual(t, len(changes), 2, "the inserts, their row versions and fences")
+	for _, c := range changes {
+		require.NotContains(t, c.(map[string]any), "lsn", "a format 1 change has no lsn")
+	}
+	v2 := peek("2")
+	var inserts int
+	for _, d := range v2 {
+		if d["action"] == "I" && d["table"] == "items" {
+			inserts++
+			require.Contains(t, d, "lsn", "a format 2 change has its lsn")
+		}
+	}
+	require.Equal(t, 2, inserts)
 }

@@ -307,30 +307,32 @@ func fatalRunner(t *testing.T, cfg runner.Config) (error, *syncLog) {
 // A slot with another output plugin under the stream's name is a fatal state: the
 // runner stops with one log line naming it, and readiness's slot check says why.
 func TestRunnerFatalForeignPluginSlot(t *testing.T) {
-	t.Parallel()
-	db := runnerSetup(t)
-	cfg := testRunnerConfig(t, db)
-	rr := startRunner(t, cfg)
-	waitStream(t, db)
-	waitAcked(t, db)
-	require.NoError(t, rr.stop(t))
-	// The walsender exits after the runner's connection closes, not with it.
-	eventually(t, 30*time.Second, "the stopped runner's walsender to release the slot", func() bool {
-		return countOf(t, db, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND active`, runnerSlot(db)) == 0
-	})
-	mustExec(t, db, `SELECT pg_drop_replication_slot($1)`, runnerSlot(db))
-	mustExec(t, db, `SELECT pg_create_logical_replication_slot($1, 'test_decoding')`, runnerSlot(db))
+	eachDecoder(t, func(t *testing.T) {
+		t.Parallel()
+		db := runnerSetup(t)
+		cfg := testRunnerConfig(t, db)
+		rr := startRunner(t, cfg)
+		waitStream(t, db)
+		waitAcked(t, db)
+		require.NoError(t, rr.stop(t))
+		// The walsender exits after the runner's connection closes, not with it.
+		eventually(t, 30*time.Second, "the stopped runner's walsender to release the slot", func() bool {
+			return countOf(t, db, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND active`, runnerSlot(db)) == 0
+		})
+		mustExec(t, db, `SELECT pg_drop_replication_slot($1)`, runnerSlot(db))
+		mustExec(t, db, `SELECT pg_create_logical_replication_slot($1, 'test_decoding')`, runnerSlot(db))
 
-	err, logs := fatalRunner(t, cfg)
-	require.ErrorContains(t, err, `output plugin "test_decoding"`)
-	fatal := logs.lines("fatal state")
-	require.Len(t, fatal, 1, "one log line names the fatal state")
-	require.Contains(t, fatal[0], "test_decoding")
-	require.Empty(t, logs.lines("retrying"), "a fatal state is not retried")
-	rows, _ := readinessOf(t, db)
-	slot := checkRow(rows, "slot")
-	require.False(t, slot.OK)
-	require.Contains(t, slot.Detail, "plugin_matches=false")
+		err, logs := fatalRunner(t, cfg)
+		require.ErrorContains(t, err, `output plugin "test_decoding"`)
+		fatal := logs.lines("fatal state")
+		require.Len(t, fatal, 1, "one log line names the fatal state")
+		require.Contains(t, fatal[0], "test_decoding")
+		require.Empty(t, logs.lines("retrying"), "a fatal state is not retried")
+		rows, _ := readinessOf(t, db)
+		slot := checkRow(rows, "slot")
+		require.False(t, slot.OK)
+		require.Contains(t, slot.Detail, "plugin_matches=false")
+	})
 }
 
 // A dropped publication is a fatal state: the walsender refuses to decode, the next

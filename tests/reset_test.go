@@ -146,126 +146,128 @@ func onePageRebuild(t *testing.T, db *testdb.DB, clientID, scope string) (replic
 // up all arrive exactly once; old cursors and rebuild sessions get SY409; clients
 // rebuild to exactly the live state; the old slot and projections are retired.
 func TestResetRecoversTruncatePoison(t *testing.T) {
-	// Not parallel: a reset creates a slot with an exported snapshot, which waits for
-	// every transaction of the cluster that holds an xid (other tests hold some for
-	// long), so it runs in the sequential phase, alone.
-	e := newSyncEnv(t, "")
-	db := e.db
-	ctx := context.Background()
-	write(t, db, `INSERT INTO project_members VALUES (1, 1, 'u1'), (2, 2, 'u2');
-		INSERT INTO tasks (id, project_id, owner, title) VALUES (1, 1, 'o1', 'one'), (2, 2, 'o1', 'two'), (3, 1, 'o2', 'three');
-		INSERT INTO notes VALUES ('n1', 'o1', 'first'), ('n2', 'o2', 'second')`)
-	var oldSlot string
-	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT slot_name FROM synchro.stream_generation WHERE state = 'active'`).Scan(&oldSlot))
+	eachDecoder(t, func(t *testing.T) {
+		// Not parallel: a reset creates a slot with an exported snapshot, which waits for
+		// every transaction of the cluster that holds an xid (other tests hold some for
+		// long), so it runs in the sequential phase, alone.
+		e := newSyncEnv(t, "")
+		db := e.db
+		ctx := context.Background()
+		write(t, db, `INSERT INTO project_members VALUES (1, 1, 'u1'), (2, 2, 'u2');
+			INSERT INTO tasks (id, project_id, owner, title) VALUES (1, 1, 'o1', 'one'), (2, 2, 'o1', 'two'), (3, 1, 'o2', 'three');
+			INSERT INTO notes VALUES ('n1', 'o1', 'first'), ('n2', 'o2', 'second')`)
+		var oldSlot string
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT slot_name FROM synchro.stream_generation WHERE state = 'active'`).Scan(&oldSlot))
 
-	_, oldCursor := startScope(t, db, "c1", "owner:o1")
-	midSession := mustRebuildPage(t, db, "c1", "user:u1", "", 1) // a rebuild left in the middle
-	require.True(t, midSession.HasMore)
+		_, oldCursor := startScope(t, db, "c1", "owner:o1")
+		midSession := mustRebuildPage(t, db, "c1", "user:u1", "", 1) // a rebuild left in the middle
+		require.True(t, midSession.HasMore)
 
-	truncatePoison(t, db)
-	// After the poison: nothing of these materializes on the old stream.
-	mustExec(t, db, `INSERT INTO notes VALUES ('n3', 'o1', 'after the truncate'); UPDATE tasks SET title = 'uno' WHERE id = 1`)
+		truncatePoison(t, db)
+		// After the poison: nothing of these materializes on the old stream.
+		mustExec(t, db, `INSERT INTO notes VALUES ('n3', 'o1', 'after the truncate'); UPDATE tasks SET title = 'uno' WHERE id = 1`)
 
-	op := newOperator(t, db)
-	id := op.begin(t, "TRUNCATE of notes reached the WAL")
-	// One reset at a time.
-	err := op.exec(`SELECT synchro.begin_reset('again')`)
-	requireSQLState(t, err, "SY400")
-	// Out-of-phase activation names the phase.
-	err = op.exec(`SELECT synchro.activate_reset($1)`, id)
-	pe := requireSQLState(t, err, "SY400")
-	require.Contains(t, pe.Message, "phase")
+		op := newOperator(t, db)
+		id := op.begin(t, "TRUNCATE of notes reached the WAL")
+		// One reset at a time.
+		err := op.exec(`SELECT synchro.begin_reset('again')`)
+		requireSQLState(t, err, "SY400")
+		// Out-of-phase activation names the phase.
+		err = op.exec(`SELECT synchro.activate_reset($1)`, id)
+		pe := requireSQLState(t, err, "SY400")
+		require.Contains(t, pe.Message, "phase")
 
-	// Writes while the reset stages and catches up, each committed exactly once.
-	var next atomic.Int64
-	next.Store(1000)
-	var mu sync.Mutex
-	var written []int64
-	stop := make(chan struct{})
-	var writers sync.WaitGroup
-	writers.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
+		// Writes while the reset stages and catches up, each committed exactly once.
+		var next atomic.Int64
+		next.Store(1000)
+		var mu sync.Mutex
+		var written []int64
+		stop := make(chan struct{})
+		var writers sync.WaitGroup
+		writers.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				n := next.Add(1)
+				if n > 1400 {
+					return // enough to span staging and catch-up; bounded for the shared machine
+				}
+				if _, err := db.Pool.Exec(ctx, `INSERT INTO tasks (id, project_id, owner, title) VALUES ($1, 1, 'o1', 'w')`, n); err != nil {
+					t.Errorf("writer: %v", err)
+					return
+				}
+				mu.Lock()
+				written = append(written, n)
+				mu.Unlock()
+				time.Sleep(5 * time.Millisecond)
 			}
-			n := next.Add(1)
-			if n > 1400 {
-				return // enough to span staging and catch-up; bounded for the shared machine
-			}
-			if _, err := db.Pool.Exec(ctx, `INSERT INTO tasks (id, project_id, owner, title) VALUES ($1, 1, 'o1', 'w')`, n); err != nil {
-				t.Errorf("writer: %v", err)
-				return
-			}
-			mu.Lock()
-			written = append(written, n)
-			mu.Unlock()
-			time.Sleep(5 * time.Millisecond)
+		})
+		s := op.waitPhase(t, id, "ready")
+		close(stop)
+		writers.Wait()
+		require.NotNil(t, s.CandidateSlot)
+		require.NotNil(t, s.ConsistentPoint)
+		require.NotNil(t, s.SnapshotBoundary)
+		require.NotNil(t, s.ActivationBarrier)
+		require.Greater(t, lsnOf(t, s.ActivationBarrier), lsnOf(t, s.ConsistentPoint))
+		// Until activation the old stream is untouched and still blocked.
+		require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM synchro.effect WHERE pk = 'n3'`))
+		_, err = pullRaw(db, "c1", "owner:o1", oldCursor, 100)
+		require.NoError(t, err, "before activation the old generation still serves")
+
+		require.NoError(t, op.exec(`SELECT synchro.activate_reset($1)`, id))
+		require.Equal(t, "activated", op.status(t, id).Phase)
+		err = op.exec(`SELECT synchro.activate_reset($1)`, id)
+		requireSQLState(t, err, "SY400")
+		err = op.exec(`SELECT synchro.abort_reset($1)`, id)
+		requireSQLState(t, err, "SY400")
+
+		// Every old cursor and rebuild session is stale.
+		pullCode(t, db, "c1", "owner:o1", oldCursor)
+		_, err = rebuildRaw(db, "c1", "user:u1", midSession.Session, 1)
+		requireSQLState(t, err, "SY409")
+
+		// A client rebuilds right away (the runner may not have streamed the new slot
+		// yet), then pulls once everything written is materialized.
+		rep, rows, cursor := onePageRebuild(t, db, "c2", "owner:o1")
+		write(t, db, `INSERT INTO tasks (id, project_id, owner, title) VALUES (999, 2, 'o1', 'after activation')`)
+		changes, _ := pullAll(t, db, "c2", "owner:o1", cursor, 1000)
+		rep.apply(t, changes)
+		requireReplica(t, liveScope(t, db, liveScopeSQL, "owner:o1"), rep, "owner:o1 after the reset")
+		// Exactly once: every written row is in the rebuild or in the pull, never both.
+		seen := map[string]int{}
+		for _, r := range rows {
+			seen[r.key()]++
 		}
-	})
-	s := op.waitPhase(t, id, "ready")
-	close(stop)
-	writers.Wait()
-	require.NotNil(t, s.CandidateSlot)
-	require.NotNil(t, s.ConsistentPoint)
-	require.NotNil(t, s.SnapshotBoundary)
-	require.NotNil(t, s.ActivationBarrier)
-	require.Greater(t, lsnOf(t, s.ActivationBarrier), lsnOf(t, s.ConsistentPoint))
-	// Until activation the old stream is untouched and still blocked.
-	require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM synchro.effect WHERE pk = 'n3'`))
-	_, err = pullRaw(db, "c1", "owner:o1", oldCursor, 100)
-	require.NoError(t, err, "before activation the old generation still serves")
+		for _, c := range changes {
+			seen[c.key()]++
+		}
+		for _, n := range append(written, 999) {
+			require.Equal(t, 1, seen[fmt.Sprintf("tasks/%d", n)], "task %d delivered once", n)
+		}
+		require.Greater(t, len(written), 0)
+		// The truncated notes are gone, the note written after the truncate is there.
+		require.Equal(t, 0, seen["notes/n1"])
+		require.Equal(t, 1, seen["notes/n3"])
+		for _, scope := range []string{"user:u1", "user:u2", "owner:o2"} {
+			r, _, _ := onePageRebuild(t, db, "c3", scope)
+			requireReplica(t, liveScope(t, db, liveScopeSQL, scope), r, scope)
+		}
 
-	require.NoError(t, op.exec(`SELECT synchro.activate_reset($1)`, id))
-	require.Equal(t, "activated", op.status(t, id).Phase)
-	err = op.exec(`SELECT synchro.activate_reset($1)`, id)
-	requireSQLState(t, err, "SY400")
-	err = op.exec(`SELECT synchro.abort_reset($1)`, id)
-	requireSQLState(t, err, "SY400")
-
-	// Every old cursor and rebuild session is stale.
-	pullCode(t, db, "c1", "owner:o1", oldCursor)
-	_, err = rebuildRaw(db, "c1", "user:u1", midSession.Session, 1)
-	requireSQLState(t, err, "SY409")
-
-	// A client rebuilds right away (the runner may not have streamed the new slot
-	// yet), then pulls once everything written is materialized.
-	rep, rows, cursor := onePageRebuild(t, db, "c2", "owner:o1")
-	write(t, db, `INSERT INTO tasks (id, project_id, owner, title) VALUES (999, 2, 'o1', 'after activation')`)
-	changes, _ := pullAll(t, db, "c2", "owner:o1", cursor, 1000)
-	rep.apply(t, changes)
-	requireReplica(t, liveScope(t, db, liveScopeSQL, "owner:o1"), rep, "owner:o1 after the reset")
-	// Exactly once: every written row is in the rebuild or in the pull, never both.
-	seen := map[string]int{}
-	for _, r := range rows {
-		seen[r.key()]++
-	}
-	for _, c := range changes {
-		seen[c.key()]++
-	}
-	for _, n := range append(written, 999) {
-		require.Equal(t, 1, seen[fmt.Sprintf("tasks/%d", n)], "task %d delivered once", n)
-	}
-	require.Greater(t, len(written), 0)
-	// The truncated notes are gone, the note written after the truncate is there.
-	require.Equal(t, 0, seen["notes/n1"])
-	require.Equal(t, 1, seen["notes/n3"])
-	for _, scope := range []string{"user:u1", "user:u2", "owner:o2"} {
-		r, _, _ := onePageRebuild(t, db, "c3", scope)
-		requireReplica(t, liveScope(t, db, liveScopeSQL, scope), r, scope)
-	}
-
-	// Controlled cleanup: the old slot and the retired projections go; readiness is back.
-	eventually(t, 20*time.Second, "cleanup of the old slot", func() bool {
-		return countOf(t, db, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, oldSlot) == 0 &&
-			countOf(t, db, `SELECT count(*) FROM synchro.reset WHERE cleaned_at IS NOT NULL`) == 1
-	})
-	require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM pg_tables WHERE schemaname IN ('synchro_reset', 'synchro_retired')`))
-	eventually(t, 20*time.Second, "ready", func() bool {
-		var ok bool
-		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT synchro.ready()`).Scan(&ok))
-		return ok
+		// Controlled cleanup: the old slot and the retired projections go; readiness is back.
+		eventually(t, 20*time.Second, "cleanup of the old slot", func() bool {
+			return countOf(t, db, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, oldSlot) == 0 &&
+				countOf(t, db, `SELECT count(*) FROM synchro.reset WHERE cleaned_at IS NOT NULL`) == 1
+		})
+		require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM pg_tables WHERE schemaname IN ('synchro_reset', 'synchro_retired')`))
+		eventually(t, 20*time.Second, "ready", func() bool {
+			var ok bool
+			require.NoError(t, db.Pool.QueryRow(ctx, `SELECT synchro.ready()`).Scan(&ok))
+			return ok
+		})
 	})
 }
 

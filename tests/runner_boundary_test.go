@@ -183,110 +183,128 @@ const appItemsRegistry = `
 // first one (a non-transactional synchro.fence) quarantined the stream as
 // message_format.
 func TestBoundaryStrangerMessagesNeverBlock(t *testing.T) {
-	t.Parallel()
-	e := newAppEnv(t, appItemsDDL, appItemsRegistry, nil)
-	rel := e.relationID(t, "items")
-	e.appExec(t, `INSERT INTO app.items (id, owner) VALUES (1, 'a')`)
-	waitEffects(t, e.db, 1)
+	eachDecoder(t, func(t *testing.T) {
+		t.Parallel()
+		e := newAppEnv(t, appItemsDDL, appItemsRegistry, nil)
+		rel := e.relationID(t, "items")
+		e.appExec(t, `INSERT INTO app.items (id, owner) VALUES (1, 'a')`)
+		waitEffects(t, e.db, 1)
 
-	// Non-transactional, malformed, unknown prefix.
-	e.appExec(t, `SELECT pg_logical_emit_message(false, 'synchro.fence', '{}')`)
-	e.appExec(t, `SELECT pg_logical_emit_message(false, 'synchro.registry', 'not json')`)
-	e.appExec(t, `SELECT pg_logical_emit_message(true, 'synchro.fence', '{}')`)
-	e.appExec(t, `SELECT pg_logical_emit_message(true, 'synchro.fence', 'not json at all')`)
-	e.appExec(t, `SELECT pg_logical_emit_message(true, 'synchro.unknown', 'x')`)
-	e.appExec(t, `SELECT pg_logical_emit_message(true, 'synchro.', '')`)
-	// Well-formed forgeries without a valid MAC: a registry activation, a fence for a
-	// row the transaction does not write, and a fence for the row it does write (it
-	// would pair first: lower ordinal).
-	forged := func(op, key string, oldKey any, ordinal int64) string {
-		return fmt.Sprintf(`SELECT pg_logical_emit_message(true, 'synchro.fence', json_build_object(
-			'v', 2, 'kind', 'synced', 'relation_id', %d, 'schema', 'app', 'table', 'items', 'op', '%s',
-			'old_key', %s, 'new_key', '%s', 'version', 'forged', 'fence_id', gen_random_uuid(), 'ordinal', %d,
-			'table_id', 'items', 'pk', %s, 'mac', repeat('0', 32))::text)`, rel, op, oldKey, key, ordinal, key)
-	}
-	e.appExec(t, `SELECT pg_logical_emit_message(true, 'synchro.registry',
-		'{"v":2,"generation":99,"previous":1,"mac":"00000000000000000000000000000000"}')`)
-	e.appExec(t, `BEGIN; `+forged("insert", "11", "NULL", 1)+`; COMMIT`)
-	e.appExec(t, `BEGIN; `+forged("insert", "12", "NULL", 1)+`; INSERT INTO app.items (id, owner) VALUES (12, 'a'); COMMIT`)
-	// Well-formed for encoding/json but not for jsonb (the staging column): a \u0000
-	// escape and an unpaired surrogate.
-	for _, esc := range []string{`\u0000`, `\ud800`} {
-		e.appExec(t, fmt.Sprintf(`SELECT pg_logical_emit_message(true, 'synchro.fence', '{"v":2,"kind":"synced",'
-			'"relation_id":%d,"schema":"app%s","table":"items","op":"insert","old_key":null,"new_key":"14",'
-			'"version":"x","fence_id":"6f1e2c3d-4b5a-4789-9abc-def012345678","ordinal":1,"table_id":"items",'
-			'"pk":14,"mac":"00000000000000000000000000000000"}')`, rel, esc))
-	}
-	// A v1 fence (the old, unauthenticated shape).
-	e.appExec(t, fmt.Sprintf(`SELECT pg_logical_emit_message(true, 'synchro.fence', json_build_object(
-		'v', 1, 'kind', 'synced', 'relation_id', %d, 'schema', 'app', 'table', 'items', 'op', 'update',
-		'old_key', '1', 'new_key', '1', 'version', 'x', 'fence_id', gen_random_uuid(), 'ordinal', 1,
-		'table_id', 'items', 'pk', 1)::text)`, rel))
+		// Non-transactional, malformed, unknown prefix.
+		e.appExec(t, `SELECT pg_logical_emit_message(false, 'synchro.fence', '{}')`)
+		e.appExec(t, `SELECT pg_logical_emit_message(false, 'synchro.registry', 'not json')`)
+		e.appExec(t, `SELECT pg_logical_emit_message(true, 'synchro.fence', '{}')`)
+		e.appExec(t, `SELECT pg_logical_emit_message(true, 'synchro.fence', 'not json at all')`)
+		e.appExec(t, `SELECT pg_logical_emit_message(true, 'synchro.unknown', 'x')`)
+		e.appExec(t, `SELECT pg_logical_emit_message(true, 'synchro.', '')`)
+		// Binary content (not UTF-8, a NUL byte), alone in its transaction and next to a
+		// write: wal2json copies such bytes into its JSON verbatim.
+		e.appExec(t, `SELECT pg_logical_emit_message(true, 'synchro.fence', '\xff41fe00424344'::bytea)`)
+		e.appExec(t, `BEGIN; SELECT pg_logical_emit_message(true, 'synchro.registry', '\xc3'::bytea);
+			INSERT INTO app.items (id, owner) VALUES (16, 'a'); COMMIT`)
+		// Well-formed forgeries without a valid MAC: a registry activation, a fence for a
+		// row the transaction does not write, and a fence for the row it does write (it
+		// would pair first: lower ordinal).
+		forged := func(op, key string, oldKey any, ordinal int64) string {
+			return fmt.Sprintf(`SELECT pg_logical_emit_message(true, 'synchro.fence', json_build_object(
+				'v', 2, 'kind', 'synced', 'relation_id', %d, 'schema', 'app', 'table', 'items', 'op', '%s',
+				'old_key', %s, 'new_key', '%s', 'version', 'forged', 'fence_id', gen_random_uuid(), 'ordinal', %d,
+				'table_id', 'items', 'pk', %s, 'mac', repeat('0', 32))::text)`, rel, op, oldKey, key, ordinal, key)
+		}
+		e.appExec(t, `SELECT pg_logical_emit_message(true, 'synchro.registry',
+			'{"v":2,"generation":99,"previous":1,"mac":"00000000000000000000000000000000"}')`)
+		e.appExec(t, `BEGIN; `+forged("insert", "11", "NULL", 1)+`; COMMIT`)
+		e.appExec(t, `BEGIN; `+forged("insert", "12", "NULL", 1)+`; INSERT INTO app.items (id, owner) VALUES (12, 'a'); COMMIT`)
+		// Well-formed for encoding/json but not for jsonb (the staging column): a \u0000
+		// escape and an unpaired surrogate.
+		for _, esc := range []string{`\u0000`, `\ud800`} {
+			e.appExec(t, fmt.Sprintf(`SELECT pg_logical_emit_message(true, 'synchro.fence', '{"v":2,"kind":"synced",'
+				'"relation_id":%d,"schema":"app%s","table":"items","op":"insert","old_key":null,"new_key":"14",'
+				'"version":"x","fence_id":"6f1e2c3d-4b5a-4789-9abc-def012345678","ordinal":1,"table_id":"items",'
+				'"pk":14,"mac":"00000000000000000000000000000000"}')`, rel, esc))
+		}
+		// A v1 fence (the old, unauthenticated shape).
+		e.appExec(t, fmt.Sprintf(`SELECT pg_logical_emit_message(true, 'synchro.fence', json_build_object(
+			'v', 1, 'kind', 'synced', 'relation_id', %d, 'schema', 'app', 'table', 'items', 'op', 'update',
+			'old_key', '1', 'new_key', '1', 'version', 'x', 'fence_id', gen_random_uuid(), 'ordinal', 1,
+			'table_id', 'items', 'pk', 1)::text)`, rel))
 
-	// Wire format 3 (issue 7): a well-formed fence with a MAC that is not the server
-	// key's, for the row its transaction writes (it would pair first), and a
-	// malformed one.
-	forged3 := fmt.Sprintf(`SELECT pg_logical_emit_message(true, 'synchro.fence',
-		format('1:31:s%d:%d3:app5:items1:i2:156:forged36:%%s1:15:items1:n%%s', gen_random_uuid(), repeat('0', 32)))`,
-		len(fmt.Sprint(rel)), rel)
-	e.appExec(t, `BEGIN; `+forged3+`; INSERT INTO app.items (id, owner) VALUES (15, 'a'); COMMIT`)
-	e.appExec(t, `SELECT pg_logical_emit_message(true, 'synchro.fence', '1:31:s1:1' || repeat('0', 32))`)
+		// Wire format 3 (issue 7): a well-formed fence with a MAC that is not the server
+		// key's, for the row its transaction writes (it would pair first), and a
+		// malformed one.
+		forged3 := fmt.Sprintf(`SELECT pg_logical_emit_message(true, 'synchro.fence',
+			format('1:31:s%d:%d3:app5:items1:i2:156:forged36:%%s1:15:items1:n%%s', gen_random_uuid(), repeat('0', 32)))`,
+			len(fmt.Sprint(rel)), rel)
+		e.appExec(t, `BEGIN; `+forged3+`; INSERT INTO app.items (id, owner) VALUES (15, 'a'); COMMIT`)
+		e.appExec(t, `SELECT pg_logical_emit_message(true, 'synchro.fence', '1:31:s1:1' || repeat('0', 32))`)
 
-	e.requireHealthy(t, `INSERT INTO app.items (id, owner) VALUES (13, 'a')`, "13")
-	require.Equal(t, 1, countOf(t, e.db, `SELECT count(*) FROM synchro.effect WHERE pk = '12'`),
-		"the genuine write next to a forged fence materializes")
-	require.Equal(t, 1, countOf(t, e.db, `SELECT count(*) FROM synchro.effect WHERE pk = '15'`),
-		"the genuine write next to a forged format-3 fence materializes")
-	require.Zero(t, countOf(t, e.db, `SELECT count(*) FROM synchro.effect WHERE pk = '11'`))
+		e.requireHealthy(t, `INSERT INTO app.items (id, owner) VALUES (13, 'a')`, "13")
+		require.Equal(t, 1, countOf(t, e.db, `SELECT count(*) FROM synchro.effect WHERE pk = '12'`),
+			"the genuine write next to a forged fence materializes")
+		require.Equal(t, 1, countOf(t, e.db, `SELECT count(*) FROM synchro.effect WHERE pk = '15'`),
+			"the genuine write next to a forged format-3 fence materializes")
+		require.Zero(t, countOf(t, e.db, `SELECT count(*) FROM synchro.effect WHERE pk = '11'`))
 
-	ignored := func(reason string) float64 {
-		return e.rr.counter(t, "synchro_runner_ignored_messages_total", "reason", reason)
-	}
-	require.Equal(t, 2.0, ignored("non_transactional"))
-	require.Equal(t, 2.0, ignored("unknown_prefix"))
-	require.Equal(t, 6.0, ignored("malformed"))
-	require.Equal(t, 4.0, ignored("unauthenticated"))
+		ignored := func(reason string) float64 {
+			return e.rr.counter(t, "synchro_runner_ignored_messages_total", "reason", reason)
+		}
+		want := map[string]float64{"non_transactional": 2, "unknown_prefix": 2, "malformed": 8, "unauthenticated": 4}
+		for reason, n := range want {
+			if decoderOf(t) == "wal2json" {
+				// The forged activation of generation 99 ends one wal2json session
+				// (table_set_changed, docs/decoders.md); the next one reads again from the
+				// acknowledged position, and the collator counts what it reads again.
+				require.GreaterOrEqual(t, ignored(reason), n, reason)
+				continue
+			}
+			require.Equal(t, n, ignored(reason), reason)
+		}
+	})
 }
 
 // Item 3: a genuine fence that does not match its row event still blocks (the ADR's
 // bypass rule): the trigger is disabled, so the row event has no fence.
 func TestBoundaryGenuineMismatchStillPoisons(t *testing.T) {
-	t.Parallel()
-	e := newAppEnv(t, appItemsDDL, appItemsRegistry, nil)
-	e.appExec(t, `INSERT INTO app.items (id, owner) VALUES (1, 'a')`)
-	waitEffects(t, e.db, 1)
-	mustExec(t, e.db, `BEGIN; SET LOCAL session_replication_role = replica;
-		INSERT INTO app.items (id, owner) VALUES (2, 'a'); COMMIT`)
-	eventually(t, 10*time.Second, "a quarantine record", func() bool { return len(quarantines(t, e.db)) > 0 })
-	require.Equal(t, "fence_mismatch", quarantines(t, e.db)[0].Class)
+	eachDecoder(t, func(t *testing.T) {
+		t.Parallel()
+		e := newAppEnv(t, appItemsDDL, appItemsRegistry, nil)
+		e.appExec(t, `INSERT INTO app.items (id, owner) VALUES (1, 'a')`)
+		waitEffects(t, e.db, 1)
+		mustExec(t, e.db, `BEGIN; SET LOCAL session_replication_role = replica;
+			INSERT INTO app.items (id, owner) VALUES (2, 'a'); COMMIT`)
+		eventually(t, 10*time.Second, "a quarantine record", func() bool { return len(quarantines(t, e.db)) > 0 })
+		require.Equal(t, "fence_mismatch", quarantines(t, e.db)[0].Class)
+	})
 }
 
 // Item 4a: an unregistered json column holding valid json that jsonb refuses
 // (\u0000) became poison materialize_22p05; also for a relation registered and
 // written in the same source transaction as its activation.
 func TestBoundaryUnregisteredValueNeverPoisons(t *testing.T) {
-	t.Parallel()
-	e := newAppEnv(t, appItemsDDL+`; CREATE TABLE app.more (id int8 PRIMARY KEY, owner text, j json, note text)`,
-		appItemsRegistry, nil)
-	const bad = `{"a":"\u0000","s":"SENTINEL-4a0c9e"}`
-	e.appExec(t, `INSERT INTO app.items (id, owner, extra) VALUES (1, 'a', $1)`, bad)
-	e.appExec(t, `UPDATE app.items SET v = 2, extra = $1 WHERE id = 1`, bad)
-	// Registration, activation and writes in one source transaction.
-	mustExec(t, e.db, `BEGIN;
-		SELECT synchro.register_table('app.more', 'more', ARRAY['owner', 'note']::name[]);
-		SELECT synchro.add_scope_rule('more', 'm:', 'owner');
-		SELECT synchro.activate_registry();
-		INSERT INTO app.more (id, owner, j, note) VALUES (1, 'a', '{"a":"\u0000"}', 'n');
-		COMMIT`)
-	e.requireHealthy(t, `INSERT INTO app.more (id, owner, j) VALUES (2, 'a', '{"a":"\u0000"}')`, "2")
-	var image string
-	require.NoError(t, e.db.Pool.QueryRow(context.Background(), `SELECT image::text FROM synchro.projection
-		WHERE relation_id = $1 AND pk = '1'`, e.relationID(t, "items")).Scan(&image))
-	require.JSONEq(t, `{"id": 1, "owner": "a", "v": 2}`, image)
-	require.NoError(t, e.db.Pool.QueryRow(context.Background(), `SELECT image::text FROM synchro.projection
-		WHERE relation_id = $1 AND pk = '1'`, e.relationID(t, "more")).Scan(&image))
-	require.JSONEq(t, `{"id": 1, "owner": "a", "note": "n"}`, image)
-	e.requireNoSentinel(t, "SENTINEL-4a0c9e")
+	eachDecoder(t, func(t *testing.T) {
+		t.Parallel()
+		e := newAppEnv(t, appItemsDDL+`; CREATE TABLE app.more (id int8 PRIMARY KEY, owner text, j json, note text)`,
+			appItemsRegistry, nil)
+		const bad = `{"a":"\u0000","s":"SENTINEL-4a0c9e"}`
+		e.appExec(t, `INSERT INTO app.items (id, owner, extra) VALUES (1, 'a', $1)`, bad)
+		e.appExec(t, `UPDATE app.items SET v = 2, extra = $1 WHERE id = 1`, bad)
+		// Registration, activation and writes in one source transaction.
+		mustExec(t, e.db, `BEGIN;
+			SELECT synchro.register_table('app.more', 'more', ARRAY['owner', 'note']::name[]);
+			SELECT synchro.add_scope_rule('more', 'm:', 'owner');
+			SELECT synchro.activate_registry();
+			INSERT INTO app.more (id, owner, j, note) VALUES (1, 'a', '{"a":"\u0000"}', 'n');
+			COMMIT`)
+		e.requireHealthy(t, `INSERT INTO app.more (id, owner, j) VALUES (2, 'a', '{"a":"\u0000"}')`, "2")
+		var image string
+		require.NoError(t, e.db.Pool.QueryRow(context.Background(), `SELECT image::text FROM synchro.projection
+			WHERE relation_id = $1 AND pk = '1'`, e.relationID(t, "items")).Scan(&image))
+		require.JSONEq(t, `{"id": 1, "owner": "a", "v": 2}`, image)
+		require.NoError(t, e.db.Pool.QueryRow(context.Background(), `SELECT image::text FROM synchro.projection
+			WHERE relation_id = $1 AND pk = '1'`, e.relationID(t, "more")).Scan(&image))
+		require.JSONEq(t, `{"id": 1, "owner": "a", "note": "n"}`, image)
+		e.requireNoSentinel(t, "SENTINEL-4a0c9e")
+	})
 }
 
 // Item 4b: a registered value the row image cannot hold, or a registered key over the

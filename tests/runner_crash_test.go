@@ -17,10 +17,21 @@ import (
 // kills itself with SIGKILL at a named fault point (internal/fault), so nothing of the
 // dead process runs after the point: no deferred cleanup, no release, no final ack.
 
-// startProc runs `synchro run` on db's slot, armed with spec ("" for none).
+// startProc runs `synchro run` on db's slot, armed with spec ("" for none), decoding
+// with the decoder eachDecoder chose (SYNCHRO_DECODER; pgoutput outside it).
 func startProc(t *testing.T, bin string, db *testdb.DB, spec string) *runproc.Proc {
 	t.Helper()
-	return runproc.StartT(t, runproc.Options{Bin: bin, DatabaseURL: db.URL, Slot: runnerSlot(db), Fault: spec})
+	return runproc.StartT(t, runproc.Options{Bin: bin, DatabaseURL: db.URL, Slot: runnerSlot(db), Fault: spec,
+		Env: []string{"SYNCHRO_DECODER=" + decoderOf(t)}})
+}
+
+// requireStreamPlugin checks the output plugin the stream recorded at its creation.
+func requireStreamPlugin(t *testing.T, db *testdb.DB, plugin string) {
+	t.Helper()
+	var got string
+	require.NoError(t, db.Pool.QueryRow(context.Background(),
+		`SELECT plugin FROM synchro.stream_generation WHERE state = 'active'`).Scan(&got))
+	require.Equal(t, plugin, got)
 }
 
 // requireFaultDeath waits for p to die by SIGKILL at point.
@@ -42,86 +53,97 @@ func procCounter(t *testing.T, p *runproc.Proc, name string, labels ...string) f
 // it. The restarted runner re-decodes that transaction, materialize reports it as a
 // duplicate, and the effects are exactly the same.
 func TestRunnerDeathAfterMaterializeCommit(t *testing.T) {
-	t.Parallel()
-	bin := runproc.BuildT(t, runproc.FaultTag)
-	db := runnerSetup(t)
-	// The first materialization commit passes, the second is the death.
-	p := startProc(t, bin, db, fault.Spec{Point: fault.AfterCommit, N: 2}.String())
-	waitStream(t, db)
-	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (5, 'a')`)
-	waitEffects(t, db, 1)
-	waitAcked(t, db)
+	eachDecoder(t, func(t *testing.T) {
+		t.Parallel()
+		bin := runproc.BuildT(t, runproc.FaultTag)
+		db := runnerSetup(t)
+		// The first materialization commit passes, the second is the death.
+		p := startProc(t, bin, db, fault.Spec{Point: fault.AfterCommit, N: 2}.String())
+		waitStream(t, db)
+		requireStreamPlugin(t, db, decoderOf(t)) // SYNCHRO_DECODER chose it
+		mustExec(t, db, `INSERT INTO items (id, owner) VALUES (5, 'a')`)
+		waitEffects(t, db, 1)
+		waitAcked(t, db)
 
-	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (6, 'a')`)
-	requireFaultDeath(t, p, fault.AfterCommit)
-	before := effects(t, db)
-	require.Len(t, before, 2)
-	st, _ := runnerState(t, db)
-	var lastCommit string
-	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT max(commit_lsn)::text FROM synchro.txn`).Scan(&lastCommit))
-	require.Less(t, lsnOf(t, st.Acked), lsnOf(t, st.Processed), "materialized, not acknowledged")
-	require.LessOrEqual(t, slotLSN(t, db), lsnOf(t, &lastCommit), "the slot never heard of the dead runner's last transaction")
+		mustExec(t, db, `INSERT INTO items (id, owner) VALUES (6, 'a')`)
+		requireFaultDeath(t, p, fault.AfterCommit)
+		before := effects(t, db)
+		require.Len(t, before, 2)
+		st, _ := runnerState(t, db)
+		var lastCommit string
+		require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT max(commit_lsn)::text FROM synchro.txn`).Scan(&lastCommit))
+		require.Less(t, lsnOf(t, st.Acked), lsnOf(t, st.Processed), "materialized, not acknowledged")
+		require.LessOrEqual(t, slotLSN(t, db), lsnOf(t, &lastCommit), "the slot never heard of the dead runner's last transaction")
 
-	waitRunnerGone(t, db)
-	p2 := startProc(t, bin, db, "")
-	// The restarted runner may report the processed boundary before the replayed
-	// transaction reaches it; the replay still comes (decoding starts at the slot).
-	eventually(t, 10*time.Second, "the replayed transaction", func() bool {
-		return procCounter(t, p2, "synchro_runner_transactions_total", "outcome", "duplicate") == 1
+		waitRunnerGone(t, db)
+		// --decoder wins over SYNCHRO_DECODER (here naming the other decoder).
+		other := "wal2json"
+		if decoderOf(t) == "wal2json" {
+			other = "pgoutput"
+		}
+		p2 := runproc.StartT(t, runproc.Options{Bin: bin, DatabaseURL: db.URL, Slot: runnerSlot(db),
+			Args: []string{"--decoder", decoderOf(t)}, Env: []string{"SYNCHRO_DECODER=" + other}})
+		// The restarted runner may report the processed boundary before the replayed
+		// transaction reaches it; the replay still comes (decoding starts at the slot).
+		eventually(t, 10*time.Second, "the replayed transaction", func() bool {
+			return procCounter(t, p2, "synchro_runner_transactions_total", "outcome", "duplicate") == 1
+		})
+		waitAcked(t, db)
+		require.Equal(t, before, effects(t, db), "replay created nothing")
+		require.Equal(t, 2, countOf(t, db, `SELECT count(*) FROM synchro.txn`))
+
+		mustExec(t, db, `INSERT INTO items (id, owner) VALUES (7, 'a')`)
+		after := waitEffects(t, db, 3)
+		require.Equal(t, before, after[:2])
+		require.Equal(t, "7", after[2].PK)
+		require.NoError(t, p2.Stop(10*time.Second))
 	})
-	waitAcked(t, db)
-	require.Equal(t, before, effects(t, db), "replay created nothing")
-	require.Equal(t, 2, countOf(t, db, `SELECT count(*) FROM synchro.txn`))
-
-	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (7, 'a')`)
-	after := waitEffects(t, db, 3)
-	require.Equal(t, before, after[:2])
-	require.Equal(t, "7", after[2].PK)
-	require.NoError(t, p2.Stop(10*time.Second))
 }
 
 // The runner dies after the slot confirmed a boundary and before runner_ack recorded
 // it. The restarted runner adopts the slot position (it is at or before the processed
 // boundary) and goes on without replaying anything.
 func TestRunnerDeathBetweenSlotAckAndRecord(t *testing.T) {
-	t.Parallel()
-	bin := runproc.BuildT(t, runproc.FaultTag)
-	db := runnerSetup(t)
-	p := startProc(t, bin, db, "")
-	waitStream(t, db)
-	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (5, 'a')`)
-	waitEffects(t, db, 1)
-	waitAcked(t, db)
-	require.NoError(t, p.Stop(10*time.Second))
-	waitRunnerGone(t, db)
+	eachDecoder(t, func(t *testing.T) {
+		t.Parallel()
+		bin := runproc.BuildT(t, runproc.FaultTag)
+		db := runnerSetup(t)
+		p := startProc(t, bin, db, "")
+		waitStream(t, db)
+		mustExec(t, db, `INSERT INTO items (id, owner) VALUES (5, 'a')`)
+		waitEffects(t, db, 1)
+		waitAcked(t, db)
+		require.NoError(t, p.Stop(10*time.Second))
+		waitRunnerGone(t, db)
 
-	// Written while no runner runs: the first boundary the next runner has to record
-	// is at or after this transaction's end, so its first after-slot-ack reach is the
-	// death after materializing it.
-	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (6, 'a')`)
-	p = startProc(t, bin, db, fault.Spec{Point: fault.AfterSlotAck, N: 1}.String())
-	requireFaultDeath(t, p, fault.AfterSlotAck)
-	before := effects(t, db)
-	require.Len(t, before, 2)
-	st, _ := runnerState(t, db)
-	slot := slotLSN(t, db)
-	require.Less(t, lsnOf(t, st.Acked), slot, "the slot is ahead of the recorded acknowledgement")
-	require.LessOrEqual(t, slot, lsnOf(t, st.Processed))
+		// Written while no runner runs: the first boundary the next runner has to record
+		// is at or after this transaction's end, so its first after-slot-ack reach is the
+		// death after materializing it.
+		mustExec(t, db, `INSERT INTO items (id, owner) VALUES (6, 'a')`)
+		p = startProc(t, bin, db, fault.Spec{Point: fault.AfterSlotAck, N: 1}.String())
+		requireFaultDeath(t, p, fault.AfterSlotAck)
+		before := effects(t, db)
+		require.Len(t, before, 2)
+		st, _ := runnerState(t, db)
+		slot := slotLSN(t, db)
+		require.Less(t, lsnOf(t, st.Acked), slot, "the slot is ahead of the recorded acknowledgement")
+		require.LessOrEqual(t, slot, lsnOf(t, st.Processed))
 
-	waitRunnerGone(t, db)
-	p2 := startProc(t, bin, db, "")
-	waitAcked(t, db)
-	st2, _ := runnerState(t, db)
-	require.GreaterOrEqual(t, lsnOf(t, st2.Acked), slot)
-	require.Equal(t, before, effects(t, db))
+		waitRunnerGone(t, db)
+		p2 := startProc(t, bin, db, "")
+		waitAcked(t, db)
+		st2, _ := runnerState(t, db)
+		require.GreaterOrEqual(t, lsnOf(t, st2.Acked), slot)
+		require.Equal(t, before, effects(t, db))
 
-	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (7, 'a')`)
-	after := waitEffects(t, db, 3)
-	require.Equal(t, before, after[:2])
-	require.Equal(t, float64(0), procCounter(t, p2, "synchro_runner_transactions_total", "outcome", "duplicate"),
-		"nothing before the adopted slot position is decoded again")
-	require.Contains(t, p2.Logs(), "slot after the durable acknowledgement: adopting it")
-	require.NoError(t, p2.Stop(10*time.Second))
+		mustExec(t, db, `INSERT INTO items (id, owner) VALUES (7, 'a')`)
+		after := waitEffects(t, db, 3)
+		require.Equal(t, before, after[:2])
+		require.Equal(t, float64(0), procCounter(t, p2, "synchro_runner_transactions_total", "outcome", "duplicate"),
+			"nothing before the adopted slot position is decoded again")
+		require.Contains(t, p2.Logs(), "slot after the durable acknowledgement: adopting it")
+		require.NoError(t, p2.Stop(10*time.Second))
+	})
 }
 
 // A runner whose control backend is terminated claims the database again and is ready

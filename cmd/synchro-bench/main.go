@@ -126,8 +126,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&c.memTimeout, "mem-timeout", 15*time.Minute, "memory: give up waiting for materialization after this long")
 	fs.StringVar(&c.synchroBin, "synchro-bin", "", "memory: synchro binary to run (default: go build ./cmd/synchro)")
 	fs.IntVar(&c.pullEffects, "pull-effects", 10_000_000, "pull: total effects in the large stream")
-	decoders := fs.String("decoder", "pgoutput", "materialize: comma-separated decoders the runner runs with (pgoutput, wal2json); "+
-		"with several, each gets a stream of its own and the section compares their rates")
+	decoders := fs.String("decoder", "pgoutput,wal2json", "materialize: comma-separated decoders the runner runs with (pgoutput, wal2json); "+
+		"with several, each gets a stream of its own and the section compares their rates (a wal2json the server lacks is skipped, said so)")
 	fs.IntVar(&c.groupsTxns, "groups-txns", 10_000, "groups: single-row source transactions in the backlog (the issue's figure: 100000)")
 	fs.BoolVar(&c.noProfile, "no-profile", false, "materialize: skip the profile pass that runs when a ratio is below its goal")
 	fs.StringVar(&c.check, "check", "", "fail when a same-run ratio falls below half of the figure in this file's summary table (docs/benchmarks.md)")

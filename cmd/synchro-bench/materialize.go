@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/synchro/synchro/internal/pgcluster"
+	"github.com/synchro/synchro/runner/decode"
+	"github.com/synchro/synchro/runner/decode/wal2json"
 )
 
 // The materialize suite: materialized row events per second of the runner against the
@@ -85,7 +87,16 @@ type matEnv struct {
 func runMaterialize(ctx context.Context, b *bench) (string, error) {
 	var sb strings.Builder
 	rates := make(map[string]map[string]float64) // decoder → shape → median synchro ev/s
+	var ran []string
 	for _, d := range b.cfg.matDecoders {
+		if ok, err := decoderInstalled(ctx, b, d); err != nil {
+			return "", fmt.Errorf("decoder %s: %w", d, err)
+		} else if !ok {
+			fmt.Fprintf(b.stdout, "decoder %s: the server has no usable output plugin for it (not installed, or refusing an option it needs): skipped\n", d)
+			fmt.Fprintf(&sb, "\n(decoder %s skipped: the server has no usable output plugin for it)\n", d)
+			continue
+		}
+		ran = append(ran, d)
 		section, r, err := runMaterializeDecoder(ctx, b, d)
 		if err != nil {
 			return "", fmt.Errorf("decoder %s: %w", d, err)
@@ -93,11 +104,11 @@ func runMaterialize(ctx context.Context, b *bench) (string, error) {
 		sb.WriteString(section)
 		rates[d] = r
 	}
-	if len(b.cfg.matDecoders) > 1 {
-		base := b.cfg.matDecoders[0]
+	if len(ran) > 1 {
+		base := ran[0]
 		fmt.Fprintf(&sb, "\n### materialize: decoders against %s, same run\n\n", base)
 		sb.WriteString("| decoder | source txns | synchro ev/s | " + base + " ev/s | ratio |\n|---|---|---:|---:|---:|\n")
-		for _, d := range b.cfg.matDecoders[1:] {
+		for _, d := range ran[1:] {
 			for _, shape := range []string{"1-row", "1,000-row"} {
 				ratio := rates[d][shape] / rates[base][shape]
 				b.record(fmt.Sprintf("materialize %s/%s %s", d, base, shape), ratio)
@@ -106,6 +117,28 @@ func runMaterialize(ctx context.Context, b *bench) (string, error) {
 		}
 	}
 	return sb.String(), nil
+}
+
+// decoderInstalled reports whether the fast cluster's server has decoder's output
+// plugin (pgoutput is built in; wal2json is a package of its own).
+func decoderInstalled(ctx context.Context, b *bench, decoder string) (bool, error) {
+	if decoder != wal2json.Name {
+		return true, nil
+	}
+	c, err := b.fastCluster(ctx)
+	if err != nil {
+		return false, err
+	}
+	conn, err := pgx.Connect(ctx, c.URL("postgres"))
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close(ctx)
+	err = wal2json.ProbeOptions(ctx, conn, wal2json.Options())
+	if cl, ok := decode.ClassOf(err); ok && cl == decode.ClassCapabilityUnsupported {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // runMaterializeDecoder is the suite under one decoder: its section and the median

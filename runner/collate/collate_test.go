@@ -13,6 +13,7 @@ import (
 
 	"github.com/synchro/synchro/runner/collate"
 	"github.com/synchro/synchro/runner/decode"
+	"github.com/synchro/synchro/runner/decode/pgoutput"
 	pt "github.com/synchro/synchro/runner/decode/pgtest"
 )
 
@@ -83,10 +84,10 @@ func rel() []byte {
 		pt.Col{Name: "id", TypeOID: 20, TypeMod: -1, Key: true}, pt.Col{Name: "title", TypeOID: 25, TypeMod: -1})
 }
 
-// run decodes payloads with a fresh PgOutput and feeds a fresh Collator.
+// run decodes payloads with a fresh pgoutput decoder and feeds a fresh Collator.
 func run(t *testing.T, sink collate.Sink, payloads ...[]byte) (*collate.Collator, error) {
 	t.Helper()
-	d := decode.NewPgOutput()
+	d := pgoutput.NewDecoder()
 	c := collate.New(sink)
 	for i, p := range payloads {
 		walStart := pglogrepl.LSN(0x1000 + i)
@@ -361,7 +362,7 @@ func TestMillionRowTransactionStreams(t *testing.T) {
 	}
 	const n = 1_000_000
 	ctx := context.Background()
-	d := decode.NewPgOutput()
+	d := pgoutput.NewDecoder()
 	sink := &countingSink{t: t}
 	c := collate.New(sink)
 	feed := func(lsn pglogrepl.LSN, p []byte) {

@@ -159,3 +159,7 @@ func quoteIdent(s string) string {
 // QuoteOptionValue renders s as a replication-protocol string literal (for
 // plugin packages' START_REPLICATION options).
 func QuoteOptionValue(s string) string { return quoteOptionValue(s) }
+
+// QuoteIdent renders s as a double-quoted identifier (for plugin packages'
+// START_REPLICATION options).
+func QuoteIdent(s string) string { return quoteIdent(s) }

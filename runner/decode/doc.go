@@ -12,10 +12,14 @@
 // exactly one START_REPLICATION session: after a reconnect, build a new one
 // (the server re-sends every Relation message on a new session).
 //
-// [PgOutput] is the first implementation: pgoutput protocol version 1 with
-// messages 'true' and no streaming. Capabilities a plugin cannot express are
-// refused before streaming starts ([CheckCapabilities]), never degraded at run
-// time.
+// Each output plugin is a [Plugin] in a package of its own, which holds
+// everything of its wire format: runner/decode/pgoutput (protocol version 1
+// with messages 'true', no streaming), runner/decode/wal2json (format 2) and
+// runner/decode/pglogical (declared only, to be refused). This package holds
+// the interface, the neutral messages and Synchro's own message formats, so
+// the collator, the stager and materialization depend on no plugin's format.
+// Capabilities a plugin cannot express are refused before streaming starts
+// ([CheckCapabilities]), never degraded at run time.
 //
 // # Value-free errors
 //

@@ -2,6 +2,7 @@ package decode_test
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -9,6 +10,23 @@ import (
 )
 
 const fid = "6f1e2c3d-4b5a-4789-9abc-def012345678"
+
+// wantClass requires err to be a *decode.Error of class, whose text carries no
+// SECRET value.
+func wantClass(t *testing.T, err error, class decode.Class) *decode.Error {
+	t.Helper()
+	var e *decode.Error
+	if !errors.As(err, &e) {
+		t.Fatalf("error %v (%T) is not *decode.Error", err, err)
+	}
+	if e.Class != class {
+		t.Fatalf("class = %q (%v), want %q", e.Class, err, class)
+	}
+	if strings.Contains(err.Error(), "SECRET") {
+		t.Fatalf("error leaks a value: %q", err.Error())
+	}
+	return e
+}
 
 func fenceJSON(t *testing.T, mutate func(m map[string]any)) []byte {
 	t.Helper()

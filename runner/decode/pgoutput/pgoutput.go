@@ -1,6 +1,6 @@
 // Package pgoutput is the pgoutput output plugin behind decode.Plugin: protocol
 // version 1 with messages 'true', the publication the registry keeps, and
-// decode.PgOutput (with its structural frame check) for the payloads. Its slot
+// Decoder (with its structural frame check, frame.go) for the payloads. Its slot
 // and START_REPLICATION commands are the ones Synchro has always sent.
 package pgoutput
 
@@ -24,7 +24,7 @@ var _ decode.Plugin = Plugin{}
 func (Plugin) Name() string { return Name }
 
 // Capabilities: protocol 1 with messages (PostgreSQL 14 and later).
-func (Plugin) Capabilities() decode.Capabilities { return decode.NewPgOutput().Capabilities() }
+func (Plugin) Capabilities() decode.Capabilities { return NewDecoder().Capabilities() }
 
 // SlotOptions: a logical slot with an exported snapshot.
 func (Plugin) SlotOptions() pglogrepl.CreateReplicationSlotOptions {
@@ -33,16 +33,16 @@ func (Plugin) SlotOptions() pglogrepl.CreateReplicationSlotOptions {
 
 // Open returns a session reading spec.Publication.
 func (Plugin) Open(_ context.Context, _ decode.Querier, spec decode.SessionSpec) (decode.Session, error) {
-	d := decode.NewPgOutput()
+	d := NewDecoder()
 	opts, err := d.StartOptions(spec.Publication)
 	if err != nil {
 		return nil, err
 	}
-	return &session{PgOutput: d, opts: opts}, nil
+	return &session{Decoder: d, opts: opts}, nil
 }
 
 type session struct {
-	*decode.PgOutput
+	*Decoder
 	opts []string
 }
 

@@ -97,10 +97,6 @@ func (Plugin) SlotOptions() pglogrepl.CreateReplicationSlotOptions {
 	return pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "EXPORT_SNAPSHOT", Mode: pglogrepl.LogicalReplication}
 }
 
-// MessagePrefixes are the logical message prefixes the plugin asks for
-// (add-msg-prefixes): Synchro's own. Other messages are not worth sending.
-var messagePrefixes = []string{decode.PrefixFence, decode.PrefixRegistry}
-
 // baseOptions are the START_REPLICATION options of format 2 without the table
 // set, in the order they are sent.
 func baseOptions() []string {
@@ -113,7 +109,12 @@ func baseOptions() []string {
 		option("include-types", "false"),
 		option("include-type-oids", "true"),
 		option("include-pk", "true"),
-		option("add-msg-prefixes", strings.Join(messagePrefixes, ",")),
+		// No add-msg-prefixes: every logical message is sent, as pgoutput's
+		// messages 'true' sends them. A filter would drop the transactions that
+		// carry only a message of another prefix (pgoutput's are materialized,
+		// as transactions without events: a stream reset's marker is one) and
+		// the unknown synchro. prefixes the collator counts, so the two decoders
+		// would materialize differently (TestDecoderDifferential).
 	}
 }
 
@@ -126,8 +127,8 @@ func option(name, value string) string {
 // Probe checks that the server's wal2json accepts every option the runner
 // sends, on a temporary slot of this connection (dropped at once; the stream's
 // slot is not created yet). A build that refuses one (an older wal2json
-// without format 2 or add-msg-prefixes) is refused by capability, never used
-// with fewer options.
+// without format 2 or include-pk) is refused by capability, never used with
+// fewer options.
 func (p Plugin) Probe(ctx context.Context, db decode.Querier) error {
 	if err := decode.CheckCapabilities(p, 0); err != nil {
 		return err
@@ -185,7 +186,7 @@ func ProbeOptions(ctx context.Context, db decode.Querier, opts []string) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "22023" { // invalid_parameter_value: an unknown option
 		return decode.NewError(decode.ClassCapabilityUnsupported, 0,
-			"the server's wal2json rejects an option the decoder requires (format-version 2, include-*, add-tables, add-msg-prefixes)")
+			"the server's wal2json rejects an option the decoder requires (format-version 2, include-*, add-tables)")
 	}
 	if err != nil {
 		return fmt.Errorf("synchro: wal2json probe: %w", err)
@@ -368,8 +369,9 @@ type session struct {
 func (s *session) StartOptions() []string { return s.opts }
 
 var (
-	beginHead  = []byte(`{"action":"B"`)
-	commitHead = []byte(`{"action":"C"`)
+	beginHead   = []byte(`{"action":"B"`)
+	commitHead  = []byte(`{"action":"C"`)
+	messageHead = []byte(`{"action":"M"`)
 )
 
 // Boundary reads the action of the document's first field.
@@ -426,7 +428,17 @@ func (s *session) Decode(walStart pglogrepl.LSN, data []byte) ([]decode.Message,
 		return nil, malformed(walStart, "empty payload")
 	}
 	if !utf8.Valid(data) {
-		return nil, malformed(walStart, "document is not valid utf-8")
+		// Row values are text in the server encoding (UTF-8) and bytea is hex:
+		// only a logical message's content can hold other bytes, which wal2json
+		// copies verbatim (up to the first NUL byte). Such content is never the
+		// pack's (its messages are UTF-8 text), and pgoutput delivers it to the
+		// collator, which ignores what does not parse: so does this decoder,
+		// with the invalid bytes replaced, rather than refuse the document and
+		// let anyone who may emit a message block the stream.
+		if !bytes.HasPrefix(data, messageHead) {
+			return nil, malformed(walStart, "document is not valid utf-8")
+		}
+		data = bytes.ToValidUTF8(data, []byte("\uFFFD"))
 	}
 	d, ok := parseFast(data)
 	if !ok {

@@ -497,6 +497,10 @@ func FuzzDecode(f *testing.F) {
 	for i, p := range payloads {
 		f.Add(bytes.Join(append(prefixFor(payloads, i), p), []byte{'\n'}))
 	}
+	// A message whose content is not UTF-8, as wal2json writes it (TestDecodeMessageNotUTF8).
+	f.Add([]byte("{\"action\":\"B\",\"xid\":9,\"timestamp\":\"2026-01-01 00:00:00+00\",\"lsn\":\"0/200\",\"nextlsn\":\"0/210\"}\n" +
+		"{\"action\":\"M\",\"xid\":9,\"timestamp\":\"2026-01-01 00:00:00+00\",\"lsn\":\"0/1F0\",\"transactional\":true," +
+		"\"prefix\":\"synchro.fence\",\"content\":\"\xffA\xfe\"}"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s := newSession(t)
 		for _, p := range bytes.Split(data, []byte{'\n'}) {
@@ -506,4 +510,48 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A logical message's content is the one place wal2json writes bytes that are not
+// UTF-8 (it copies them verbatim, up to the first NUL: captured from wal2json 2.5 for
+// pg_logical_emit_message(true, 'synchro.fence', '\xff41fe00424344'::bytea)). pgoutput
+// hands such content to the collator, which drops what does not parse: the decoder
+// delivers the message (invalid bytes replaced), never refuses the document, or anyone
+// who may emit a message could block the stream. Anywhere else, bytes that are not
+// UTF-8 are malformed.
+func TestDecodeMessageNotUTF8(t *testing.T) {
+	begin := []byte(`{"action":"B","xid":9,"timestamp":"2026-01-01 00:00:00+00","lsn":"0/200","nextlsn":"0/210"}`)
+	msg := []byte("{\"action\":\"M\",\"xid\":9,\"timestamp\":\"2026-01-01 00:00:00+00\",\"lsn\":\"0/1F0\"," +
+		"\"transactional\":true,\"prefix\":\"synchro.fence\",\"content\":\"\xffA\xfe\"}")
+	commit := []byte(`{"action":"C","xid":9,"timestamp":"2026-01-01 00:00:00+00","lsn":"0/200","nextlsn":"0/210"}`)
+	msgs := decodeAll(t, newSession(t), [][]byte{begin, msg, commit})
+	if len(msgs) != 3 {
+		t.Fatalf("%d messages, want begin, message, commit", len(msgs))
+	}
+	m, ok := msgs[1].(*decode.LogicalMessage)
+	if !ok || m.Prefix != decode.PrefixFence || !m.Transactional || string(m.Content) != "\uFFFDA\uFFFD" {
+		t.Fatalf("message %#v", msgs[1])
+	}
+	// Outside a message's content: malformed.
+	row := []byte("{\"action\":\"I\",\"xid\":9,\"timestamp\":\"2026-01-01 00:00:00+00\",\"lsn\":\"0/1F0\",\"schema\":\"public\"," +
+		"\"table\":\"docs\",\"columns\":[{\"name\":\"id\",\"typeoid\":20,\"value\":1},{\"name\":\"owner\",\"typeoid\":25,\"value\":\"\xff\"}]}")
+	s := newSession(t)
+	if _, err := s.Decode(1, begin); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Decode(2, row)
+	if c, _ := decode.ClassOf(err); c != decode.ClassMalformed {
+		t.Fatalf("a row value that is not UTF-8: %v", err)
+	}
+}
+
+// The decoder asks wal2json for every logical message, as pgoutput's messages 'true'
+// gets them: a message filter would drop transactions pgoutput materializes.
+func TestStartOptionsNoMessageFilter(t *testing.T) {
+	s := newSession(t)
+	for _, o := range s.StartOptions() {
+		if strings.Contains(o, "msg-prefixes") {
+			t.Fatalf("option %s filters logical messages", o)
+		}
+	}
 }

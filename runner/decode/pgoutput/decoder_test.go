@@ -1,4 +1,4 @@
-package decode_test
+package pgoutput_test
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/synchro/synchro/runner/decode"
+	"github.com/synchro/synchro/runner/decode/pgoutput"
 	pt "github.com/synchro/synchro/runner/decode/pgtest"
 )
 
@@ -25,7 +26,7 @@ func tasksRel(oid uint32) []byte {
 	)
 }
 
-func mustDecode(t *testing.T, d *decode.PgOutput, data []byte) decode.Message {
+func mustDecode(t *testing.T, d *pgoutput.Decoder, data []byte) decode.Message {
 	t.Helper()
 	msgs, err := d.Decode(0x100, data)
 	if err != nil {
@@ -75,7 +76,7 @@ func vals(t *testing.T, tup *decode.Tuple) []string {
 func eq(a, b []string) bool { return strings.Join(a, "|") == strings.Join(b, "|") }
 
 func TestDecodeFraming(t *testing.T) {
-	d := decode.NewPgOutput()
+	d := pgoutput.NewDecoder()
 	b := mustDecode(t, d, pt.Begin(0x1000, ts, 77)).(*decode.Begin)
 	if b.FinalLSN != 0x1000 || b.Xid != 77 || !b.CommitTime.Equal(ts) {
 		t.Fatalf("begin = %+v", b)
@@ -95,7 +96,7 @@ func TestDecodeFraming(t *testing.T) {
 }
 
 func TestDecodeRows(t *testing.T) {
-	d := decode.NewPgOutput()
+	d := pgoutput.NewDecoder()
 	rel := mustDecode(t, d, tasksRel(16384)).(*decode.Relation)
 	if rel.OID != 16384 || rel.Namespace != "public" || rel.Name != "tasks" || rel.ReplicaIdentity != decode.ReplicaIdentityDefault {
 		t.Fatalf("relation = %+v", rel)
@@ -157,7 +158,7 @@ func TestDecodeRows(t *testing.T) {
 }
 
 func TestValuesDoNotAliasPayload(t *testing.T) {
-	d := decode.NewPgOutput()
+	d := pgoutput.NewDecoder()
 	mustDecode(t, d, tasksRel(1))
 	p := pt.Insert(1, pt.Tuple(pt.Text("1"), pt.Text("abc"), pt.Null()))
 	row := mustDecode(t, d, p).(*decode.Row)
@@ -175,7 +176,7 @@ func TestValuesDoNotAliasPayload(t *testing.T) {
 }
 
 func TestRelationReplaced(t *testing.T) {
-	d := decode.NewPgOutput()
+	d := pgoutput.NewDecoder()
 	r1 := mustDecode(t, d, tasksRel(7)).(*decode.Relation)
 	row1 := mustDecode(t, d, pt.Insert(7, pt.Tuple(pt.Text("1"), pt.Null(), pt.Null()))).(*decode.Row)
 	r2 := mustDecode(t, d, pt.Relation(7, "public", "tasks", 'd',
@@ -197,7 +198,7 @@ func TestRelationReplaced(t *testing.T) {
 }
 
 func TestDecodeMessageAndTruncate(t *testing.T) {
-	d := decode.NewPgOutput()
+	d := pgoutput.NewDecoder()
 	mustDecode(t, d, tasksRel(10))
 	mustDecode(t, d, pt.Relation(11, "app", "notes", 'f', pt.Col{Name: "id", TypeOID: 23, Key: true}))
 	m := mustDecode(t, d, pt.Message(true, 0xABC, decode.PrefixFence, []byte(`{"v":1}`))).(*decode.LogicalMessage)
@@ -226,7 +227,7 @@ func TestUnknownRelation(t *testing.T) {
 		"truncate": pt.Truncate(0, 10, 99),
 	} {
 		t.Run(name, func(t *testing.T) {
-			d := decode.NewPgOutput()
+			d := pgoutput.NewDecoder()
 			mustDecode(t, d, tasksRel(10))
 			_, err := d.Decode(0x42, p)
 			e := wantClass(t, err, decode.ClassUnknownRelation)
@@ -261,7 +262,7 @@ func validPayloads() [][]byte {
 
 func TestMalformedNeverPanics(t *testing.T) {
 	for i, p := range validPayloads() {
-		d := decode.NewPgOutput()
+		d := pgoutput.NewDecoder()
 		mustDecode(t, d, tasksRel(1))
 		mustDecode(t, d, p) // the full payload is valid
 		for n := 0; n < len(p); n++ {
@@ -311,7 +312,7 @@ func TestMalformedCases(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			d := decode.NewPgOutput()
+			d := pgoutput.NewDecoder()
 			mustDecode(t, d, tasksRel(1))
 			msgs, err := d.Decode(0x77, tc.data)
 			if msgs != nil {
@@ -326,7 +327,7 @@ func TestMalformedCases(t *testing.T) {
 }
 
 func TestRedactedFormatting(t *testing.T) {
-	d := decode.NewPgOutput()
+	d := pgoutput.NewDecoder()
 	mustDecode(t, d, tasksRel(1))
 	row := mustDecode(t, d, pt.Insert(1, pt.Tuple(pt.Text("1"), pt.Text(secret), pt.Null()))).(*decode.Row)
 	for _, s := range []string{row.New.String(), row.New.Values[1].String(), row.New.LogValue().String(), row.New.Values[1].LogValue().String()} {
@@ -337,7 +338,7 @@ func TestRedactedFormatting(t *testing.T) {
 }
 
 func TestStartOptionsAndCapabilities(t *testing.T) {
-	d := decode.NewPgOutput()
+	d := pgoutput.NewDecoder()
 	if d.Plugin() != "pgoutput" {
 		t.Fatal(d.Plugin())
 	}
@@ -379,7 +380,7 @@ func (fakeDecoder) StartOptions(string) ([]string, error)                  { ret
 func (f fakeDecoder) Capabilities() decode.Capabilities                    { return f.c }
 
 func TestErrorIsAndClassOf(t *testing.T) {
-	_, err := decode.NewPgOutput().Decode(0, []byte{'S'})
+	_, err := pgoutput.NewDecoder().Decode(0, []byte{'S'})
 	if !errors.Is(err, &decode.Error{Class: decode.ClassStreamingUnsupported}) {
 		t.Fatal("errors.Is by class failed")
 	}

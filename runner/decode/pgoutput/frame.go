@@ -1,8 +1,9 @@
-package decode
+package pgoutput
 
 import (
 	"bytes"
 	"encoding/binary"
+	"github.com/synchro/synchro/runner/decode"
 )
 
 // The structural check below walks a pgoutput protocol-1 payload with full
@@ -134,7 +135,7 @@ func checkFrame(data []byte) string {
 			return "short relation"
 		}
 		switch ident {
-		case ReplicaIdentityDefault, ReplicaIdentityNothing, ReplicaIdentityFull, ReplicaIdentityIndex:
+		case decode.ReplicaIdentityDefault, decode.ReplicaIdentityNothing, decode.ReplicaIdentityFull, decode.ReplicaIdentityIndex:
 		default:
 			return "invalid replica identity"
 		}
