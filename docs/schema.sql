@@ -4750,6 +4750,8 @@ DECLARE
   poison record;
   lag numeric;
   basis text;
+  n_groups bigint;
+  group_lags text;
 BEGIN
   SELECT * INTO rn FROM synchro.runner;
   have_runner := FOUND;
@@ -5037,6 +5039,43 @@ BEGIN
     detail := pg_catalog.format(
       'stream_generation=%s generation_start_lsn=%s acknowledged_lsn=%s processed_end_lsn=%s materialized_commit_lsn=%s',
       pr.stream_generation, pr.generation_start_lsn, ack, pr.processed_end_lsn, mat);
+  END IF;
+  -- Each consumer group's lag, reported here but deciding nothing: a group holds back
+  -- only its own change record (compact), never the slot or pull, so a slow indexer
+  -- must not take the sync path out of service (alert on
+  -- synchro_consumer_group_lag_* in /metrics instead). Bounded work and text: at most
+  -- ten groups are listed (the most behind first, groups_not_listed counts the rest),
+  -- and a group's transactions are counted up to 10,000 ("10000+"), so a huge backlog
+  -- never slows the probe. The age is the oldest unacknowledged change's commit time.
+  SELECT pg_catalog.count(*) INTO n_groups FROM synchro.consumer_group_state cg WHERE cg.removed_at IS NULL;
+  IF n_groups > 0 THEN
+    SELECT pg_catalog.string_agg(pg_catalog.format('%s:%s:%s', x.name,
+             CASE WHEN x.txns > 10000 THEN '10000+' ELSE x.txns::text END,
+             pg_catalog.round(x.age_s, 3)), ',' ORDER BY x.age_s DESC, x.name)
+      INTO group_lags
+      FROM (
+        SELECT cg.name, t.txns,
+               greatest(coalesce(extract(epoch FROM ts - o.oldest), 0), 0) AS age_s
+          FROM synchro.consumer_group_state cg
+         CROSS JOIN LATERAL (
+           SELECT coalesce(cg.stream_generation, pr.stream_generation) AS gen,
+                  coalesce(cg.checkpoint_lsn, pr.generation_start_lsn) AS cp) pos
+         CROSS JOIN LATERAL (
+           SELECT pg_catalog.count(*) AS txns FROM (
+             SELECT DISTINCT c.commit_lsn FROM synchro.change c
+              WHERE c.stream_generation = pos.gen AND c.commit_lsn > pos.cp
+                AND (cg.table_ids IS NULL OR c.table_id = ANY (cg.table_ids))
+              ORDER BY c.commit_lsn LIMIT 10001) d) t
+          LEFT JOIN LATERAL (
+           SELECT c.commit_time AS oldest FROM synchro.change c
+            WHERE c.stream_generation = pos.gen AND c.commit_lsn > pos.cp
+              AND (cg.table_ids IS NULL OR c.table_id = ANY (cg.table_ids))
+            ORDER BY c.stream_generation, c.commit_lsn LIMIT 1) o ON true
+         WHERE cg.removed_at IS NULL
+         ORDER BY age_s DESC, cg.name
+         LIMIT 10) x;
+    detail := detail || pg_catalog.format(' consumer_groups=%s group_lag=%s', n_groups, group_lags)
+              || CASE WHEN n_groups > 10 THEN pg_catalog.format(' groups_not_listed=%s', n_groups - 10) ELSE '' END;
   END IF;
   RETURN NEXT;
 

@@ -764,3 +764,61 @@ func TestHostileConsumerGroups(t *testing.T) {
 		})
 	}
 }
+
+// Readiness reports each group's lag (issue 11 item 3) in the detail of its progress
+// row, without letting it decide readiness: a lagging group leaves ready() true. The
+// listing is bounded: at most ten groups, the most behind first, and transactions
+// counted up to 10,000.
+func TestConsumerGroupLagInReadiness(t *testing.T) {
+	t.Parallel()
+	db := groupsSetup(t)
+	waitReady(t, db)
+	progressDetail := func() string {
+		t.Helper()
+		rows, ready := readinessOf(t, db)
+		require.True(t, ready, "a group's lag never decides readiness:\n%s", readinessString(rows))
+		return checkRow(rows, "progress").Detail
+	}
+	require.NotContains(t, progressDetail(), "consumer_groups=", "no group, no listing")
+
+	mustExec(t, db, `SELECT synchro.create_consumer_group('slow')`)
+	mustExec(t, db, `SELECT synchro.create_consumer_group('quiet', 'earliest', ARRAY['notes'])`)
+	for i := 10; i < 13; i++ {
+		mustExec(t, db, `INSERT INTO items (id, owner, v) VALUES ($1, 'a', $2)`, i, i)
+	}
+	waitChangeTxns(t, db, 3)
+	d := progressDetail()
+	require.Regexp(t, ` consumer_groups=2 group_lag=slow:3:[0-9]+\.[0-9]{3},quiet:0:0\.000$`, d)
+
+	c := consumerConn(t, db)
+	tok, err := acquireLease(c, "slow", "me", 60)
+	require.NoError(t, err)
+	r, err := readChanges(c, "slow", tok, 2, 1<<20)
+	require.NoError(t, err)
+	require.NoError(t, ackPosition(c, "slow", tok, r.Transactions[1].Position))
+	require.Regexp(t, ` group_lag=slow:1:[0-9]+\.[0-9]{3},quiet:0:0\.000$`, progressDetail())
+
+	_, err = c.Exec(context.Background(), `SELECT synchro.remove_consumer_group('quiet', 'quiet')`)
+	require.NoError(t, err)
+	require.Regexp(t, ` consumer_groups=1 group_lag=slow:1:[0-9]+\.[0-9]{3}$`, progressDetail(),
+		"a removed group is not listed")
+
+	// Twelve groups: ten listed, the rest counted.
+	for i := range 11 {
+		mustExec(t, db, `SELECT synchro.create_consumer_group($1)`, fmt.Sprintf("g%02d", i))
+	}
+	d = progressDetail()
+	require.Contains(t, d, " consumer_groups=12 group_lag=")
+	require.True(t, strings.HasSuffix(d, " groups_not_listed=2"), d)
+	listed := strings.TrimSuffix(strings.SplitN(d, " group_lag=", 2)[1], " groups_not_listed=2")
+	require.Len(t, strings.Split(listed, ","), 10, d)
+
+	// A backlog past 10,000 transactions is reported as 10000+ (the count stops
+	// there): change records made up beyond anything the runner writes. g00 is listed
+	// first (its oldest change is older than slow's, and the name breaks the tie).
+	mustExec(t, db, `
+		INSERT INTO synchro.change (stream_generation, commit_lsn, event_ordinal, commit_time, relation_id, table_id, pk, op, version, image)
+		SELECT p.stream_generation, 'F0000000/0'::pg_lsn + g, 0, now(), 1, 'items', g::text, 'delete', 'v', NULL
+		  FROM synchro.progress p, generate_series(1, 10050) g`)
+	require.Contains(t, progressDetail(), " group_lag=g00:10000+:")
+}
