@@ -281,6 +281,14 @@ func TestConsumerGroupBoundedReads(t *testing.T) {
 	require.Equal(t, all[:1], r.positions())
 	require.True(t, r.HasMore)
 
+	// Room for t1 and for some of t2's changes, not all: t2 is never split, it waits
+	// for the next read whole.
+	r, err = readChanges(c, "bounded", tok, 10, 2500)
+	require.NoError(t, err)
+	require.Equal(t, all[:1], r.positions(), "a transaction that does not fit whole is left for the next read")
+	require.True(t, r.HasMore)
+	require.Len(t, r.Transactions[0].Changes, 1)
+
 	r, err = readChanges(c, "bounded", tok, 10, 1)
 	require.NoError(t, err)
 	require.Equal(t, all[:1], r.positions(), "the first transaction comes whole even beyond max_bytes")
