@@ -361,6 +361,13 @@ func TestConsumerGroupBoundedReads(t *testing.T) {
 	r, err = readChanges(c, "whole", tw, 3, 1<<30)
 	require.NoError(t, err)
 	require.False(t, r.HasMore)
+	// One outstanding batch: a later, smaller read replaces it, and a position only the
+	// earlier read handed out is no longer acknowledgeable.
+	r, err = readChanges(c, "whole", tw, 1, 1<<30)
+	require.NoError(t, err)
+	require.Equal(t, all[:1], r.positions())
+	requireSQLState(t, ackPosition(c, "whole", tw, all[2]), "SY400")
+	require.NoError(t, ackPosition(c, "whole", tw, all[0]))
 
 	// table_ids: only notes.
 	mustExec(t, db, `SELECT synchro.create_consumer_group('notes_only', 'earliest', ARRAY['notes'])`)
