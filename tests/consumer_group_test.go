@@ -837,3 +837,46 @@ func TestConsumerGroupLagInReadiness(t *testing.T) {
 		  FROM synchro.progress p, generate_series(1, 10050) g`)
 	require.Contains(t, progressDetail(), " group_lag=g00:10000+:")
 }
+
+// ack is a compare-and-swap under the group's row lock: an ack that waits behind a
+// removal (which ends the lease) in a transaction not yet committed checks the token
+// again once it has the row, and is refused (SY412) with the checkpoint unchanged. A
+// check on a snapshot taken before the wait would let the old lease move the
+// checkpoint of a group that no longer has one.
+func TestConsumerGroupAckRacesRemoval(t *testing.T) {
+	t.Parallel()
+	db := groupsSetup(t)
+	ctx := context.Background()
+	mustExec(t, db, `SELECT synchro.create_consumer_group('raced')`)
+	for i := 10; i < 12; i++ {
+		mustExec(t, db, `INSERT INTO items (id, owner, v) VALUES ($1, 'a', $2)`, i, i)
+	}
+	waitChangeTxns(t, db, 2)
+	c := consumerConn(t, db)
+	tok, err := acquireLease(c, "raced", "me", 3600)
+	require.NoError(t, err)
+	r, err := readChanges(c, "raced", tok, 10, 1<<20)
+	require.NoError(t, err)
+	require.Len(t, r.Transactions, 2)
+	var before string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT checkpoint FROM synchro.consumer_groups WHERE name = 'raced'`).Scan(&before))
+
+	remover := consumerConn(t, db)
+	tx, err := remover.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `SELECT synchro.remove_consumer_group('raced', 'raced')`)
+	require.NoError(t, err)
+
+	acked := make(chan error, 1)
+	go func() { acked <- ackPosition(c, "raced", tok, r.Transactions[1].Position) }()
+	eventually(t, 20*time.Second, "the ack to wait for the group's row", func() bool {
+		return countOf(t, db, `SELECT count(*) FROM pg_locks WHERE locktype = 'transactionid' AND NOT granted
+			AND database IS NULL AND pid IN (SELECT pid FROM pg_stat_activity WHERE datname = current_database())`) == 1
+	})
+	require.NoError(t, tx.Commit(ctx))
+	requireSQLState(t, <-acked, "SY412")
+	var after string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT checkpoint FROM synchro.consumer_groups WHERE name = 'raced'`).Scan(&after))
+	require.Equal(t, before, after, "the refused ack moved nothing")
+}
