@@ -339,10 +339,11 @@ BEGIN
   -- Each consumer group's lag, reported here but deciding nothing: a group holds back
   -- only its own change record (compact), never the slot or pull, so a slow indexer
   -- must not take the sync path out of service (alert on
-  -- synchro_consumer_group_lag_* in /metrics instead). Bounded work and text: at most
-  -- ten groups are listed (the most behind first, groups_not_listed counts the rest),
-  -- and a group's transactions are counted up to 10,000 ("10000+"), so a huge backlog
-  -- never slows the probe. The age is the oldest unacknowledged change's commit time.
+  -- synchro_consumer_group_lag_* in /metrics instead). Bounded text: at most ten groups
+  -- are listed (the most behind first, groups_not_listed counts the rest). Bounded
+  -- count: a group's transactions are counted up to 10,000 ("10000+"), so the count
+  -- stops early on a large backlog instead of scanning it on every probe. The age is
+  -- the oldest unacknowledged change's commit time (one index probe).
   SELECT pg_catalog.count(*) INTO n_groups FROM synchro.consumer_group_state cg WHERE cg.removed_at IS NULL;
   IF n_groups > 0 THEN
     SELECT pg_catalog.string_agg(pg_catalog.format('%s:%s:%s', x.name,
