@@ -97,11 +97,7 @@ BEGIN
     xmax := pg_snapshot_xmax(snap)::text::bigint;
     EXIT WHEN NOT EXISTS (
       SELECT 1
-        FROM (SELECT x.xid,
-                     -- The 64-bit id nearest to xmax with these low 32 bits (live ids
-                     -- lie within 2^31 of each other; see synchro._full_xid).
-                     xmax + ((((x.xid - (xmax & 4294967295)) % 4294967296) + 6442450944) % 4294967296)
-                          - 2147483648 AS full
+        FROM (SELECT x.xid, synchro._xid_nearest(x.xid, xmax) AS full
                 FROM unnest(xids) AS x(xid)
                WHERE x.xid >= 3) f
        WHERE f.full >= xmin
@@ -990,12 +986,11 @@ ALTER FUNCTION synchro._fence_value_checks(rid bigint) OWNER TO postgres;
 --
 
 CREATE FUNCTION synchro._full_xid(xid bigint, snap_xmax numeric) RETURNS xid8
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
     AS $$
-  SELECT (CASE WHEN w.f > snap_xmax + 2147483648 THEN w.f - 4294967296
-               WHEN w.f < snap_xmax - 2147483648 THEN w.f + 4294967296
-               ELSE w.f END)::pg_catalog.text::pg_catalog.xid8
-    FROM (SELECT pg_catalog.floor(snap_xmax / 4294967296) * 4294967296 + xid AS f) w
+BEGIN
+  RETURN synchro._xid_nearest(xid, snap_xmax::bigint)::text::xid8;
+END
 $$;
 
 
@@ -3446,6 +3441,20 @@ $$;
 
 
 ALTER FUNCTION synchro._via_scope_values(via_relation_id bigint, via_match name, via_scope name, value text) OWNER TO postgres;
+
+--
+-- Name: _xid_nearest(bigint, bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._xid_nearest(xid bigint, near bigint) RETURNS bigint
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+  -- (xid - low32(near)) taken into [-2^31, 2^31) modulo 2^32, added to near.
+  SELECT near + ((((xid - (near & 4294967295)) % 4294967296) + 6442450944) % 4294967296) - 2147483648
+$$;
+
+
+ALTER FUNCTION synchro._xid_nearest(xid bigint, near bigint) OWNER TO postgres;
 
 --
 -- Name: abort_reset(uuid); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -8268,6 +8277,13 @@ REVOKE ALL ON FUNCTION synchro._token_payload(token text, scope text) FROM PUBLI
 --
 
 REVOKE ALL ON FUNCTION synchro._via_scope_values(via_relation_id bigint, via_match name, via_scope name, value text) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _xid_nearest(xid bigint, near bigint); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._xid_nearest(xid bigint, near bigint) FROM PUBLIC;
 
 
 --

@@ -22,11 +22,7 @@ BEGIN
     xmax := pg_snapshot_xmax(snap)::text::bigint;
     EXIT WHEN NOT EXISTS (
       SELECT 1
-        FROM (SELECT x.xid,
-                     -- The 64-bit id nearest to xmax with these low 32 bits (live ids
-                     -- lie within 2^31 of each other; see synchro._full_xid).
-                     xmax + ((((x.xid - (xmax & 4294967295)) % 4294967296) + 6442450944) % 4294967296)
-                          - 2147483648 AS full
+        FROM (SELECT x.xid, synchro._xid_nearest(x.xid, xmax) AS full
                 FROM unnest(xids) AS x(xid)
                WHERE x.xid >= 3) f
        WHERE f.full >= xmin
