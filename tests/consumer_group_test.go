@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/synchro/synchro/runner"
 	"github.com/synchro/synchro/tests/testdb"
 )
 
@@ -879,4 +880,45 @@ func TestConsumerGroupAckRacesRemoval(t *testing.T) {
 	var after string
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT checkpoint FROM synchro.consumer_groups WHERE name = 'raced'`).Scan(&after))
 	require.Equal(t, before, after, "the refused ack moved nothing")
+}
+
+// Probes never read the consumer groups' change record: synchro.ready() and the
+// sidecar's /readyz query answer ready while another transaction holds synchro.change
+// locked, where synchro.readiness() (which lists each group's lag) waits. A slow or
+// large group record can therefore never time a probe out.
+func TestReadyProbeSkipsGroupLag(t *testing.T) {
+	t.Parallel()
+	db := groupsSetup(t)
+	ctx := context.Background()
+	mustExec(t, db, `SELECT synchro.create_consumer_group('g')`)
+	mustExec(t, db, `INSERT INTO items (id, owner, v) VALUES (10, 'a', 1)`)
+	waitChangeTxns(t, db, 1)
+	waitReady(t, db)
+
+	locker, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = locker.Rollback(ctx) }()
+	_, err = locker.Exec(ctx, `LOCK TABLE synchro.change IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+
+	probe, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	defer probe.Close(ctx)
+	_, err = probe.Exec(ctx, `SET ROLE synchro_app; SET lock_timeout = '5s'`)
+	require.NoError(t, err)
+	var ready bool
+	require.NoError(t, probe.QueryRow(ctx, `SELECT synchro.ready()`).Scan(&ready), "ready() must not wait on synchro.change")
+	require.True(t, ready)
+	_, err = probe.Exec(ctx, `SELECT * FROM synchro.readiness()`)
+	requireSQLState(t, err, "55P03") // the listing does read it: the lock is in the way
+
+	rd, err := runner.NewReadiness(db.URL)
+	require.NoError(t, err)
+	defer rd.Close()
+	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	ok, failing, err := rd.Ready(rctx)
+	require.NoError(t, err, "the /readyz query must not wait on synchro.change")
+	require.True(t, ok)
+	require.Empty(t, failing)
 }
