@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -325,4 +327,146 @@ func TestKilledConsumerRedeliversItsBatch(t *testing.T) {
 func setConsumerRole(ctx context.Context, c *pgx.Conn) error {
 	_, err := c.Exec(ctx, `SET ROLE synchro_consumer`)
 	return err
+}
+
+// groupState is the group's checkpoint, lag, lease owner and last token.
+type groupState struct {
+	checkpoint string
+	lag        int64
+	owner      *string
+	lastToken  int64
+}
+
+func stateOf(t testing.TB, db *testdb.DB, group string) groupState {
+	t.Helper()
+	var s groupState
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `
+		SELECT checkpoint, lag_transactions, lease_owner, last_token FROM synchro.consumer_groups WHERE name = $1`, group).
+		Scan(&s.checkpoint, &s.lag, &s.owner, &s.lastToken))
+	return s
+}
+
+// threeTxns writes three source transactions and waits until they carry changes.
+func threeTxns(t *testing.T, db *testdb.DB) []string {
+	t.Helper()
+	for i := range 3 {
+		_, err := db.Pool.Exec(context.Background(), `INSERT INTO items (id, owner) VALUES ($1, 'a')`, i)
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool {
+		order, _ := txnChanges(t, db)
+		return len(order) == 3
+	}, 60*time.Second, 20*time.Millisecond)
+	order, _ := txnChanges(t, db)
+	return order
+}
+
+// A handler that works for longer than the lease keeps it: Run renews the lease while
+// the batch is in flight (the token moves on, another owner is refused with 55P03),
+// nothing is acknowledged until the handler returns nil, and then the batch is.
+func TestLeaseRenewedWhileHandlerRuns(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	_, err := db.Pool.Exec(context.Background(), schema+`SELECT synchro.create_consumer_group('long');`)
+	require.NoError(t, err)
+	testrunner.Start(t, db)
+	order := threeTxns(t, db)
+	pool := consumerPool(t, db.URL)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	entered := make(chan consumer.Batch, 1)
+	finish := make(chan struct{})
+	handlerCtxErr := make(chan error, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- consumer.Run(ctx, consumer.Config{DB: pool, Group: "long", Owner: "worker", MaxTransactions: 10,
+			LeaseDuration: 2 * time.Second, PollInterval: 20 * time.Millisecond},
+			func(hctx context.Context, b consumer.Batch) error {
+				select {
+				case entered <- b:
+				default:
+					return nil // later (empty-handed) batches: nothing to hold
+				}
+				<-finish
+				handlerCtxErr <- hctx.Err()
+				return nil
+			})
+	}()
+	var b consumer.Batch
+	select {
+	case b = <-entered:
+	case <-time.After(60 * time.Second):
+		t.Fatal("no batch reached the handler")
+	}
+	require.Len(t, b.Transactions, 3)
+	first := stateOf(t, db, "long")
+	require.Equal(t, int64(3), first.lag, "nothing acknowledged while the handler runs")
+
+	// Three renewals at LeaseDuration/3 each: the handler has held the batch for at
+	// least one whole lease, and the lease is still this owner's.
+	require.Eventually(t, func() bool {
+		return stateOf(t, db, "long").lastToken >= first.lastToken+3
+	}, 60*time.Second, 50*time.Millisecond, "the lease is renewed while the handler runs")
+	other, err := pgx.Connect(context.Background(), db.URL)
+	require.NoError(t, err)
+	defer other.Close(context.Background())
+	require.NoError(t, setConsumerRole(context.Background(), other))
+	_, err = other.Exec(context.Background(), `SELECT synchro.acquire_lease('long', 'intruder', 60)`)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "55P03", pgErr.Code, "another owner cannot take a renewed lease")
+	mid := stateOf(t, db, "long")
+	require.Equal(t, first.checkpoint, mid.checkpoint, "still nothing acknowledged")
+	require.Equal(t, "worker", *mid.owner)
+
+	close(finish)
+	require.NoError(t, <-handlerCtxErr, "the handler's context lived as long as the lease")
+	require.Eventually(t, func() bool {
+		return stateOf(t, db, "long").lag == 0
+	}, 60*time.Second, 20*time.Millisecond, "the batch is acknowledged once the handler returned nil")
+	require.Equal(t, order[2], stateOf(t, db, "long").checkpoint)
+	cancel()
+	require.NoError(t, <-done)
+}
+
+// A handler error leaves the batch unacknowledged: Run returns that error (wrapped),
+// gives the lease back, and the next Run gets the same batch, same change ids.
+func TestHandlerErrorLeavesBatchUnacknowledged(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	_, err := db.Pool.Exec(context.Background(), schema+`SELECT synchro.create_consumer_group('flaky');`)
+	require.NoError(t, err)
+	testrunner.Start(t, db)
+	threeTxns(t, db)
+	before := stateOf(t, db, "flaky")
+	pool := consumerPool(t, db.URL)
+	cfg := consumer.Config{DB: pool, Group: "flaky", Owner: "worker", MaxTransactions: 2,
+		LeaseDuration: 5 * time.Second, PollInterval: 20 * time.Millisecond}
+
+	down := errors.New("destination down")
+	var failed consumer.Batch
+	err = consumer.Run(context.Background(), cfg, func(_ context.Context, b consumer.Batch) error {
+		failed = b
+		return down
+	})
+	require.ErrorIs(t, err, down)
+	require.Len(t, failed.Transactions, 2)
+	after := stateOf(t, db, "flaky")
+	require.Equal(t, before.checkpoint, after.checkpoint, "a failed batch is not acknowledged")
+	require.Equal(t, int64(3), after.lag)
+	require.Nil(t, after.owner, "the lease was given back")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var again consumer.Batch
+	err = consumer.Run(ctx, cfg, func(_ context.Context, b consumer.Batch) error {
+		again = b
+		cancel()
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, batchLine(failed), batchLine(again), "the same batch again, same change ids")
+	require.Equal(t, failed.Transactions[1].Position, stateOf(t, db, "flaky").checkpoint,
+		"acknowledged once the handler returned nil, also while Run stops")
 }

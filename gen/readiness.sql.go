@@ -44,10 +44,13 @@ func (q *Queries) Readiness(ctx context.Context) ([]ReadinessRow, error) {
 }
 
 const ready = `-- name: Ready :one
-SELECT coalesce(synchro.ready(), false)::boolean AS ready,
-       coalesce((SELECT array_agg(r.check_name ORDER BY r.n)
-                   FROM synchro.readiness() WITH ORDINALITY AS r(check_name, ok, detail, n)
-                  WHERE NOT coalesce(r.ok, false)), '{}')::text[] AS failing
+WITH r AS (SELECT coalesce(synchro.ready(), false) AS ready)
+SELECT r.ready::boolean AS ready,
+       CASE WHEN r.ready THEN '{}'::text[]
+            ELSE coalesce((SELECT array_agg(x.check_name ORDER BY x.n)
+                             FROM synchro.readiness() WITH ORDINALITY AS x(check_name, ok, detail, n)
+                            WHERE NOT coalesce(x.ok, false)), '{}')::text[] END AS failing
+  FROM r
 `
 
 type ReadyRow struct {
@@ -55,7 +58,9 @@ type ReadyRow struct {
 	Failing []string
 }
 
-// synchro.ready() and the names of the failing checks, in one statement.
+// synchro.ready() and the names of the failing checks, in one statement. The table is
+// read only when not ready: a ready probe runs synchro.ready() alone, which never reads
+// the consumer groups' change record (synchro.readiness() lists their lag).
 func (q *Queries) Ready(ctx context.Context) (ReadyRow, error) {
 	row := q.db.QueryRow(ctx, ready)
 	var i ReadyRow

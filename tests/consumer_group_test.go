@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/synchro/synchro/runner"
 	"github.com/synchro/synchro/tests/testdb"
 )
 
@@ -281,6 +282,14 @@ func TestConsumerGroupBoundedReads(t *testing.T) {
 	require.Equal(t, all[:1], r.positions())
 	require.True(t, r.HasMore)
 
+	// Room for t1 and for some of t2's changes, not all: t2 is never split, it waits
+	// for the next read whole.
+	r, err = readChanges(c, "bounded", tok, 10, 2500)
+	require.NoError(t, err)
+	require.Equal(t, all[:1], r.positions(), "a transaction that does not fit whole is left for the next read")
+	require.True(t, r.HasMore)
+	require.Len(t, r.Transactions[0].Changes, 1)
+
 	r, err = readChanges(c, "bounded", tok, 10, 1)
 	require.NoError(t, err)
 	require.Equal(t, all[:1], r.positions(), "the first transaction comes whole even beyond max_bytes")
@@ -353,6 +362,13 @@ func TestConsumerGroupBoundedReads(t *testing.T) {
 	r, err = readChanges(c, "whole", tw, 3, 1<<30)
 	require.NoError(t, err)
 	require.False(t, r.HasMore)
+	// One outstanding batch: a later, smaller read replaces it, and a position only the
+	// earlier read handed out is no longer acknowledgeable.
+	r, err = readChanges(c, "whole", tw, 1, 1<<30)
+	require.NoError(t, err)
+	require.Equal(t, all[:1], r.positions())
+	requireSQLState(t, ackPosition(c, "whole", tw, all[2]), "SY400")
+	require.NoError(t, ackPosition(c, "whole", tw, all[0]))
 
 	// table_ids: only notes.
 	mustExec(t, db, `SELECT synchro.create_consumer_group('notes_only', 'earliest', ARRAY['notes'])`)
@@ -763,4 +779,146 @@ func TestHostileConsumerGroups(t *testing.T) {
 			require.Equal(t, before, packSnapshot(t, db), "a refused call writes nothing")
 		})
 	}
+}
+
+// Readiness reports each group's lag (issue 11 item 3) in the detail of its progress
+// row, without letting it decide readiness: a lagging group leaves ready() true. The
+// listing is bounded: at most ten groups, the most behind first, and transactions
+// counted up to 10,000.
+func TestConsumerGroupLagInReadiness(t *testing.T) {
+	t.Parallel()
+	db := groupsSetup(t)
+	waitReady(t, db)
+	progressDetail := func() string {
+		t.Helper()
+		rows, ready := readinessOf(t, db)
+		require.True(t, ready, "a group's lag never decides readiness:\n%s", readinessString(rows))
+		return checkRow(rows, "progress").Detail
+	}
+	require.NotContains(t, progressDetail(), "consumer_groups=", "no group, no listing")
+
+	mustExec(t, db, `SELECT synchro.create_consumer_group('slow')`)
+	mustExec(t, db, `SELECT synchro.create_consumer_group('quiet', 'earliest', ARRAY['notes'])`)
+	for i := 10; i < 13; i++ {
+		mustExec(t, db, `INSERT INTO items (id, owner, v) VALUES ($1, 'a', $2)`, i, i)
+	}
+	waitChangeTxns(t, db, 3)
+	d := progressDetail()
+	require.Regexp(t, ` consumer_groups=2 group_lag=slow:3:[0-9]+\.[0-9]{3},quiet:0:0\.000$`, d)
+
+	c := consumerConn(t, db)
+	tok, err := acquireLease(c, "slow", "me", 60)
+	require.NoError(t, err)
+	r, err := readChanges(c, "slow", tok, 2, 1<<20)
+	require.NoError(t, err)
+	require.NoError(t, ackPosition(c, "slow", tok, r.Transactions[1].Position))
+	require.Regexp(t, ` group_lag=slow:1:[0-9]+\.[0-9]{3},quiet:0:0\.000$`, progressDetail())
+
+	_, err = c.Exec(context.Background(), `SELECT synchro.remove_consumer_group('quiet', 'quiet')`)
+	require.NoError(t, err)
+	require.Regexp(t, ` consumer_groups=1 group_lag=slow:1:[0-9]+\.[0-9]{3}$`, progressDetail(),
+		"a removed group is not listed")
+
+	// Twelve groups: ten listed, the rest counted.
+	for i := range 11 {
+		mustExec(t, db, `SELECT synchro.create_consumer_group($1)`, fmt.Sprintf("g%02d", i))
+	}
+	d = progressDetail()
+	require.Contains(t, d, " consumer_groups=12 group_lag=")
+	require.True(t, strings.HasSuffix(d, " groups_not_listed=2"), d)
+	listed := strings.TrimSuffix(strings.SplitN(d, " group_lag=", 2)[1], " groups_not_listed=2")
+	require.Len(t, strings.Split(listed, ","), 10, d)
+
+	// A backlog past 10,000 transactions is reported as 10000+ (the count stops
+	// there): change records made up beyond anything the runner writes. g00 is listed
+	// first (its oldest change is older than slow's, and the name breaks the tie).
+	mustExec(t, db, `
+		INSERT INTO synchro.change (stream_generation, commit_lsn, event_ordinal, commit_time, relation_id, table_id, pk, op, version, image)
+		SELECT p.stream_generation, 'F0000000/0'::pg_lsn + g, 0, now(), 1, 'items', g::text, 'delete', 'v', NULL
+		  FROM synchro.progress p, generate_series(1, 10050) g`)
+	require.Contains(t, progressDetail(), " group_lag=g00:10000+:")
+}
+
+// ack is a compare-and-swap under the group's row lock: an ack that waits behind a
+// removal (which ends the lease) in a transaction not yet committed checks the token
+// again once it has the row, and is refused (SY412) with the checkpoint unchanged. A
+// check on a snapshot taken before the wait would let the old lease move the
+// checkpoint of a group that no longer has one.
+func TestConsumerGroupAckRacesRemoval(t *testing.T) {
+	t.Parallel()
+	db := groupsSetup(t)
+	ctx := context.Background()
+	mustExec(t, db, `SELECT synchro.create_consumer_group('raced')`)
+	for i := 10; i < 12; i++ {
+		mustExec(t, db, `INSERT INTO items (id, owner, v) VALUES ($1, 'a', $2)`, i, i)
+	}
+	waitChangeTxns(t, db, 2)
+	c := consumerConn(t, db)
+	tok, err := acquireLease(c, "raced", "me", 3600)
+	require.NoError(t, err)
+	r, err := readChanges(c, "raced", tok, 10, 1<<20)
+	require.NoError(t, err)
+	require.Len(t, r.Transactions, 2)
+	var before string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT checkpoint FROM synchro.consumer_groups WHERE name = 'raced'`).Scan(&before))
+
+	remover := consumerConn(t, db)
+	tx, err := remover.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `SELECT synchro.remove_consumer_group('raced', 'raced')`)
+	require.NoError(t, err)
+
+	acked := make(chan error, 1)
+	go func() { acked <- ackPosition(c, "raced", tok, r.Transactions[1].Position) }()
+	eventually(t, 20*time.Second, "the ack to wait for the group's row", func() bool {
+		return countOf(t, db, `SELECT count(*) FROM pg_locks WHERE locktype = 'transactionid' AND NOT granted
+			AND database IS NULL AND pid IN (SELECT pid FROM pg_stat_activity WHERE datname = current_database())`) == 1
+	})
+	require.NoError(t, tx.Commit(ctx))
+	requireSQLState(t, <-acked, "SY412")
+	var after string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT checkpoint FROM synchro.consumer_groups WHERE name = 'raced'`).Scan(&after))
+	require.Equal(t, before, after, "the refused ack moved nothing")
+}
+
+// Probes never read the consumer groups' change record: synchro.ready() and the
+// sidecar's /readyz query answer ready while another transaction holds synchro.change
+// locked, where synchro.readiness() (which lists each group's lag) waits. A slow or
+// large group record can therefore never time a probe out.
+func TestReadyProbeSkipsGroupLag(t *testing.T) {
+	t.Parallel()
+	db := groupsSetup(t)
+	ctx := context.Background()
+	mustExec(t, db, `SELECT synchro.create_consumer_group('g')`)
+	mustExec(t, db, `INSERT INTO items (id, owner, v) VALUES (10, 'a', 1)`)
+	waitChangeTxns(t, db, 1)
+	waitReady(t, db)
+
+	locker, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = locker.Rollback(ctx) }()
+	_, err = locker.Exec(ctx, `LOCK TABLE synchro.change IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+
+	probe, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	defer probe.Close(ctx)
+	_, err = probe.Exec(ctx, `SET ROLE synchro_app; SET lock_timeout = '5s'`)
+	require.NoError(t, err)
+	var ready bool
+	require.NoError(t, probe.QueryRow(ctx, `SELECT synchro.ready()`).Scan(&ready), "ready() must not wait on synchro.change")
+	require.True(t, ready)
+	_, err = probe.Exec(ctx, `SELECT * FROM synchro.readiness()`)
+	requireSQLState(t, err, "55P03") // the listing does read it: the lock is in the way
+
+	rd, err := runner.NewReadiness(db.URL)
+	require.NoError(t, err)
+	defer rd.Close()
+	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	ok, failing, err := rd.Ready(rctx)
+	require.NoError(t, err, "the /readyz query must not wait on synchro.change")
+	require.True(t, ok)
+	require.Empty(t, failing)
 }

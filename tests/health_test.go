@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -404,4 +407,109 @@ func TestRunnerFatalRecreatedPublication(t *testing.T) {
 	require.ErrorContains(t, err, "the stream must be reset")
 	require.Len(t, logs.lines("fatal state"), 1, "one log line names the fatal state")
 	require.Empty(t, logs.lines("retrying"), "a fatal state is not retried")
+}
+
+// tcpProxy forwards connections to PostgreSQL until drop, which closes every
+// connection and the listener (a network drop: new connections are refused), and
+// resume, which listens on the same address again.
+type tcpProxy struct {
+	t      *testing.T
+	target string
+	addr   string
+	mu     sync.Mutex
+	ln     net.Listener
+	conns  []net.Conn
+}
+
+func newTCPProxy(t *testing.T, target string) *tcpProxy {
+	p := &tcpProxy{t: t, target: target}
+	p.listen("127.0.0.1:0")
+	t.Cleanup(p.drop)
+	return p
+}
+
+func (p *tcpProxy) listen(addr string) {
+	ln, err := net.Listen("tcp", addr)
+	require.NoError(p.t, err)
+	p.mu.Lock()
+	p.ln, p.addr = ln, ln.Addr().String()
+	p.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", p.target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, up)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
+			go func() { _, _ = io.Copy(c, up); _ = c.Close() }()
+		}
+	}()
+}
+
+func (p *tcpProxy) drop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		_ = p.ln.Close()
+		p.ln = nil
+	}
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = nil
+}
+
+func (p *tcpProxy) resume() { p.listen(p.addr) }
+
+// Every reconnect re-runs startup reconciliation: a slot replaced by one of another
+// output plugin while the network to PostgreSQL was down (every session of the runner
+// cut and new connections refused, through a proxy) is found when the runner gets
+// through again, and is a fatal state with one log line naming it, not a retry loop.
+func TestRunnerReconnectReconciles(t *testing.T) {
+	t.Parallel()
+	db := runnerSetup(t)
+	u, err := url.Parse(db.URL)
+	require.NoError(t, err)
+	proxy := newTCPProxy(t, u.Host)
+	u.Host = proxy.addr
+	cfg := testRunnerConfig(t, db)
+	cfg.DatabaseURL = u.String()
+	logs := &syncLog{}
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	rr := startRunner(t, cfg)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the runner's log:\n%s", logs.String())
+		}
+	})
+	waitStream(t, db)
+	waitAcked(t, db)
+
+	proxy.drop()
+	eventually(t, 30*time.Second, "the cut walsender to release the slot", func() bool {
+		return countOf(t, db, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND active`, runnerSlot(db)) == 0
+	})
+	mustExec(t, db, `SELECT pg_drop_replication_slot($1)`, runnerSlot(db))
+	mustExec(t, db, `SELECT pg_create_logical_replication_slot($1, 'test_decoding')`, runnerSlot(db))
+	eventually(t, 30*time.Second, "a refused reconnect, retried", func() bool {
+		return len(logs.lines("retrying")) > 0
+	})
+	require.Empty(t, logs.lines("fatal state"))
+	proxy.resume()
+
+	err = rr.wait(t, 60*time.Second)
+	require.ErrorContains(t, err, `output plugin "test_decoding"`)
+	fatal := logs.lines("fatal state")
+	require.Len(t, fatal, 1, "one log line names the fatal state")
+	require.Contains(t, fatal[0], "test_decoding")
+	rows, _ := readinessOf(t, db)
+	require.Contains(t, checkRow(rows, "slot").Detail, "plugin_matches=false")
 }

@@ -121,6 +121,14 @@ func waitFailing(t *testing.T, db *testdb.DB, check string) []readinessRow {
 	}
 }
 
+// requireFailing: exactly these checks fail. A test breaks one condition; where the
+// break needs the runner stopped first (a slot is dropped, copied or advanced only
+// while no walsender holds it), worker fails with it.
+func requireFailing(t *testing.T, rows []readinessRow, want ...string) {
+	t.Helper()
+	require.Equal(t, want, failingChecks(rows), "%s", readinessString(rows))
+}
+
 // readySystem is a registered table with a running runner, ready.
 func readySystem(t *testing.T) (*testdb.DB, *runningRunner) {
 	t.Helper()
@@ -181,6 +189,7 @@ func TestReadinessDatabase(t *testing.T) {
 	// stream recorded the database they ran in, and it is not this one.
 	mustExec(t, db, `UPDATE synchro.runner SET database_name = 'elsewhere'`)
 	rows := waitFailing(t, db, "database")
+	requireFailing(t, rows, "database", "worker")
 	require.Equal(t, "runner_database_matches=false stream_database_matches=true", checkRow(rows, "database").Detail)
 }
 
@@ -189,6 +198,7 @@ func TestReadinessWorkerStopped(t *testing.T) {
 	db, rr := readySystem(t)
 	stopRunner(t, db, rr)
 	rows := waitFailing(t, db, "worker")
+	requireFailing(t, rows, "worker")
 	require.Equal(t, "state=stopped claim_held=false backend_alive=false", checkRow(rows, "worker").Detail)
 }
 
@@ -198,6 +208,7 @@ func TestReadinessHeartbeatAged(t *testing.T) {
 	// The runner beats every 250ms; a limit of 1ms is exceeded by any heartbeat's age.
 	mustExec(t, db, `UPDATE synchro.readiness_limit SET heartbeat = interval '1 millisecond'`)
 	rows := waitFailing(t, db, "heartbeat")
+	requireFailing(t, rows, "heartbeat")
 	require.Contains(t, checkRow(rows, "heartbeat").Detail, "limit_s=0.001")
 	mustExec(t, db, `UPDATE synchro.readiness_limit SET heartbeat = interval '30 seconds'`)
 	waitReady(t, db)
@@ -208,6 +219,7 @@ func TestReadinessRegistryRenamed(t *testing.T) {
 	db, _ := readySystem(t)
 	mustExec(t, db, `ALTER TABLE items RENAME TO items_renamed`)
 	rows := waitFailing(t, db, "registry")
+	requireFailing(t, rows, "registry")
 	require.Equal(t, "generation=1 relations=1 drifted=1 first=relation_id 1 renamed", checkRow(rows, "registry").Detail)
 	mustExec(t, db, `ALTER TABLE items_renamed RENAME TO items`)
 	waitReady(t, db)
@@ -221,8 +233,8 @@ func TestReadinessRegistryRecreated(t *testing.T) {
 		CREATE TABLE items (id int8 PRIMARY KEY, owner text, v int NOT NULL DEFAULT 0, note text);`)
 	rows := waitFailing(t, db, "registry")
 	require.Equal(t, "generation=1 relations=1 drifted=1 first=relation_id 1 relation_missing", checkRow(rows, "registry").Detail)
-	require.False(t, checkRow(rows, "triggers").OK)
-	require.False(t, checkRow(rows, "publication").OK)
+	// The new table has none of the old one's triggers and is not in the publication.
+	requireFailing(t, rows, "registry", "triggers", "publication")
 }
 
 func TestReadinessRegistryRetyped(t *testing.T) {
@@ -231,12 +243,14 @@ func TestReadinessRegistryRetyped(t *testing.T) {
 	mustExec(t, db, `ALTER TABLE items REPLICA IDENTITY FULL`)
 	rows := waitFailing(t, db, "registry")
 	require.Equal(t, "generation=1 relations=1 drifted=1 first=relation_id 1 replica_identity", checkRow(rows, "registry").Detail)
+	requireFailing(t, rows, "registry")
 	mustExec(t, db, `ALTER TABLE items REPLICA IDENTITY DEFAULT`)
 	waitReady(t, db)
 
 	mustExec(t, db, `ALTER TABLE items ALTER COLUMN v TYPE int8`)
 	rows = waitFailing(t, db, "registry")
 	require.Equal(t, "generation=1 relations=1 drifted=1 first=relation_id 1 columns", checkRow(rows, "registry").Detail)
+	requireFailing(t, rows, "registry")
 }
 
 func TestReadinessTriggerDisabled(t *testing.T) {
@@ -254,6 +268,7 @@ func TestReadinessTriggerDisabled(t *testing.T) {
 	rows = waitFailing(t, db, "triggers")
 	require.Equal(t, "relations=1 triggers=5 failing=1 first=relation_id 1 synchro_guard_truncate missing",
 		checkRow(rows, "triggers").Detail)
+	requireFailing(t, rows, "triggers")
 }
 
 func TestReadinessPublication(t *testing.T) {
@@ -262,6 +277,7 @@ func TestReadinessPublication(t *testing.T) {
 	mustExec(t, db, `ALTER PUBLICATION synchro DROP TABLE items`)
 	rows := waitFailing(t, db, "publication")
 	require.Contains(t, checkRow(rows, "publication").Detail, "published=0 missing=1 extra=0")
+	requireFailing(t, rows, "publication")
 	mustExec(t, db, `ALTER PUBLICATION synchro ADD TABLE ONLY items`)
 	waitReady(t, db)
 
@@ -269,12 +285,14 @@ func TestReadinessPublication(t *testing.T) {
 	mustExec(t, db, `ALTER PUBLICATION synchro SET TABLE ONLY items WHERE (id > 1)`)
 	rows = waitFailing(t, db, "publication")
 	require.Contains(t, checkRow(rows, "publication").Detail, "published=1 missing=0 extra=0 filtered=1")
+	requireFailing(t, rows, "publication")
 	mustExec(t, db, `ALTER PUBLICATION synchro SET TABLE ONLY items`)
 	waitReady(t, db)
 
 	mustExec(t, db, `CREATE TABLE extra (id int PRIMARY KEY); ALTER PUBLICATION synchro ADD TABLE extra`)
 	rows = waitFailing(t, db, "publication")
 	require.Contains(t, checkRow(rows, "publication").Detail, "published=2 missing=0 extra=1")
+	requireFailing(t, rows, "publication")
 }
 
 func TestReadinessSlotDropped(t *testing.T) {
@@ -284,6 +302,7 @@ func TestReadinessSlotDropped(t *testing.T) {
 	mustExec(t, db, `SELECT pg_drop_replication_slot($1)`, runnerSlot(db))
 	rows := waitFailing(t, db, "slot")
 	require.Equal(t, "slot missing", checkRow(rows, "slot").Detail)
+	requireFailing(t, rows, "worker", "slot")
 }
 
 // A slot behind the recorded acknowledgement: the slot as an older copy of it was
@@ -310,6 +329,7 @@ func TestReadinessSlotHeldBack(t *testing.T) {
 	st, _ := runnerState(t, db)
 	require.Less(t, slotLSN(t, db), lsnOf(t, st.Acked))
 	require.Contains(t, checkRow(rows, "slot").Detail, "plugin_matches=true wal_status=")
+	requireFailing(t, rows, "worker", "slot")
 
 	// The runner's startup reconciliation advances it to the acknowledgement.
 	startRunner(t, testRunnerConfig(t, db))
@@ -327,6 +347,7 @@ func TestReadinessSlotAdvanced(t *testing.T) {
 	st, _ := runnerState(t, db)
 	require.Greater(t, slotLSN(t, db), lsnOf(t, st.Processed))
 	require.Contains(t, checkRow(rows, "slot").Detail, "processed_end_lsn="+*st.Processed)
+	requireFailing(t, rows, "worker", "slot")
 }
 
 func TestReadinessPoison(t *testing.T) {
@@ -338,6 +359,7 @@ func TestReadinessPoison(t *testing.T) {
 	require.Equal(t, "unresolved=1 first_commit_lsn="+q.CommitLSN+" class=truncate retry_requested=false",
 		checkRow(rows, "poison").Detail)
 	require.True(t, checkRow(rows, "worker").OK, "a blocked runner is still running:\n%s", readinessString(rows))
+	requireFailing(t, rows, "poison")
 }
 
 // Durable progress that contradicts itself (its constraint dropped by the owner).
@@ -350,6 +372,7 @@ func TestReadinessProgress(t *testing.T) {
 		UPDATE synchro.progress SET materialized_commit_lsn = processed_end_lsn + 4096;`)
 	rows := waitFailing(t, db, "progress")
 	require.Contains(t, checkRow(rows, "progress").Detail, "materialized_commit_lsn=")
+	requireFailing(t, rows, "worker", "progress")
 }
 
 // WAL the runner has not processed, beyond a small limit, while it is stopped.
@@ -362,6 +385,7 @@ func TestReadinessWALLag(t *testing.T) {
 	mustExec(t, db, `INSERT INTO items (id, owner, note) SELECT g, 'a', repeat('x', 200) FROM generate_series(10, 1009) g`)
 	rows := waitFailing(t, db, "wal_lag")
 	require.Contains(t, checkRow(rows, "wal_lag").Detail, "limit_bytes=65536")
+	requireFailing(t, rows, "worker", "wal_lag")
 
 	// The runner catches up: ready again.
 	startRunner(t, testRunnerConfig(t, db))
@@ -378,6 +402,7 @@ func TestReadinessCommitLag(t *testing.T) {
 	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (3, 'a')`)
 	rows := waitFailing(t, db, "commit_lag")
 	require.Contains(t, checkRow(rows, "commit_lag").Detail, "limit_s=1.000")
+	requireFailing(t, rows, "worker", "commit_lag")
 	startRunner(t, testRunnerConfig(t, db))
 	waitReady(t, db)
 }

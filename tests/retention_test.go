@@ -188,7 +188,8 @@ func (p *pusher) mutation(op string, key int64, row map[string]any) map[string]a
 
 // A long steady workload: direct writes through the runner, pushes of long-lived
 // clients, a short-lived client per round that is then retired, scope clients pulling
-// (rebuilding when compaction passed their cursor) and compaction scheduled
+// (rebuilding when compaction passed their cursor), a consumer group reading and
+// acknowledging every round (its change record) and compaction scheduled
 // concurrently all along. The live data is the same size every round, so every table
 // of schema synchro must stay the same size too: sampled after each round (once the
 // runner acknowledged it and one more compaction ran), no count grows with the run.
@@ -203,6 +204,28 @@ func TestRetentionSteadyWorkloadIsBounded(t *testing.T) {
 	setSetting(t, db, "outcome_retention", "0 seconds")
 	setSetting(t, db, "retired_client_retention", "0 seconds")
 	setSetting(t, db, "compact_batch_rows", "50") // several batches per pass
+	// A consumer group keeps up with the stream: its change record (synchro.change) is
+	// written by every materialization and must be compacted with the rest.
+	mustExec(t, db, `SELECT synchro.create_consumer_group('indexer')`)
+	groupDelivered := 0
+	consumeGroup := func() {
+		t.Helper()
+		var tok int64
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT synchro.acquire_lease('indexer', 'steady', 60)`).Scan(&tok))
+		for {
+			var raw string
+			require.NoError(t, db.Pool.QueryRow(ctx, `SELECT synchro.read_changes('indexer', $1, 10000, 1 << 24)::text`, tok).Scan(&raw))
+			var r groupRead
+			require.NoError(t, json.Unmarshal([]byte(raw), &r))
+			if len(r.Transactions) > 0 {
+				groupDelivered += len(r.Transactions)
+				mustExec(t, db, `SELECT synchro.ack('indexer', $1, $2)`, tok, r.Transactions[len(r.Transactions)-1].Position)
+			}
+			if !r.HasMore {
+				return
+			}
+		}
+	}
 
 	const rounds = 30
 	const direct = 12 // rows inserted (and later deleted) directly per round
@@ -357,6 +380,7 @@ func TestRetentionSteadyWorkloadIsBounded(t *testing.T) {
 
 		// Everything of this round is materialized and acknowledged.
 		waitAckedPast(t, db)
+		consumeGroup()
 
 		// Scope clients pull (or rebuild, when a compaction passed their cursor) and
 		// must hold exactly their scope's live state.
@@ -401,6 +425,7 @@ func TestRetentionSteadyWorkloadIsBounded(t *testing.T) {
 		passes.Load(), pulls, rebuilds, b.String())
 
 	require.Positive(t, pulls, "incremental pulls")
+	require.Positive(t, groupDelivered, "transactions delivered to the consumer group")
 	require.Positive(t, rebuilds, "rebuilds after compaction passed a cursor")
 
 	// From round 3 on the live data has its steady size (rows live for two rounds):
@@ -415,7 +440,7 @@ func TestRetentionSteadyWorkloadIsBounded(t *testing.T) {
 	// And what only replay, pull or push idempotency needed is gone entirely once
 	// acknowledged and past its retention (zero here).
 	last := samples[rounds-1]
-	for _, n := range []string{"effect", "event", "txn", "write_fence", "mutation_outcome", "retired_client", "quarantine", "push_context"} {
+	for _, n := range []string{"effect", "event", "txn", "write_fence", "mutation_outcome", "retired_client", "quarantine", "push_context", "change"} {
 		require.Zero(t, last[n], "synchro.%s after the last compaction", n)
 	}
 	// Reservations: exactly the live registered rows (deletions' tombstones went with

@@ -2,10 +2,12 @@ package tests
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/synchro/synchro/internal/fault"
@@ -51,7 +53,8 @@ func procCounter(t *testing.T, p *runproc.Proc, name string, labels ...string) f
 
 // The runner dies right after a materialization committed, before the slot heard of
 // it. The restarted runner re-decodes that transaction, materialize reports it as a
-// duplicate, and the effects are exactly the same.
+// duplicate, and the effects and the consumer groups' change record are exactly the
+// same: a group reads each transaction once.
 func TestRunnerDeathAfterMaterializeCommit(t *testing.T) {
 	eachDecoder(t, func(t *testing.T) {
 		t.Parallel()
@@ -61,6 +64,7 @@ func TestRunnerDeathAfterMaterializeCommit(t *testing.T) {
 		p := startProc(t, bin, db, fault.Spec{Point: fault.AfterCommit, N: 2}.String())
 		waitStream(t, db)
 		requireStreamPlugin(t, db, decoderOf(t)) // SYNCHRO_DECODER chose it
+		mustExec(t, db, `SELECT synchro.create_consumer_group('replayed')`)
 		mustExec(t, db, `INSERT INTO items (id, owner) VALUES (5, 'a')`)
 		waitEffects(t, db, 1)
 		waitAcked(t, db)
@@ -69,6 +73,7 @@ func TestRunnerDeathAfterMaterializeCommit(t *testing.T) {
 		requireFaultDeath(t, p, fault.AfterCommit)
 		before := effects(t, db)
 		require.Len(t, before, 2)
+		changesBefore := tableRows(t, db, "change")
 		st, _ := runnerState(t, db)
 		var lastCommit string
 		require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT max(commit_lsn)::text FROM synchro.txn`).Scan(&lastCommit))
@@ -90,14 +95,32 @@ func TestRunnerDeathAfterMaterializeCommit(t *testing.T) {
 		})
 		waitAcked(t, db)
 		require.Equal(t, before, effects(t, db), "replay created nothing")
+		require.Equal(t, changesBefore, tableRows(t, db, "change"), "replay added no change record")
 		require.Equal(t, 2, countOf(t, db, `SELECT count(*) FROM synchro.txn`))
 
 		mustExec(t, db, `INSERT INTO items (id, owner) VALUES (7, 'a')`)
 		after := waitEffects(t, db, 3)
 		require.Equal(t, before, after[:2])
 		require.Equal(t, "7", after[2].PK)
+		waitChangeTxns(t, db, 3)
+		c := consumerConn(t, db)
+		tok, err := acquireLease(c, "replayed", "me", 60)
+		require.NoError(t, err)
+		r, err := readChanges(c, "replayed", tok, 100, 1<<20)
+		require.NoError(t, err)
+		require.Equal(t, txnPositions(t, db, nil), r.positions(), "each transaction once, in order")
 		require.NoError(t, p2.Stop(10*time.Second))
 	})
+}
+
+// tableRows is every row of a synchro table as canonical JSON text, in a stable order.
+func tableRows(t *testing.T, db *testdb.DB, table string) string {
+	t.Helper()
+	var s string
+	require.NoError(t, db.Pool.QueryRow(context.Background(), fmt.Sprintf(
+		`SELECT coalesce(jsonb_agg(to_jsonb(x) ORDER BY to_jsonb(x)::text), '[]')::text FROM synchro.%s x`,
+		pgx.Identifier{table}.Sanitize())).Scan(&s))
+	return s
 }
 
 // The runner dies after the slot confirmed a boundary and before runner_ack recorded

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/synchro/synchro"
 	"github.com/synchro/synchro/tests/testdb"
 )
 
@@ -215,5 +216,43 @@ func TestConfigurationDocListsEveryReadinessLimit(t *testing.T) {
 		}
 		require.NotEmpty(t, row, "docs/configuration.md, Readiness limits: no row for %s", c.name)
 		require.Contains(t, row, "`"+def+"`", "the row of %s gives the installed default", c.name)
+	}
+}
+
+// Every row of synchro.setting an install writes has a row in the settings table of
+// docs/configuration.md, with the value an install writes.
+func TestConfigurationDocListsEverySetting(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	doc := readDoc(t)
+	i := strings.Index(doc, "## Settings (`synchro.setting`)")
+	require.GreaterOrEqual(t, i, 0)
+	section := doc[i:]
+	if j := strings.Index(section[2:], "\n## "); j >= 0 {
+		section = section[:j+2]
+	}
+	db := testdb.NewEmpty(t)
+	require.NoError(t, synchro.Install(ctx, db.SQL))
+	rows, err := db.Pool.Query(ctx, `SELECT name, value FROM synchro.setting ORDER BY name`)
+	require.NoError(t, err)
+	type setting struct{ name, value string }
+	settings, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (setting, error) {
+		var s setting
+		return s, r.Scan(&s.name, &s.value)
+	})
+	require.NoError(t, err)
+	require.NotEmpty(t, settings)
+	for _, s := range settings {
+		var row string
+		for _, line := range strings.Split(section, "\n") {
+			if strings.HasPrefix(line, "| `"+s.name+"` |") {
+				row = line
+			}
+		}
+		require.NotEmpty(t, row, "docs/configuration.md, Settings: no row for %s", s.name)
+		if s.name == "lock_seed" {
+			continue // a per-install secret, not a default: never printed
+		}
+		require.Contains(t, row, "| `"+s.value+"`", "the row of %s gives the installed default", s.name)
 	}
 }
