@@ -1423,9 +1423,8 @@ BEGIN
   END IF;
 
   -- Each source transaction's own writes to synchro tables (its push write fences)
-  -- must be visible before they are read below (see synchro._await_visible): one
-  -- snapshot checks the whole run, and only a miss waits.
-  PERFORM synchro._await_visible_all(ARRAY(SELECT b.xid FROM pg_temp.synchro_b_txn b));
+  -- are visible: synchro.materialize_batch waited for the whole batch before it
+  -- called this (synchro._await_visible_all).
 
   -- Each transaction's row events, and the run's fences (checked against the paired
   -- row events below), in one scan of the stage.
@@ -4836,6 +4835,13 @@ BEGIN
     RAISE EXCEPTION 'materialize_batch: the batch arrays must be non-empty and of one length'
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
+  -- Every source transaction of the batch is visible first (synchro._await_visible):
+  -- a transaction is decoded once its commit record is flushed, a moment before it
+  -- leaves the proc array. Checked before the reset guard, which must see the
+  -- begin_reset that is in this very batch: read too early, the guard let that
+  -- transaction materialize on the old stream, and an idle stream then never reached
+  -- the reset (it stayed 'requested' until the next write).
+  PERFORM synchro._await_visible_all(xids);
   -- An open stream reset blocks every generation but its own target.
   PERFORM synchro._reset_guard(stream_generation);
   -- Only the pack's own messages are staged: the runner parses each strictly and

@@ -74,9 +74,8 @@ BEGIN
   END IF;
 
   -- Each source transaction's own writes to synchro tables (its push write fences)
-  -- must be visible before they are read below (see synchro._await_visible): one
-  -- snapshot checks the whole run, and only a miss waits.
-  PERFORM synchro._await_visible_all(ARRAY(SELECT b.xid FROM pg_temp.synchro_b_txn b));
+  -- are visible: synchro.materialize_batch waited for the whole batch before it
+  -- called this (synchro._await_visible_all).
 
   -- Each transaction's row events, and the run's fences (checked against the paired
   -- row events below), in one scan of the stage.

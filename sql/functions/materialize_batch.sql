@@ -43,6 +43,13 @@ BEGIN
     RAISE EXCEPTION 'materialize_batch: the batch arrays must be non-empty and of one length'
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
+  -- Every source transaction of the batch is visible first (synchro._await_visible):
+  -- a transaction is decoded once its commit record is flushed, a moment before it
+  -- leaves the proc array. Checked before the reset guard, which must see the
+  -- begin_reset that is in this very batch: read too early, the guard let that
+  -- transaction materialize on the old stream, and an idle stream then never reached
+  -- the reset (it stayed 'requested' until the next write).
+  PERFORM synchro._await_visible_all(xids);
   -- An open stream reset blocks every generation but its own target.
   PERFORM synchro._reset_guard(stream_generation);
   -- Only the pack's own messages are staged: the runner parses each strictly and

@@ -1,0 +1,191 @@
+// Package resetvisible holds the test of a stream reset requested while its own
+// transaction is decoded but not yet visible. It sets synchronous_standby_names, a
+// server-wide setting, so it has a package (and a private cluster) of its own.
+package resetvisible
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/synchro/synchro/runner"
+	"github.com/synchro/synchro/tests/testdb"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+var nonSlotChars = regexp.MustCompile(`[^a-z0-9_]`)
+
+type syncLog struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A transaction is decoded as soon as its commit record is flushed, a moment before
+// it becomes visible to other sessions. synchro.begin_reset's own transaction is
+// one: it blocks the old stream, and its logical message is what sends an idle
+// runner to the reset. If materialize_batch checked for an open reset before that
+// transaction was visible, it materialized the request on the old stream, and an
+// idle stream stayed in phase requested until some later write (TestResetAbort
+// failed that way about one run in four).
+//
+// Here the window is held open for as long as the test likes: with a synchronous
+// standby named that never connects, a committing transaction waits after its commit
+// record is flushed and before it leaves the proc array. Everything but the operator's
+// session commits locally (synchronous_commit = local for the test database).
+func TestResetRequestDecodedBeforeVisible(t *testing.T) {
+	if testdb.Cluster() == nil {
+		t.Skip("synchronous_standby_names is server-wide: needs the private cluster (not " + testdb.EnvDatabaseURL + ")")
+	}
+	ctx := context.Background()
+	db := testdb.New(t)
+	_, err := db.Pool.Exec(ctx, `
+		CREATE TABLE items (id int8 PRIMARY KEY, owner text, note text);
+		SELECT synchro.register_table('items', 'items');
+		SELECT synchro.add_scope_rule('items', 'owner:', 'owner');
+		SELECT synchro.activate_registry();`)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `ALTER DATABASE `+pgx.Identifier{db.Name}.Sanitize()+` SET synchronous_commit = local`)
+	require.NoError(t, err)
+	db.Pool.Reset() // new sessions take the database's setting
+
+	slot := nonSlotChars.ReplaceAllString(strings.ToLower(db.Name), "_")
+	if len(slot) > 63 {
+		slot = slot[len(slot)-63:]
+	}
+	logs := &syncLog{}
+	cfg := runner.Config{
+		DatabaseURL: db.URL, Slot: slot, Owner: "test",
+		HeartbeatInterval: 250 * time.Millisecond, StandbyInterval: time.Second, IdleInterval: 100 * time.Millisecond,
+		PollInterval: 20 * time.Millisecond, BackoffMin: 20 * time.Millisecond, BackoffMax: 300 * time.Millisecond,
+		ShutdownTimeout: 5 * time.Second,
+		Logger:          slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}
+	r, err := runner.New(cfg)
+	require.NoError(t, err)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx) }()
+	defer func() {
+		cancel()
+		<-done
+		if t.Failed() {
+			t.Logf("runner log:\n%s", logs.String())
+		}
+	}()
+	count := func(q string, args ...any) int {
+		t.Helper()
+		var n int
+		require.NoError(t, db.Pool.QueryRow(ctx, q, args...).Scan(&n))
+		return n
+	}
+	waitFor(t, 30*time.Second, "the stream", func() bool {
+		return count(`SELECT count(*) FROM synchro.runner WHERE state = 'streaming'`) == 1
+	})
+	_, err = db.Pool.Exec(ctx, `INSERT INTO items VALUES (1, 'o1', 'before')`)
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, "the first write", func() bool {
+		return count(`SELECT count(*) FROM synchro.txn`) == 1
+	})
+	var gen int64
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT stream_generation FROM synchro.progress`).Scan(&gen))
+
+	_, err = db.Pool.Exec(ctx, `ALTER SYSTEM SET synchronous_standby_names = 'synchro_test_never_connects'`)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = db.Pool.Exec(context.Background(), `ALTER SYSTEM RESET synchronous_standby_names`)
+		_, _ = db.Pool.Exec(context.Background(), `SELECT pg_reload_conf()`)
+	})
+	_, err = db.Pool.Exec(ctx, `SELECT pg_reload_conf()`)
+	require.NoError(t, err)
+
+	// The operator's session waits for the standby after its commit record.
+	op, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	defer op.Close(context.Background())
+	_, err = op.Exec(ctx, `SET synchronous_commit = on`)
+	require.NoError(t, err)
+	var opPid int
+	var xid int64
+	require.NoError(t, op.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&opPid))
+	tx, err := op.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, tx.QueryRow(ctx, `SELECT pg_current_xact_id()::text::bigint`).Scan(&xid))
+	var resetID string
+	require.NoError(t, tx.QueryRow(ctx, `SELECT synchro.begin_reset('decoded before visible')::text`).Scan(&resetID))
+	committed := make(chan error, 1)
+	go func() { committed <- tx.Commit(ctx) }()
+	waitFor(t, 30*time.Second, "the operator's commit waiting for the standby", func() bool {
+		return count(`SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND wait_event = 'SyncRep'`, opPid) == 1
+	})
+	require.Zero(t, count(`SELECT count(*) FROM synchro.reset`), "the request is not visible yet")
+
+	// The runner decodes the transaction now. Either it materializes it on the old
+	// stream (the defect: its txn row appears), or its apply session waits for the
+	// transaction to become visible (pg_sleep in synchro._await_visible_all).
+	waitFor(t, 60*time.Second, "the runner to take the request's transaction", func() bool {
+		return count(`SELECT count(*) FROM synchro.txn WHERE xid = $1`, xid) == 1 ||
+			count(`SELECT count(*) FROM pg_stat_activity WHERE application_name = 'synchro-runner-apply'
+			   AND wait_event = 'PgSleep'`) == 1
+	})
+	require.Zero(t, count(`SELECT count(*) FROM synchro.txn WHERE xid = $1`, xid),
+		"the reset request was materialized on the old stream before it was visible")
+
+	// The operator gives up waiting for the standby: the transaction, committed
+	// locally, becomes visible.
+	_, err = db.Pool.Exec(ctx, `SELECT pg_cancel_backend($1)`, opPid)
+	require.NoError(t, err)
+	select {
+	case <-committed: // a warning, not an error: it committed locally
+	case <-time.After(30 * time.Second):
+		t.Fatal("the operator's commit did not return after the cancel")
+	}
+	require.Equal(t, 1, count(`SELECT count(*) FROM synchro.reset WHERE reset_id = $1::uuid`, resetID))
+
+	// The runner turns to the reset: it leaves phase requested with no further write.
+	waitFor(t, 120*time.Second, "the reset past phase requested", func() bool {
+		return count(`SELECT count(*) FROM synchro.reset WHERE reset_id = $1::uuid AND phase <> 'requested'`, resetID) == 1
+	})
+	require.Zero(t, count(`SELECT count(*) FROM synchro.txn WHERE xid = $1 AND stream_generation = $2`, xid, gen),
+		"nothing of the request on the old stream")
+	_, err = db.Pool.Exec(ctx, `ALTER SYSTEM RESET synchronous_standby_names`)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `SELECT pg_reload_conf()`)
+	require.NoError(t, err)
+	waitFor(t, 120*time.Second, "the reset ready", func() bool {
+		return count(`SELECT count(*) FROM synchro.reset WHERE reset_id = $1::uuid AND phase = 'ready'`, resetID) == 1
+	})
+	_, err = db.Pool.Exec(ctx, `SELECT synchro.abort_reset($1::uuid)`, resetID)
+	require.NoError(t, err)
+}
