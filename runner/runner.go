@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/synchro/synchro/runner/decode"
 )
@@ -284,6 +285,12 @@ func (r *Runner) loop(work, stop context.Context) error {
 			if !r.awaitRetry(work, stop) {
 				return work.Err()
 			}
+		case isBootstrapPending(err):
+			// Not a failure: the main worker reached a projection bootstrap that is
+			// not staged yet; the next step stages it and the session replays the
+			// transaction from the slot.
+			r.log.Info("projection bootstrap in the stream: staging it before the stream goes on")
+			sleep(stop, r.cfg.BackoffMin)
 		default:
 			if work.Err() != nil {
 				return work.Err()
@@ -317,6 +324,14 @@ func (r *Runner) step(work, stop context.Context) error {
 				"switching decoders needs a stream reset (docs/decoders.md)", st.Plugin, r.plugin.Name())}
 	}
 	if ok {
+		// A projection bootstrap activated on this stream: stage it before the
+		// session, whose main worker merges it (bootstrap_stage.go).
+		if err := r.serveBootstrap(work, r.resetOpen(work)); err != nil {
+			if r.ctl.lost() {
+				return fmt.Errorf("%w: %w", errControlLost, err)
+			}
+			return err
+		}
 		// An open stream reset blocks the old stream: serve it instead (reset.go).
 		if handled, err := r.serveReset(work, stop); handled {
 			return err
@@ -419,6 +434,12 @@ func (r *Runner) probe(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// isBootstrapPending reports a session ended by SYB01 (synchro._bootstrap_catch_up).
+func isBootstrapPending(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "SYB01"
 }
 
 // isTableSetChanged reports a session ended by decode.ClassTableSetChanged.

@@ -48,6 +48,13 @@ BEGIN
   -- Only the pack's own messages are staged: the runner parses each strictly and
   -- checks its MAC under the server key before staging it (runner/msgauth), and drops
   -- every other one, as if it had never been emitted.
+  -- While a projection bootstrap is not merged, every transaction goes alone: the
+  -- reference path waits for its stage, merges it or skips the relation's events
+  -- (synchro._bootstrap_catch_up).
+  IF set_based AND EXISTS (SELECT 1 FROM synchro.bootstrap x WHERE x.merged_at IS NULL AND x.kind = 'project'
+                                                              AND x.phase NOT IN ('merged', 'subsumed')) THEN
+    set_based := false;
+  END IF;
   IF set_based THEN
     -- Transactions the set-based path does not take: they go alone, in order.
     SELECT coalesce(array_agg(DISTINCT s.txn), '{}') INTO alone
