@@ -103,6 +103,11 @@ BEGIN
       DELETE FROM pg_temp.synchro_w_impacted;
       DELETE FROM pg_temp.synchro_w_scopes;
     END IF;
+    -- A large merge changes these tables' sizes by as much as it wants at once: fresh
+    -- statistics now, not at autovacuum's next visit (stale ones made every later
+    -- transaction's membership statement look millions of rows big, each paying for a
+    -- JIT compilation of half a second).
+    ANALYZE synchro.projection, synchro.rule_value, synchro.membership;
   END IF;
 
   IF t IS NULL THEN

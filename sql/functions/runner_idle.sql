@@ -31,7 +31,13 @@ BEGIN
     -- The work tables of the merge's membership evaluation (this session's, made by
     -- the runner at session start; made here if not).
     PERFORM synchro.runner_stage_open();
-    PERFORM synchro._bootstrap_catch_up(cur.stream_generation, cur.registry_generation, NULL, boundary, false);
+    BEGIN
+      PERFORM synchro._bootstrap_catch_up(cur.stream_generation, cur.registry_generation, NULL, boundary, false);
+    EXCEPTION WHEN SQLSTATE 'SYP08' THEN
+      -- An incomplete stage is never merged. Not here: the next source transaction
+      -- at or after the point meets it and is quarantined with its identity.
+      NULL;
+    END;
   END IF;
   SELECT x.processed_end_lsn INTO result FROM synchro.progress x;
   RETURN result;
