@@ -266,7 +266,7 @@ BEGIN
                        WHERE x.merged_at IS NULL AND x.kind = 'project' AND x.stream_generation = gen
                          AND x.generation <= reg AND x.phase IN ('requested', 'staging', 'failed')) THEN
     RAISE EXCEPTION 'bootstrap_pending: a projection bootstrap of this registry generation is not staged yet'
-      USING ERRCODE = 'SYB01';
+      USING ERRCODE = 'SYW01';
   END IF;
 
   FOR b IN SELECT x.* FROM synchro.bootstrap x
@@ -1938,7 +1938,7 @@ BEGIN
   FOREACH act_gen IN ARRAY act_gens LOOP
     PERFORM synchro._bootstrap_merge(act_gen);
   END LOOP;
-  -- Bootstraps staged under an exported snapshot: wait for the stage (SYB01), merge it
+  -- Bootstraps staged under an exported snapshot: wait for the stage (SYW01), merge it
   -- at its consistent point, or drop this transaction's events of the relation when
   -- they are in the snapshot. Then count what is left.
   IF EXISTS (SELECT 1 FROM synchro.bootstrap x WHERE x.merged_at IS NULL AND x.kind = 'project') THEN

@@ -27,7 +27,7 @@ import (
 //     with the slot's consistent point C.
 //
 // The session's main worker is the catch-up: it waits at the activation until the
-// stage is committed (SYB01 ends the session, nothing written), skips the relation's
+// stage is committed (SYW01 ends the session, nothing written), skips the relation's
 // events of transactions that committed before C, and merges the stage at its first
 // transaction end at or after C (synchro._bootstrap_catch_up). A death while staging
 // loses the snapshot with its connection and rolls the stage back: the next step

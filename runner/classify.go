@@ -75,7 +75,7 @@ func IsTransientSQLState(code string) bool {
 	switch code {
 	case "40001", "40P01", "57P01", "57P02", "57P03":
 		return true
-	case "SYB01":
+	case "SYW01":
 		// A projection bootstrap in effect is not staged yet
 		// (synchro._bootstrap_catch_up): nothing was written; the loop stages it.
 		return true

@@ -436,10 +436,10 @@ func (r *Runner) probe(ctx context.Context) error {
 	return nil
 }
 
-// isBootstrapPending reports a session ended by SYB01 (synchro._bootstrap_catch_up).
+// isBootstrapPending reports a session ended by SYW01 (synchro._bootstrap_catch_up).
 func isBootstrapPending(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "SYB01"
+	return errors.As(err, &pgErr) && pgErr.Code == "SYW01"
 }
 
 // isTableSetChanged reports a session ended by decode.ClassTableSetChanged.

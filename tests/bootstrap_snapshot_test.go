@@ -273,3 +273,47 @@ func TestBootstrapSubsumedByReset(t *testing.T) {
 	requireNoQuarantine(t, db)
 	require.NoError(t, p.Stop(10*time.Second))
 }
+
+// TestBootstrapConsumerGroup: a consumer group gets no change records for the rows a
+// projection bootstrap staged (they are no source transaction's change; the group reads
+// the table once after the merge, docs/bootstrap.md), and the later changes of the
+// table as usual.
+func TestBootstrapConsumerGroup(t *testing.T) {
+	t.Parallel()
+	db := groupsSetup(t)
+	mustExec(t, db, `SELECT synchro.create_consumer_group('whole')`)
+	mustExec(t, db, `CREATE TABLE filled (id int8 PRIMARY KEY, owner text);
+		INSERT INTO filled SELECT i, 'a' FROM generate_series(1, 50) i;
+		SELECT synchro.register_table('filled', 'filled');
+		SELECT synchro.add_scope_rule('filled', 'owner:', 'owner');
+		SELECT synchro.activate_registry();`)
+	waitBootstraps(t, db)
+	mustExec(t, db, `INSERT INTO filled VALUES (51, 'a')`)
+	eventually(t, 60*time.Second, "the later insert materialized", func() bool {
+		return countOf(t, db, `SELECT count(*) FROM synchro.projection p JOIN synchro.relation r USING (relation_id)
+			WHERE r.table_id = 'filled'`) == 51 && countOf(t, db, `SELECT count(*) FROM synchro.change WHERE table_id = 'filled'`) == 1
+	})
+
+	c := consumerConn(t, db)
+	tok, err := acquireLease(c, "whole", "owner-a", 60)
+	require.NoError(t, err)
+	got := []string{}
+	for range 20 {
+		r, err := readChanges(c, "whole", tok, 100, 1<<20)
+		require.NoError(t, err)
+		for _, x := range r.Transactions {
+			for _, ch := range x.Changes {
+				if ch.Table == "filled" {
+					got = append(got, ch.Op+":"+pkText(ch.PK))
+				}
+			}
+		}
+		if len(r.Transactions) > 0 {
+			require.NoError(t, ackPosition(c, "whole", tok, r.Transactions[len(r.Transactions)-1].Position))
+		}
+		if !r.HasMore {
+			break
+		}
+	}
+	require.Equal(t, []string{"upsert:51"}, got)
+}

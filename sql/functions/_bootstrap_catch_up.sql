@@ -6,7 +6,7 @@
 -- with the ordinary materialization code. So, for stream generation gen with registry
 -- generation reg in effect, at source position pos:
 --   * a bootstrap activated in the stream (generation <= reg) that is not staged yet:
---     SYB01 bootstrap_pending when wait (the runner stages it, then replays the
+--     SYW01 bootstrap_pending when wait (the runner stages it, then replays the
 --     transaction from the slot; nothing was written). The stream never guesses.
 --   * a staged one with C <= pos: merged now, before the transaction's events: the
 --     projection becomes the staged rows, the accepted push fences the snapshot
@@ -41,7 +41,7 @@ BEGIN
                        WHERE x.merged_at IS NULL AND x.kind = 'project' AND x.stream_generation = gen
                          AND x.generation <= reg AND x.phase IN ('requested', 'staging', 'failed')) THEN
     RAISE EXCEPTION 'bootstrap_pending: a projection bootstrap of this registry generation is not staged yet'
-      USING ERRCODE = 'SYB01';
+      USING ERRCODE = 'SYW01';
   END IF;
 
   FOR b IN SELECT x.* FROM synchro.bootstrap x

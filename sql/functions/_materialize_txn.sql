@@ -16,7 +16,7 @@
 --   SYP01 fence_mismatch  SYP02 truncate  SYP03 relation_drift  SYP04 unknown_relation
 --   SYP05 message_format  SYP06 stream_order  SYP07 toast_missing
 --   SYP08 bootstrap_incomplete (synchro._bootstrap_merge, synchro._bootstrap_catch_up)
--- and SYB01 bootstrap_pending, not a poison: a projection bootstrap in effect is not
+-- and SYW01 bootstrap_pending, not a poison: a projection bootstrap in effect is not
 -- staged yet (the runner stages it and replays the transaction).
 -- DETAIL carries relation_id=<n> when a relation is known.
 CREATE OR REPLACE FUNCTION synchro._materialize_txn(
@@ -103,7 +103,7 @@ BEGIN
   FOREACH act_gen IN ARRAY act_gens LOOP
     PERFORM synchro._bootstrap_merge(act_gen);
   END LOOP;
-  -- Bootstraps staged under an exported snapshot: wait for the stage (SYB01), merge it
+  -- Bootstraps staged under an exported snapshot: wait for the stage (SYW01), merge it
   -- at its consistent point, or drop this transaction's events of the relation when
   -- they are in the snapshot. Then count what is left.
   IF EXISTS (SELECT 1 FROM synchro.bootstrap x WHERE x.merged_at IS NULL AND x.kind = 'project') THEN

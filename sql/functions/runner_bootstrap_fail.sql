@@ -1,7 +1,7 @@
 -- A staging attempt failed (docs/bootstrap.md): phase failed with a bounded detail,
 -- for synchro.bootstrap_status. The runner tries again with a new snapshot
 -- (synchro.runner_bootstrap_begin); until a stage commits, the main worker waits at
--- the activation (SYB01): fail closed, nothing partial is merged.
+-- the activation (SYW01): fail closed, nothing partial is merged.
 CREATE OR REPLACE FUNCTION synchro.runner_bootstrap_fail(detail text) RETURNS void
 LANGUAGE plpgsql
 SECURITY DEFINER
