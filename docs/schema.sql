@@ -5820,8 +5820,8 @@ BEGIN
     RAISE EXCEPTION 'bootstrap stage refused: run it in the REPEATABLE READ transaction that imported the slot snapshot'
       USING ERRCODE = 'SY400';
   END IF;
-  IF consistent_point IS NULL THEN
-    RAISE EXCEPTION 'bootstrap stage refused: no consistent point' USING ERRCODE = 'SY400';
+  IF consistent_point IS NULL OR slot_name IS NULL OR slot_name !~ '^[a-z0-9_]{1,63}$' THEN
+    RAISE EXCEPTION 'bootstrap stage refused: no consistent point or no valid slot name' USING ERRCODE = 'SY400';
   END IF;
   -- One stage at a time, and never concurrently with a stream reset's activation,
   -- which subsumes unmerged bootstraps under the same lock (synchro.activate_reset).
