@@ -51,6 +51,16 @@ func docEvents(t *testing.T, db *testdb.DB, pk int) int {
 		WHERE r.table_id = 'docs' AND e.pk = $1`, fmt.Sprint(pk))
 }
 
+// requireBootstrapDeath waits for p to die by SIGKILL at a staging point. Longer than
+// requireFaultDeath: creating the slot waits for every transaction of the cluster that
+// holds a transaction id, which under make test's parallel load can take more than 15 s.
+func requireBootstrapDeath(t *testing.T, p *runproc.Proc, point fault.Point) {
+	t.Helper()
+	require.True(t, p.Wait(120*time.Second), "the runner did not die at %s", point)
+	require.True(t, p.Killed(), "exit: %s\n%s", p.Exit(), p.Logs())
+	require.Equal(t, point, p.FaultReached())
+}
+
 // TestBootstrapSnapshotBoundary: a write held open across the slot's creation commits
 // before the consistent point; a write committed while the staging transaction holds
 // its snapshot open does not wait for it and commits after the point; a push accepted
@@ -171,7 +181,7 @@ func TestBootstrapRunnerKilled(t *testing.T) {
 	mustExec(t, db, `SELECT synchro.register_table('filled', 'filled');
 		SELECT synchro.add_scope_rule('filled', 'owner:', 'owner');
 		SELECT synchro.activate_registry();`)
-	requireFaultDeath(t, p, fault.BootstrapStaging)
+	requireBootstrapDeath(t, p, fault.BootstrapStaging)
 	require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM synchro.bootstrap_row`), "the stage rolled back")
 	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.bootstrap WHERE phase = 'staging' AND attempt = 1`))
 	eventually(t, 60*time.Second, "the temporary slot gone with its connection", func() bool {
@@ -181,7 +191,7 @@ func TestBootstrapRunnerKilled(t *testing.T) {
 
 	waitRunnerGone(t, db)
 	p = startProc(t, bin, db, fault.Spec{Point: fault.BootstrapStaged, N: 1}.String())
-	requireFaultDeath(t, p, fault.BootstrapStaged)
+	requireBootstrapDeath(t, p, fault.BootstrapStaged)
 	require.Equal(t, 3001, countOf(t, db, `SELECT count(*) FROM synchro.bootstrap_row`), "staged, with the write between the deaths")
 	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.bootstrap WHERE phase = 'staged' AND attempt = 2 AND merged_at IS NULL`))
 	mustExec(t, db, `INSERT INTO filled VALUES (3002, 'o1')`)
@@ -219,7 +229,7 @@ func TestBootstrapStageVerified(t *testing.T) {
 	mustExec(t, db, `SELECT synchro.register_table('filled', 'filled');
 		SELECT synchro.add_scope_rule('filled', 'owner:', 'owner');
 		SELECT synchro.activate_registry();`)
-	requireFaultDeath(t, p, fault.BootstrapStaged)
+	requireBootstrapDeath(t, p, fault.BootstrapStaged)
 	// Same count, another version: only the digest tells.
 	mustExec(t, db, `UPDATE synchro.bootstrap_row SET version = 'forged' WHERE pk = '7'`)
 	mustExec(t, db, `INSERT INTO filled VALUES (101, 'o1')`)
@@ -249,7 +259,7 @@ func TestBootstrapSubsumedByReset(t *testing.T) {
 	mustExec(t, db, `SELECT synchro.register_table('filled', 'filled');
 		SELECT synchro.add_scope_rule('filled', 'owner:', 'owner');
 		SELECT synchro.activate_registry();`)
-	requireFaultDeath(t, p, fault.BootstrapStaged)
+	requireBootstrapDeath(t, p, fault.BootstrapStaged)
 	require.Equal(t, 500, countOf(t, db, `SELECT count(*) FROM synchro.bootstrap_row`))
 	waitRunnerGone(t, db)
 
