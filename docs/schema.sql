@@ -3718,6 +3718,7 @@ DECLARE
   msg jsonb;
   running boolean;
   reproject boolean;
+  empty boolean;
   rb record;
 BEGIN
   PERFORM pg_advisory_xact_lock(hashtextextended('synchro.registry', synchro._lock_seed()));
@@ -3853,6 +3854,18 @@ BEGIN
        WHERE p.generation = prev AND p.relation_id = r.relation_id
          AND q.generation = g AND q.relation_id = r.relation_id
          AND (p.columns IS DISTINCT FROM q.columns OR p.column_types IS DISTINCT FROM q.column_types));
+    -- A new relation whose table is empty has nothing to stage: it streams from this
+    -- activation on, like any registered relation (its projection is empty at this
+    -- position). Read under the trigger statements' lock, which keeps writers out until
+    -- this commits; only under READ COMMITTED, whose statement snapshot is taken after
+    -- the lock (an older transaction snapshot could miss a row committed before it).
+    IF running AND reproject AND r.is_new AND NOT r.rebound
+       AND current_setting('transaction_isolation') = 'read committed' THEN
+      EXECUTE format('SELECT NOT EXISTS (SELECT 1 FROM ONLY %I.%I)', r.schema_name, r.table_name) INTO empty;
+      IF empty THEN
+        reproject := false;
+      END IF;
+    END IF;
     IF running AND reproject THEN
       INSERT INTO synchro.bootstrap (generation, relation_id, kind, phase, stream_generation)
       SELECT g, r.relation_id, 'project', 'requested', p.stream_generation FROM synchro.progress p;
