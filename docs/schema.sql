@@ -239,6 +239,119 @@ $_$;
 ALTER FUNCTION synchro._baseline_rows(reg bigint, sch text) OWNER TO postgres;
 
 --
+-- Name: _bootstrap_catch_up(bigint, bigint, integer, pg_lsn, boolean); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._bootstrap_catch_up(gen bigint, reg bigint, t integer, pos pg_lsn, wait boolean) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  b        record;
+  n        bigint;
+  digest   text;
+  rels     bigint[] := '{}';
+  changed  text[];
+  skip     bigint[];
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM synchro.bootstrap x
+                  WHERE x.merged_at IS NULL AND x.kind = 'project' AND x.stream_generation = gen
+                    AND x.generation <= reg AND x.phase NOT IN ('merged', 'subsumed')) THEN
+    RETURN;
+  END IF;
+  IF wait AND EXISTS (SELECT 1 FROM synchro.bootstrap x
+                       WHERE x.merged_at IS NULL AND x.kind = 'project' AND x.stream_generation = gen
+                         AND x.generation <= reg AND x.phase IN ('requested', 'staging', 'failed')) THEN
+    RAISE EXCEPTION 'bootstrap_pending: a projection bootstrap of this registry generation is not staged yet'
+      USING ERRCODE = 'SYW01';
+  END IF;
+
+  FOR b IN SELECT x.* FROM synchro.bootstrap x
+            WHERE x.merged_at IS NULL AND x.kind = 'project' AND x.stream_generation = gen
+              AND x.generation <= reg AND x.phase = 'staged' AND x.consistent_point <= pos
+            ORDER BY x.generation, x.relation_id FOR UPDATE LOOP
+    DELETE FROM synchro.membership m WHERE m.relation_id = b.relation_id;
+    DELETE FROM synchro.rule_value v WHERE v.relation_id = b.relation_id;
+    DELETE FROM synchro.projection p WHERE p.relation_id = b.relation_id;
+    WITH ins AS (
+      INSERT INTO synchro.projection (relation_id, pk, pk_int, version, image)
+      SELECT s.relation_id, s.pk, s.pk_int, s.version, s.image FROM synchro.bootstrap_row s
+       WHERE s.generation = b.generation AND s.relation_id = b.relation_id
+      RETURNING pk, version)
+    SELECT count(*), count(*)::text || ':' || coalesce(sum(hashtextextended(ins.pk || '/' || ins.version, 0)::numeric), 0)::text
+      INTO n, digest FROM ins;
+    -- Count and digest were taken when the rows were staged: a difference means the
+    -- stage is incomplete or altered, and a partial projection must not become the state.
+    IF n <> b.row_count OR digest IS DISTINCT FROM b.row_digest THEN
+      RAISE EXCEPTION 'poison: bootstrap_incomplete' USING ERRCODE = 'SYP08', DETAIL = format('relation_id=%s', b.relation_id);
+    END IF;
+    DELETE FROM synchro.bootstrap_row s WHERE s.generation = b.generation AND s.relation_id = b.relation_id;
+    -- Accepted pushes of the relation in the snapshot: their events were skipped (or
+    -- come before C), the merged rows represent them.
+    UPDATE synchro.write_fence wf SET coverage = 'baseline', covered_at = now()
+     WHERE wf.fence_id IN (SELECT c.fence_id FROM synchro.bootstrap_coverage c
+                            WHERE c.generation = b.generation AND c.relation_id = b.relation_id AND c.attempt = b.attempt)
+       AND wf.coverage IS NULL;
+    UPDATE synchro.bootstrap x SET merged_at = now(), phase = 'merged'
+     WHERE x.generation = b.generation AND x.relation_id = b.relation_id;
+    rels := rels || b.relation_id;
+  END LOOP;
+
+  IF cardinality(rels) > 0 THEN
+    -- Rule index of the merged relations, then the membership of every prefix whose
+    -- rules name one of them, directly or as a via dependency, for every projected row.
+    INSERT INTO synchro.rule_value (relation_id, column_name, value, pk)
+    SELECT DISTINCT p.relation_id, c.column_name, p.image ->> c.column_name::text, p.pk
+      FROM synchro._rule_value_columns(reg) c
+      JOIN synchro.projection p ON p.relation_id = c.relation_id
+     WHERE c.relation_id = ANY (rels) AND p.image ->> c.column_name::text IS NOT NULL
+    ON CONFLICT DO NOTHING;
+    SELECT array_agg(DISTINCT s.scope_prefix) INTO changed FROM synchro.scope_rule s
+     WHERE s.generation = reg AND (s.relation_id = ANY (rels) OR s.via_relation_id = ANY (rels));
+    IF changed IS NOT NULL THEN
+      DELETE FROM pg_temp.synchro_w_impacted;
+      INSERT INTO pg_temp.synchro_w_impacted (relation_id, pk, event_ordinal, touched)
+      SELECT p.relation_id, p.pk, 0, false FROM synchro.projection p
+       WHERE p.relation_id IN (SELECT r.relation_id FROM synchro.scope_rule r
+                                WHERE r.generation = reg AND r.scope_prefix = ANY (changed));
+      PERFORM synchro._evaluate_membership(reg);
+      DELETE FROM synchro.membership m
+       WHERE EXISTS (SELECT 1 FROM unnest(changed) c(prefix) WHERE starts_with(m.scope, c.prefix));
+      INSERT INTO synchro.membership (scope, relation_id, pk, table_id, pk_order)
+      SELECT s.scope, s.relation_id, s.pk, r.table_id, CASE WHEN r.key_type = 'string' THEN 0 ELSE s.pk::bigint END
+        FROM pg_temp.synchro_w_scopes s JOIN synchro.relation r ON r.relation_id = s.relation_id
+       WHERE EXISTS (SELECT 1 FROM unnest(changed) c(prefix) WHERE starts_with(s.scope, c.prefix))
+      ON CONFLICT DO NOTHING;
+      DELETE FROM pg_temp.synchro_w_impacted;
+      DELETE FROM pg_temp.synchro_w_scopes;
+    END IF;
+    -- A large merge changes these tables' sizes by as much as it wants at once: fresh
+    -- statistics now, not at autovacuum's next visit (stale ones made every later
+    -- transaction's membership statement look millions of rows big, each paying for a
+    -- JIT compilation of half a second).
+    ANALYZE synchro.projection, synchro.rule_value, synchro.membership;
+  END IF;
+
+  IF t IS NULL THEN
+    RETURN;
+  END IF;
+  -- Still staged with C beyond this transaction: its events of those relations are in
+  -- the snapshot, and the merge will bring them.
+  SELECT array_agg(DISTINCT x.relation_id) INTO skip FROM synchro.bootstrap x
+   WHERE x.merged_at IS NULL AND x.kind = 'project' AND x.stream_generation = gen
+     AND x.generation <= reg AND x.phase = 'staged' AND x.consistent_point > pos;
+  IF skip IS NOT NULL THEN
+    DELETE FROM pg_temp.synchro_stage s
+     WHERE s.txn = _bootstrap_catch_up.t
+       AND ((s.kind IN ('I', 'U', 'D') AND s.relid IN (SELECT r.relid FROM synchro.relation r WHERE r.relation_id = ANY (skip)))
+         OR (s.kind = 'M' AND s.prefix = 'synchro.fence' AND s.f_relation_id = ANY (skip)));
+  END IF;
+END
+$$;
+
+
+ALTER FUNCTION synchro._bootstrap_catch_up(gen bigint, reg bigint, t integer, pos pg_lsn, wait boolean) OWNER TO postgres;
+
+--
 -- Name: _bootstrap_merge(bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -250,7 +363,8 @@ DECLARE
   n bigint;
 BEGIN
   FOR b IN SELECT x.relation_id, x.kind, x.row_count FROM synchro.bootstrap x
-            WHERE x.generation = reg AND x.merged_at IS NULL ORDER BY x.relation_id FOR UPDATE LOOP
+            WHERE x.generation = reg AND x.merged_at IS NULL AND x.phase = 'staged' AND x.consistent_point IS NULL
+            ORDER BY x.relation_id FOR UPDATE LOOP
     DELETE FROM synchro.membership m WHERE m.relation_id = b.relation_id;
     DELETE FROM synchro.rule_value v WHERE v.relation_id = b.relation_id;
     DELETE FROM synchro.projection p WHERE p.relation_id = b.relation_id;
@@ -269,8 +383,18 @@ BEGIN
       -- Nothing fences the relation any more (its triggers went at activation), and no
       -- push may name it: its row versions are dead weight.
       DELETE FROM synchro.row_version v WHERE v.relation_id = b.relation_id;
+      -- An earlier generation's bootstrap of the relation that was not merged yet has
+      -- nothing left to merge into.
+      DELETE FROM synchro.bootstrap_row s
+       WHERE s.relation_id = b.relation_id AND s.generation < reg
+         AND s.generation IN (SELECT y.generation FROM synchro.bootstrap y
+                               WHERE y.relation_id = b.relation_id AND y.merged_at IS NULL);
+      UPDATE synchro.bootstrap y SET phase = 'subsumed', detail = 'relation removed'
+       WHERE y.relation_id = b.relation_id AND y.generation < reg AND y.merged_at IS NULL
+         AND y.phase NOT IN ('merged', 'subsumed');
     END IF;
-    UPDATE synchro.bootstrap x SET merged_at = now() WHERE x.generation = reg AND x.relation_id = b.relation_id;
+    UPDATE synchro.bootstrap x SET merged_at = now(), phase = 'merged'
+     WHERE x.generation = reg AND x.relation_id = b.relation_id;
   END LOOP;
 END
 $$;
@@ -1808,6 +1932,16 @@ BEGIN
   FOREACH act_gen IN ARRAY act_gens LOOP
     PERFORM synchro._bootstrap_merge(act_gen);
   END LOOP;
+  -- Bootstraps staged under an exported snapshot: wait for the stage (SYW01), merge it
+  -- at its consistent point, or drop this transaction's events of the relation when
+  -- they are in the snapshot. Then count what is left.
+  IF EXISTS (SELECT 1 FROM synchro.bootstrap x WHERE x.merged_at IS NULL AND x.kind = 'project') THEN
+    PERFORM synchro._bootstrap_catch_up(gen, reg_end, _materialize_txn.t, clsn, true);
+    SELECT count(*) FILTER (WHERE s.kind IN ('I', 'U', 'D', 'T')),
+           count(*) FILTER (WHERE s.kind = 'M' AND s.prefix = 'synchro.fence')
+      INTO n_events, n_fences
+      FROM (SELECT * FROM pg_temp.synchro_stage s0 WHERE s0.txn = _materialize_txn.t) s;
+  END IF;
 
   -- Row events, each with the registry generation selected by its source position.
   INSERT INTO pg_temp.synchro_w_rows (seq, event_ordinal, op, relation_id, registration_kind, table_id,
@@ -4014,13 +4148,12 @@ DECLARE
   r record;
   chk record;
   trg text;
-  total bigint;
   pub text;
   rels text;
   msg jsonb;
   running boolean;
   reproject boolean;
-  n bigint;
+  empty boolean;
   rb record;
 BEGIN
   PERFORM pg_advisory_xact_lock(hashtextextended('synchro.registry', synchro._lock_seed()));
@@ -4133,8 +4266,12 @@ BEGIN
     PERFORM synchro._check_render(r.relid::regclass,
                                   (SELECT reg.columns FROM synchro.registration reg
                                     WHERE reg.generation = g AND reg.relation_id = r.relation_id));
-    IF r.is_new OR r.rebound THEN
+    IF (r.is_new OR r.rebound) AND NOT running THEN
       -- Rows that never passed a fence still need a version for rebuild and push CAS.
+      -- Before the runner's first start only: the first start's baseline takes every
+      -- row. On a running stream the runner allocates them after this commit, when
+      -- every write passes the triggers just installed, in short transactions that
+      -- lock no table (synchro.runner_bootstrap_versions).
       EXECUTE format(
         'INSERT INTO synchro.row_version (relation_id, pk, version) '
         'SELECT $1, %I::text, synchro._new_version() FROM ONLY %I.%I ON CONFLICT DO NOTHING',
@@ -4143,56 +4280,30 @@ BEGIN
     END IF;
 
     -- Projection bootstrap: the running stream's projection of this relation is
-    -- missing or in another shape. The trigger statements above hold SHARE ROW
-    -- EXCLUSIVE on the table, so every write committed before this statement's
-    -- snapshot is in the WAL before this transaction's activation message, and every
-    -- later one after it: the staged rows are the table exactly at the activation's
-    -- position. Under REPEATABLE READ or SERIALIZABLE the transaction's snapshot could
-    -- predate the lock, so those levels are refused.
+    -- missing or in another shape. Nothing is copied here, and no lock is held beyond
+    -- the trigger statements' until this commit: the runner stages the rows under an
+    -- exported snapshot taken after this commit, and the main worker merges them at
+    -- the snapshot's consistent point (docs/bootstrap.md).
     reproject := r.is_new OR r.rebound OR prev IS NULL OR EXISTS (
       SELECT 1 FROM synchro.registration p, synchro.registration q
        WHERE p.generation = prev AND p.relation_id = r.relation_id
          AND q.generation = g AND q.relation_id = r.relation_id
          AND (p.columns IS DISTINCT FROM q.columns OR p.column_types IS DISTINCT FROM q.column_types));
+    -- A new relation whose table is empty has nothing to stage: it streams from this
+    -- activation on, like any registered relation (its projection is empty at this
+    -- position). Read under the trigger statements' lock, which keeps writers out until
+    -- this commits; only under READ COMMITTED, whose statement snapshot is taken after
+    -- the lock (an older transaction snapshot could miss a row committed before it).
+    IF running AND reproject AND r.is_new AND NOT r.rebound
+       AND current_setting('transaction_isolation') = 'read committed' THEN
+      EXECUTE format('SELECT NOT EXISTS (SELECT 1 FROM ONLY %I.%I)', r.schema_name, r.table_name) INTO empty;
+      IF empty THEN
+        reproject := false;
+      END IF;
+    END IF;
     IF running AND reproject THEN
-      IF current_setting('transaction_isolation') <> 'read committed' THEN
-        RAISE EXCEPTION 'activation refused: a projection bootstrap must read the locked table in READ COMMITTED (relation_id %)',
-          r.relation_id USING ERRCODE = 'SY400';
-      END IF;
-      -- The row-image cache of synchro._image_sql, whose SQL runs here with the owner's
-      -- rights: a table of that name the caller made (with its own rows, triggers or
-      -- policies) would run the caller's code as the owner.
-      IF EXISTS (SELECT 1 FROM pg_class c
-                  WHERE c.relnamespace = pg_my_temp_schema() AND c.relname = 'synchro_image_sql'
-                    AND c.relowner <> current_user::regrole) THEN
-        RAISE EXCEPTION 'activation refused: the session holds a temporary synchro_image_sql table it made itself'
-          USING ERRCODE = 'insufficient_privilege';
-      END IF;
-      CREATE TEMP TABLE IF NOT EXISTS synchro_image_sql (
-        relation_id bigint, generation bigint, src text, live boolean, sql text NOT NULL,
-        PRIMARY KEY (relation_id, generation, src, live)
-      ) ON COMMIT PRESERVE ROWS;
-      INSERT INTO synchro.bootstrap (generation, relation_id, kind) VALUES (g, r.relation_id, 'project');
-      -- Rendered as the first start's baseline renders them (synchro._baseline_rows).
-      -- Each row's version by an index probe (LATERAL, OFFSET 0): row_version's
-      -- statistics do not know the rows just allocated above, and a join planned from
-      -- them can scan it once per row.
-      EXECUTE format(
-        'INSERT INTO synchro.bootstrap_row (generation, relation_id, pk, pk_int, version, image) '
-        'SELECT $3, $1, t.%I::text, CASE WHEN $2 <> %L THEN t.%I::text::bigint END, v.version, %s '
-        '  FROM ONLY %I.%I t CROSS JOIN LATERAL ('
-        '    SELECT v0.version FROM synchro.row_version v0 WHERE v0.relation_id = $1 AND v0.pk = t.%I::text OFFSET 0) v',
-        r.key_column, 'string', r.key_column, synchro._image_sql(r.relation_id, g, 't', true),
-        r.schema_name, r.table_name, r.key_column)
-      USING r.relation_id, r.key_type, g;
-      GET DIAGNOSTICS n = ROW_COUNT;
-      -- Every row passed a fence or got a version above; a staged row never invents one,
-      -- and a row without one must not be left out silently.
-      EXECUTE format('SELECT count(*) FROM ONLY %I.%I', r.schema_name, r.table_name) INTO total;
-      IF total <> n THEN
-        RAISE EXCEPTION 'activation refused: a row of relation_id % has no version', r.relation_id USING ERRCODE = 'SY400';
-      END IF;
-      UPDATE synchro.bootstrap x SET row_count = n WHERE x.generation = g AND x.relation_id = r.relation_id;
+      INSERT INTO synchro.bootstrap (generation, relation_id, kind, phase, stream_generation)
+      SELECT g, r.relation_id, 'project', 'requested', p.stream_generation FROM synchro.progress p;
     END IF;
   END LOOP;
 
@@ -4213,7 +4324,9 @@ BEGIN
     END IF;
     EXECUTE format('DROP FUNCTION IF EXISTS synchro.%I()', '_fence_' || r.relation_id);
     IF running THEN
-      INSERT INTO synchro.bootstrap (generation, relation_id, kind) VALUES (g, r.relation_id, 'remove');
+      -- Nothing to stage: merged at the activation's position.
+      INSERT INTO synchro.bootstrap (generation, relation_id, kind, phase, stream_generation)
+      SELECT g, r.relation_id, 'remove', 'staged', p.stream_generation FROM synchro.progress p;
     END IF;
   END LOOP;
 
@@ -4393,6 +4506,17 @@ BEGIN
   -- The old stream's blocking poison is recovered by this reset (ADR 001, path 2).
   UPDATE synchro.quarantine q SET resolved_at = now(), retry_requested = false
    WHERE q.stream_generation = r.source_generation AND q.resolved_at IS NULL;
+  -- Projection bootstraps the old stream did not merge (docs/bootstrap.md): the
+  -- reset's baseline was read under a snapshot taken after their activation committed
+  -- (activate_registry refuses while a reset is open), so it holds their rows in their
+  -- registered shape, and reset_baseline covers their pushes. Their stages go; the
+  -- advisory lock waits for a stage the runner is committing right now.
+  PERFORM pg_advisory_xact_lock(hashtextextended('synchro.bootstrap', synchro._lock_seed()));
+  DELETE FROM synchro.bootstrap_row s USING synchro.bootstrap b
+   WHERE b.generation = s.generation AND b.relation_id = s.relation_id
+     AND b.merged_at IS NULL AND b.stream_generation = r.source_generation;
+  UPDATE synchro.bootstrap b SET phase = 'subsumed', detail = 'subsumed by stream reset'
+   WHERE b.merged_at IS NULL AND b.phase NOT IN ('merged', 'subsumed') AND b.stream_generation = r.source_generation;
   -- The runner reads the new slot from here on (readiness compares the two).
   UPDATE synchro.runner SET slot_name = r.candidate_slot;
   UPDATE synchro.reset x SET phase = 'activated', ended_at = now() WHERE x.reset_id = r.reset_id;
@@ -4847,6 +4971,21 @@ BEGIN
   -- Only the pack's own messages are staged: the runner parses each strictly and
   -- checks its MAC under the server key before staging it (runner/msgauth), and drops
   -- every other one, as if it had never been emitted.
+  -- Projection bootstrap catch-up (synchro._bootstrap_catch_up), the part both paths
+  -- share: for a bootstrap staged under a snapshot whose activation is materialized
+  -- already, a transaction of this batch that committed before the consistent point is
+  -- in the snapshot: its events and fences of the relation go before anything else.
+  IF EXISTS (SELECT 1 FROM synchro.bootstrap x WHERE x.merged_at IS NULL AND x.kind = 'project' AND x.phase = 'staged') THEN
+    DELETE FROM pg_temp.synchro_stage s
+     USING (SELECT x.relation_id, r.relid, x.consistent_point
+              FROM synchro.bootstrap x JOIN synchro.relation r USING (relation_id)
+             WHERE x.merged_at IS NULL AND x.kind = 'project' AND x.phase = 'staged'
+               AND x.stream_generation = materialize_batch.stream_generation
+               AND x.generation <= (SELECT p.registry_generation FROM synchro.progress p)) b
+     WHERE commit_lsns[s.txn + 1] < b.consistent_point
+       AND ((s.kind IN ('I', 'U', 'D') AND s.relid = b.relid)
+         OR (s.kind = 'M' AND s.prefix = 'synchro.fence' AND s.f_relation_id = b.relation_id));
+  END IF;
   IF set_based THEN
     -- Transactions the set-based path does not take: they go alone, in order.
     SELECT coalesce(array_agg(DISTINCT s.txn), '{}') INTO alone
@@ -4856,6 +4995,31 @@ BEGIN
         OR (s.kind = 'M' AND s.prefix IS DISTINCT FROM 'synchro.fence')
         OR (s.kind = 'R' AND r.registration_kind IS DISTINCT FROM 'synced')
         OR cardinality(s.toast) > 0;
+    -- While a projection bootstrap is not merged (synchro._bootstrap_catch_up), the
+    -- reference path takes the first transaction at or after each consistent point (the
+    -- merge is due before it), and every transaction that touches a relation whose
+    -- bootstrap is not staged or not activated in the stream yet (its events were not
+    -- dropped above: the reference path waits for the stage or drops them itself).
+    -- The others cannot meet a bootstrap that is not merged yet and go set-based.
+    IF EXISTS (SELECT 1 FROM synchro.bootstrap x WHERE x.merged_at IS NULL AND x.kind = 'project'
+                                                  AND x.phase NOT IN ('merged', 'subsumed')) THEN
+      alone := alone || coalesce((
+        SELECT array_agg(DISTINCT s.txn) FROM pg_temp.synchro_stage s
+         WHERE (s.kind IN ('I', 'U', 'D', 'T') AND s.relid IN (
+                  SELECT r.relid FROM synchro.bootstrap x JOIN synchro.relation r USING (relation_id)
+                   WHERE x.merged_at IS NULL AND x.kind = 'project' AND x.phase NOT IN ('merged', 'subsumed')
+                     AND (x.phase <> 'staged' OR x.generation > (SELECT p.registry_generation FROM synchro.progress p))))
+            OR (s.kind = 'M' AND s.prefix = 'synchro.fence' AND s.f_relation_id IN (
+                  SELECT x.relation_id FROM synchro.bootstrap x
+                   WHERE x.merged_at IS NULL AND x.kind = 'project' AND x.phase NOT IN ('merged', 'subsumed')
+                     AND (x.phase <> 'staged' OR x.generation > (SELECT p.registry_generation FROM synchro.progress p))))), '{}')
+        || coalesce((
+        SELECT array_agg(f.t) FROM (
+          SELECT min(i.n) - 1 AS t FROM synchro.bootstrap x, generate_subscripts(commit_lsns, 1) AS i(n)
+           WHERE x.merged_at IS NULL AND x.kind = 'project' AND x.phase = 'staged'
+             AND commit_lsns[i.n] >= x.consistent_point
+           GROUP BY x.consistent_point) f), '{}');
+    END IF;
   END IF;
   WHILE i < n LOOP
     IF NOT set_based OR i = ANY (alone) THEN
@@ -5305,6 +5469,16 @@ BEGIN
   IF rg::bigint > coalesce(g.registry_generation, 0) THEN
     RAISE EXCEPTION 'capture_pending: a scope rule change is not materialized yet; retry later' USING ERRCODE = 'SY503';
   END IF;
+  -- Likewise a projection bootstrap of a relation the prefix's rules name (directly or
+  -- as a via dependency) that the main worker has not merged yet (docs/bootstrap.md):
+  -- the projection is not the one the new rule generation describes.
+  IF EXISTS (SELECT 1 FROM synchro.bootstrap b
+               JOIN synchro.scope_rule s ON s.generation = g.registry_generation
+                                        AND (s.relation_id = b.relation_id OR s.via_relation_id = b.relation_id)
+              WHERE b.merged_at IS NULL AND b.kind = 'project' AND b.phase NOT IN ('merged', 'subsumed')
+                AND b.stream_generation = g.stream_generation AND starts_with(scope, s.scope_prefix)) THEN
+    RAISE EXCEPTION 'capture_pending: a projection bootstrap is not merged yet; retry later' USING ERRCODE = 'SY503';
+  END IF;
 
   IF session IS NULL THEN
     -- P is read after the capture_pending check, so it covers this client's pushes.
@@ -5668,6 +5842,160 @@ $$;
 ALTER FUNCTION synchro.runner_baseline(slot_name text, plugin text, consistent_point pg_lsn) OWNER TO postgres;
 
 --
+-- Name: runner_bootstrap_begin(); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro.runner_bootstrap_begin() RETURNS TABLE(generation bigint, relation_id bigint)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+  RETURN QUERY
+  UPDATE synchro.bootstrap b SET phase = 'staging', attempt = b.attempt + 1, detail = NULL
+   WHERE b.kind = 'project' AND b.merged_at IS NULL AND b.phase IN ('requested', 'staging', 'failed')
+     AND b.stream_generation = (SELECT p.stream_generation FROM synchro.progress p)
+  RETURNING b.generation, b.relation_id;
+END
+$$;
+
+
+ALTER FUNCTION synchro.runner_bootstrap_begin() OWNER TO postgres;
+
+--
+-- Name: runner_bootstrap_fail(text); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro.runner_bootstrap_fail(detail text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+BEGIN
+  UPDATE synchro.bootstrap b
+     SET phase = 'failed',
+         detail = CASE WHEN runner_bootstrap_fail.detail ~ '^[a-z0-9_ =./]{0,120}$' THEN runner_bootstrap_fail.detail
+                       ELSE 'staging_failed' END
+   WHERE b.kind = 'project' AND b.phase = 'staging' AND b.merged_at IS NULL;
+END
+$_$;
+
+
+ALTER FUNCTION synchro.runner_bootstrap_fail(detail text) OWNER TO postgres;
+
+--
+-- Name: runner_bootstrap_stage(pg_lsn, text); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro.runner_bootstrap_stage(consistent_point pg_lsn, slot_name text) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET "TimeZone" TO 'UTC'
+    SET "DateStyle" TO 'ISO'
+    SET "IntervalStyle" TO 'postgres'
+    SET extra_float_digits TO '3'
+    AS $_$
+DECLARE
+  b     record;
+  rel   synchro.relation;
+  snap  pg_snapshot := pg_current_snapshot();
+  n     bigint;
+  total bigint;
+  dig   text;
+  staged bigint := 0;
+BEGIN
+  IF current_setting('transaction_isolation') <> 'repeatable read' THEN
+    RAISE EXCEPTION 'bootstrap stage refused: run it in the REPEATABLE READ transaction that imported the slot snapshot'
+      USING ERRCODE = 'SY400';
+  END IF;
+  IF consistent_point IS NULL OR slot_name IS NULL OR slot_name !~ '^[a-z0-9_]{1,63}$' THEN
+    RAISE EXCEPTION 'bootstrap stage refused: no consistent point or no valid slot name' USING ERRCODE = 'SY400';
+  END IF;
+  -- One stage at a time, and never concurrently with a stream reset's activation,
+  -- which subsumes unmerged bootstraps under the same lock (synchro.activate_reset).
+  PERFORM pg_advisory_xact_lock(hashtextextended('synchro.bootstrap', synchro._lock_seed()));
+  -- The session's work tables, including the row-image cache that _image_sql's SQL is
+  -- kept in: made by the owner, refused if the session made its own.
+  PERFORM synchro.runner_stage_open();
+
+  FOR b IN SELECT x.* FROM synchro.bootstrap x
+            WHERE x.kind = 'project' AND x.phase = 'staging' AND x.merged_at IS NULL
+            ORDER BY x.generation, x.relation_id FOR UPDATE LOOP
+    SELECT r.* INTO STRICT rel FROM synchro.relation r WHERE r.relation_id = b.relation_id;
+    DELETE FROM synchro.bootstrap_row s WHERE s.generation = b.generation AND s.relation_id = b.relation_id;
+    -- Each row's version by an index probe (LATERAL, OFFSET 0): a join planned from
+    -- row_version's statistics can scan it once per row.
+    EXECUTE format(
+      'WITH ins AS ('
+      '  INSERT INTO synchro.bootstrap_row (generation, relation_id, pk, pk_int, version, image) '
+      '  SELECT $3, $1, t.%I::text, CASE WHEN $2 <> %L THEN t.%I::text::bigint END, v.version, %s '
+      '    FROM ONLY %I.%I t CROSS JOIN LATERAL ('
+      '      SELECT v0.version FROM synchro.row_version v0 WHERE v0.relation_id = $1 AND v0.pk = t.%I::text OFFSET 0) v '
+      '  RETURNING pk, version) '
+      'SELECT count(*), count(*)::text || '':'' || coalesce(sum(hashtextextended(ins.pk || ''/'' || ins.version, 0)::numeric), 0)::text FROM ins',
+      rel.key_column, 'string', rel.key_column, synchro._image_sql(rel.relation_id, b.generation, 't', true),
+      rel.schema_name, rel.table_name, rel.key_column)
+      INTO n, dig USING rel.relation_id, rel.key_type, b.generation;
+    -- Every row got a version (runner_bootstrap_versions, or a fence): a staged row
+    -- never invents one, and a row without one must not be left out silently.
+    EXECUTE format('SELECT count(*) FROM ONLY %I.%I', rel.schema_name, rel.table_name) INTO total;
+    IF total <> n THEN
+      RAISE EXCEPTION 'bootstrap stage refused: a row of relation_id % has no version', rel.relation_id
+        USING ERRCODE = 'SY400';
+    END IF;
+    DELETE FROM synchro.bootstrap_coverage c WHERE c.generation = b.generation AND c.relation_id = b.relation_id;
+    INSERT INTO synchro.bootstrap_coverage (generation, relation_id, fence_id, attempt, snapshot_boundary)
+    SELECT b.generation, b.relation_id, f.fence_id, b.attempt, snap
+      FROM synchro.write_fence f WHERE f.relation_id = b.relation_id;
+    UPDATE synchro.bootstrap x
+       SET phase = 'staged', row_count = n, row_digest = dig, consistent_point = runner_bootstrap_stage.consistent_point,
+           snapshot_boundary = snap, slot_name = runner_bootstrap_stage.slot_name, staged_at = now()
+     WHERE x.generation = b.generation AND x.relation_id = b.relation_id;
+    staged := staged + 1;
+  END LOOP;
+  RETURN staged;
+END
+$_$;
+
+
+ALTER FUNCTION synchro.runner_bootstrap_stage(consistent_point pg_lsn, slot_name text) OWNER TO postgres;
+
+--
+-- Name: runner_bootstrap_versions(bigint, text, integer); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro.runner_bootstrap_versions(relation_id bigint, after text, chunk integer) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET lock_timeout TO '200ms'
+    AS $_$
+DECLARE
+  r    synchro.relation;
+  last text;
+BEGIN
+  IF chunk IS NULL OR chunk < 1 OR chunk > 100000 THEN
+    RAISE EXCEPTION 'runner_bootstrap_versions: chunk out of range' USING ERRCODE = 'SY400';
+  END IF;
+  SELECT x.* INTO r FROM synchro.relation x WHERE x.relation_id = runner_bootstrap_versions.relation_id;
+  IF NOT FOUND OR NOT EXISTS (SELECT 1 FROM synchro.bootstrap b
+                               WHERE b.relation_id = r.relation_id AND b.phase = 'staging') THEN
+    RAISE EXCEPTION 'runner_bootstrap_versions refused: relation_id % has no bootstrap in staging', runner_bootstrap_versions.relation_id
+      USING ERRCODE = 'SY400';
+  END IF;
+  -- key_pg_type is one of a fixed set of type names (relation_key_pg_type).
+  EXECUTE format(
+    'WITH c AS (SELECT t.%1$I AS k FROM ONLY %2$I.%3$I t WHERE $2::%4$s IS NULL OR t.%1$I > $2::%4$s ORDER BY t.%1$I LIMIT $3), '
+    '     i AS (INSERT INTO synchro.row_version (relation_id, pk, version) '
+    '           SELECT $1, c.k::text, synchro._new_version() FROM c ON CONFLICT DO NOTHING) '
+    'SELECT (SELECT c.k FROM c ORDER BY c.k DESC LIMIT 1)::text',
+    r.key_column, r.schema_name, r.table_name, r.key_pg_type)
+    INTO last USING r.relation_id, after, chunk;
+  RETURN last;
+END
+$_$;
+
+
+ALTER FUNCTION synchro.runner_bootstrap_versions(relation_id bigint, after text, chunk integer) OWNER TO postgres;
+
+--
 -- Name: runner_claim(text, integer, text, text, interval, text); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -5784,16 +6112,37 @@ ALTER FUNCTION synchro.runner_heartbeat(received_lsn pg_lsn, state text) OWNER T
 CREATE FUNCTION synchro.runner_idle(boundary pg_lsn) RETURNS pg_lsn
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET "TimeZone" TO 'UTC'
+    SET "DateStyle" TO 'ISO'
+    SET "IntervalStyle" TO 'postgres'
+    SET extra_float_digits TO '3'
     AS $$
 DECLARE
   result pg_lsn;
+  cur    synchro.progress;
 BEGIN
   UPDATE synchro.progress p
      SET processed_end_lsn = boundary, updated_at = now()
    WHERE boundary > p.processed_end_lsn
      AND NOT EXISTS (SELECT 1 FROM synchro.quarantine q
-                      WHERE q.stream_generation = p.stream_generation AND q.resolved_at IS NULL);
-  SELECT processed_end_lsn INTO result FROM synchro.progress;
+                      WHERE q.stream_generation = p.stream_generation AND q.resolved_at IS NULL)
+  RETURNING * INTO cur;
+  IF FOUND AND EXISTS (SELECT 1 FROM synchro.bootstrap x
+                        WHERE x.merged_at IS NULL AND x.kind = 'project' AND x.phase = 'staged'
+                          AND x.stream_generation = cur.stream_generation AND x.consistent_point <= boundary)
+     AND NOT EXISTS (SELECT 1 FROM synchro.reset x WHERE x.phase IN ('requested', 'staging', 'catching_up', 'ready', 'failed')) THEN
+    -- The work tables of the merge's membership evaluation (this session's, made by
+    -- the runner at session start; made here if not).
+    PERFORM synchro.runner_stage_open();
+    BEGIN
+      PERFORM synchro._bootstrap_catch_up(cur.stream_generation, cur.registry_generation, NULL, boundary, false);
+    EXCEPTION WHEN SQLSTATE 'SYP08' THEN
+      -- An incomplete stage is never merged. Not here: the next source transaction
+      -- at or after the point meets it and is quarantined with its identity.
+      NULL;
+    END;
+  END IF;
+  SELECT x.processed_end_lsn INTO result FROM synchro.progress x;
   RETURN result;
 END
 $$;
@@ -6521,13 +6870,39 @@ CREATE TABLE synchro.bootstrap (
     relation_id bigint NOT NULL,
     kind text NOT NULL,
     row_count bigint DEFAULT 0 NOT NULL,
-    staged_at timestamp with time zone DEFAULT now() NOT NULL,
+    staged_at timestamp with time zone,
     merged_at timestamp with time zone,
-    CONSTRAINT bootstrap_kind CHECK ((kind = ANY (ARRAY['project'::text, 'remove'::text])))
+    phase text DEFAULT 'requested'::text NOT NULL,
+    stream_generation bigint,
+    attempt integer DEFAULT 0 NOT NULL,
+    consistent_point pg_lsn,
+    snapshot_boundary pg_snapshot,
+    slot_name text,
+    row_digest text,
+    requested_at timestamp with time zone DEFAULT now() NOT NULL,
+    detail text,
+    CONSTRAINT bootstrap_detail_bounded CHECK ((detail ~ '^[a-z0-9_ =./]{0,120}$'::text)),
+    CONSTRAINT bootstrap_kind CHECK ((kind = ANY (ARRAY['project'::text, 'remove'::text]))),
+    CONSTRAINT bootstrap_phase CHECK ((phase = ANY (ARRAY['requested'::text, 'staging'::text, 'staged'::text, 'merged'::text, 'failed'::text, 'subsumed'::text])))
 );
 
 
 ALTER TABLE synchro.bootstrap OWNER TO postgres;
+
+--
+-- Name: bootstrap_coverage; Type: TABLE; Schema: synchro; Owner: postgres
+--
+
+CREATE TABLE synchro.bootstrap_coverage (
+    generation bigint NOT NULL,
+    relation_id bigint NOT NULL,
+    fence_id uuid NOT NULL,
+    attempt integer NOT NULL,
+    snapshot_boundary pg_snapshot NOT NULL
+);
+
+
+ALTER TABLE synchro.bootstrap_coverage OWNER TO postgres;
 
 --
 -- Name: bootstrap_row; Type: TABLE; Schema: synchro; Owner: postgres
@@ -6544,6 +6919,37 @@ CREATE TABLE synchro.bootstrap_row (
 
 
 ALTER TABLE synchro.bootstrap_row OWNER TO postgres;
+
+--
+-- Name: bootstrap_status; Type: VIEW; Schema: synchro; Owner: postgres
+--
+
+CREATE VIEW synchro.bootstrap_status AS
+ SELECT b.generation,
+    b.relation_id,
+    rel.table_id,
+    b.kind,
+    b.phase,
+    b.attempt,
+    b.stream_generation,
+    b.consistent_point,
+    b.slot_name,
+    b.row_count,
+    ( SELECT count(*) AS count
+           FROM synchro.bootstrap_row s
+          WHERE ((s.generation = b.generation) AND (s.relation_id = b.relation_id))) AS staged_rows,
+    ( SELECT count(*) AS count
+           FROM synchro.bootstrap_coverage c
+          WHERE ((c.generation = b.generation) AND (c.relation_id = b.relation_id))) AS covered_fences,
+    b.detail,
+    b.requested_at,
+    b.staged_at,
+    b.merged_at
+   FROM (synchro.bootstrap b
+     JOIN synchro.relation rel ON ((rel.relation_id = b.relation_id)));
+
+
+ALTER TABLE synchro.bootstrap_status OWNER TO postgres;
 
 --
 -- Name: change; Type: TABLE; Schema: synchro; Owner: postgres
@@ -7233,6 +7639,14 @@ CREATE TABLE synchro.write_fence (
 ALTER TABLE synchro.write_fence OWNER TO postgres;
 
 --
+-- Name: bootstrap_coverage bootstrap_coverage_pkey; Type: CONSTRAINT; Schema: synchro; Owner: postgres
+--
+
+ALTER TABLE ONLY synchro.bootstrap_coverage
+    ADD CONSTRAINT bootstrap_coverage_pkey PRIMARY KEY (generation, relation_id, fence_id);
+
+
+--
 -- Name: bootstrap bootstrap_pkey; Type: CONSTRAINT; Schema: synchro; Owner: postgres
 --
 
@@ -7629,6 +8043,14 @@ CREATE INDEX write_fence_pending_by_mutation ON synchro.write_fence USING btree 
 
 
 --
+-- Name: bootstrap_coverage bootstrap_coverage_generation_relation_id_fkey; Type: FK CONSTRAINT; Schema: synchro; Owner: postgres
+--
+
+ALTER TABLE ONLY synchro.bootstrap_coverage
+    ADD CONSTRAINT bootstrap_coverage_generation_relation_id_fkey FOREIGN KEY (generation, relation_id) REFERENCES synchro.bootstrap(generation, relation_id);
+
+
+--
 -- Name: bootstrap bootstrap_generation_fkey; Type: FK CONSTRAINT; Schema: synchro; Owner: postgres
 --
 
@@ -7813,6 +8235,13 @@ REVOKE ALL ON FUNCTION synchro._baseline_project(reg bigint) FROM PUBLIC;
 --
 
 REVOKE ALL ON FUNCTION synchro._baseline_rows(reg bigint, sch text) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _bootstrap_catch_up(gen bigint, reg bigint, t integer, pos pg_lsn, wait boolean); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._bootstrap_catch_up(gen bigint, reg bigint, t integer, pos pg_lsn, wait boolean) FROM PUBLIC;
 
 
 --
@@ -8560,6 +8989,38 @@ GRANT ALL ON FUNCTION synchro.runner_baseline(slot_name text, plugin text, consi
 
 
 --
+-- Name: FUNCTION runner_bootstrap_begin(); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro.runner_bootstrap_begin() FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.runner_bootstrap_begin() TO synchro_runner;
+
+
+--
+-- Name: FUNCTION runner_bootstrap_fail(detail text); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro.runner_bootstrap_fail(detail text) FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.runner_bootstrap_fail(detail text) TO synchro_runner;
+
+
+--
+-- Name: FUNCTION runner_bootstrap_stage(consistent_point pg_lsn, slot_name text); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro.runner_bootstrap_stage(consistent_point pg_lsn, slot_name text) FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.runner_bootstrap_stage(consistent_point pg_lsn, slot_name text) TO synchro_runner;
+
+
+--
+-- Name: FUNCTION runner_bootstrap_versions(relation_id bigint, after text, chunk integer); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro.runner_bootstrap_versions(relation_id bigint, after text, chunk integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.runner_bootstrap_versions(relation_id bigint, after text, chunk integer) TO synchro_runner;
+
+
+--
 -- Name: FUNCTION runner_claim(owner text, pid integer, slot_name text, publication text, heartbeat_interval interval, decoder text); Type: ACL; Schema: synchro; Owner: postgres
 --
 
@@ -8748,6 +9209,13 @@ GRANT ALL ON FUNCTION synchro.unregister_relation(relation_id bigint) TO synchro
 --
 
 REVOKE ALL ON FUNCTION synchro._chain_agg(bytea, bytea) FROM PUBLIC;
+
+
+--
+-- Name: TABLE bootstrap_status; Type: ACL; Schema: synchro; Owner: postgres
+--
+
+GRANT SELECT ON TABLE synchro.bootstrap_status TO synchro_operator;
 
 
 --

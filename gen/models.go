@@ -11,12 +11,29 @@ import (
 )
 
 type SynchroBootstrap struct {
-	Generation int64
-	RelationID int64
-	Kind       string
-	RowCount   int64
-	StagedAt   time.Time
-	MergedAt   *time.Time
+	Generation       int64
+	RelationID       int64
+	Kind             string
+	RowCount         int64
+	StagedAt         *time.Time
+	MergedAt         *time.Time
+	Phase            string
+	StreamGeneration *int64
+	Attempt          int32
+	ConsistentPoint  interface{}
+	SnapshotBoundary interface{}
+	SlotName         *string
+	RowDigest        *string
+	RequestedAt      time.Time
+	Detail           *string
+}
+
+type SynchroBootstrapCoverage struct {
+	Generation       int64
+	RelationID       int64
+	FenceID          pgtype.UUID
+	Attempt          int32
+	SnapshotBoundary interface{}
 }
 
 type SynchroBootstrapRow struct {
@@ -26,6 +43,25 @@ type SynchroBootstrapRow struct {
 	PkInt      *int64
 	Version    string
 	Image      []byte
+}
+
+type SynchroBootstrapStatus struct {
+	Generation       int64
+	RelationID       int64
+	TableID          *string
+	Kind             string
+	Phase            string
+	Attempt          int32
+	StreamGeneration *int64
+	ConsistentPoint  interface{}
+	SlotName         *string
+	RowCount         int64
+	StagedRows       int64
+	CoveredFences    int64
+	Detail           *string
+	RequestedAt      time.Time
+	StagedAt         *time.Time
+	MergedAt         *time.Time
 }
 
 type SynchroChange struct {

@@ -75,6 +75,10 @@ func IsTransientSQLState(code string) bool {
 	switch code {
 	case "40001", "40P01", "57P01", "57P02", "57P03":
 		return true
+	case "SYW01":
+		// A projection bootstrap in effect is not staged yet
+		// (synchro._bootstrap_catch_up): nothing was written; the loop stages it.
+		return true
 	case "SYR01":
 		// An open stream reset blocks the old stream (synchro._reset_guard):
 		// nothing was written; the loop serves the reset next.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/synchro/synchro/runner/decode"
 )
@@ -284,6 +285,12 @@ func (r *Runner) loop(work, stop context.Context) error {
 			if !r.awaitRetry(work, stop) {
 				return work.Err()
 			}
+		case isBootstrapPending(err):
+			// Not a failure: the main worker reached a projection bootstrap that is
+			// not staged yet; the next step stages it and the session replays the
+			// transaction from the slot.
+			r.log.Info("projection bootstrap in the stream: staging it before the stream goes on")
+			sleep(stop, r.cfg.BackoffMin)
 		default:
 			if work.Err() != nil {
 				return work.Err()
@@ -312,9 +319,22 @@ func (r *Runner) step(work, stop context.Context) error {
 		return err
 	}
 	if ok {
+		// A projection bootstrap activated on this stream: stage it before the
+		// session, whose main worker merges it (bootstrap_stage.go). With a reset
+		// open only the row versions are allocated (the reset subsumes the stage);
+		// under another decoder than the stream's nothing is staged (refused below).
+		resetOpen := r.resetOpen(work)
+		if resetOpen || st.Plugin == r.plugin.Name() {
+			if err := r.serveBootstrap(work, resetOpen); err != nil {
+				if r.ctl.lost() {
+					return fmt.Errorf("%w: %w", errControlLost, err)
+				}
+				return err
+			}
+		}
 		// An open stream reset blocks the old stream: serve it instead (reset.go).
-		// First: its candidate is decoded with this runner's decoder, whatever
-		// the old stream's plugin (a reset is how a stream switches decoders).
+		// Its candidate is decoded with this runner's decoder, whatever the old
+		// stream's plugin (a reset is how a stream switches decoders).
 		if handled, err := r.serveReset(work, stop); handled {
 			return err
 		}
@@ -421,6 +441,12 @@ func (r *Runner) probe(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// isBootstrapPending reports a session ended by SYW01 (synchro._bootstrap_catch_up).
+func isBootstrapPending(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "SYW01"
 }
 
 // isTableSetChanged reports a session ended by decode.ClassTableSetChanged.

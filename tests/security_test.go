@@ -529,6 +529,8 @@ func TestPrivilegeBoundary(t *testing.T) {
 		"synchro.rebind_relation(bigint,regclass)",
 		"SELECT synchro.poison",
 		"SELECT synchro.registry",
+		// Where each projection bootstrap stands (docs/sql/bootstrap_status.md).
+		"SELECT synchro.bootstrap_status",
 		// Retention: the destructive release of a consumer group, and the groups' lag.
 		"synchro.release_consumer_retention(text,text)",
 		"SELECT synchro.consumer_groups",
@@ -546,6 +548,10 @@ func TestPrivilegeBoundary(t *testing.T) {
 		"synchro.materialize_batch(bigint,pg_lsn[],pg_lsn[],bigint[],timestamp with time zone[],boolean)",
 		"synchro.runner_ack(pg_lsn)",
 		"synchro.runner_baseline(text,text,pg_lsn)",
+		"synchro.runner_bootstrap_begin()",
+		"synchro.runner_bootstrap_fail(text)",
+		"synchro.runner_bootstrap_stage(pg_lsn,text)",
+		"synchro.runner_bootstrap_versions(bigint,text,integer)",
 		"synchro.runner_claim(text,integer,text,text,interval,text)",
 		"synchro.runner_columns(bigint)",
 		"synchro.runner_heartbeat(pg_lsn,text)",

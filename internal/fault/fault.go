@@ -55,10 +55,18 @@ const (
 	// AfterSlotAck: the slot showed a boundary as confirmed; the acknowledgement
 	// was not recorded (runner_ack).
 	AfterSlotAck Point = "after-slot-ack"
+	// BootstrapStaging: a projection bootstrap's rows are staged inside the
+	// transaction that imported the exported snapshot, not committed (the slot's
+	// replication connection is still open).
+	BootstrapStaging Point = "bootstrap-staging"
+	// BootstrapStaged: a projection bootstrap's stage committed; the main worker
+	// has not merged it.
+	BootstrapStaged Point = "bootstrap-staged"
 )
 
 // Points lists every fault point.
-var Points = []Point{SlotCreated, Baseline, Reconcile, Decode, Copy, BeforeCommit, AfterCommit, Idle, StatusSent, AfterSlotAck}
+var Points = []Point{SlotCreated, Baseline, Reconcile, Decode, Copy, BeforeCommit, AfterCommit, Idle, StatusSent, AfterSlotAck,
+	BootstrapStaging, BootstrapStaged}
 
 // Spec is a parsed SYNCHRO_FAULT value.
 type Spec struct {

@@ -1,14 +1,15 @@
--- The projection bootstrap's merge (docs/bootstrap.md): called by
+-- The projection bootstrap's merge at an activation (docs/bootstrap.md): called by
 -- synchro._materialize_txn for each registry generation the source transaction
 -- activates, right after the activation is validated and before the transaction's row
--- events are applied. A relation staged 'project' by synchro.activate_registry gets the
--- staged rows as its projection (the table exactly at the activation's position, so
--- the transaction's later events apply on top of it by the ordinary code); one staged
--- 'remove' loses its projection. Rule index and membership of both are rebuilt by
--- synchro._reevaluate_prefixes: activate_registry gave every prefix whose rules name
--- them this generation. No pull effects: those prefixes' clients rebuild (SY409).
--- Atomic with the materialization, so a replay finds it merged (the transaction is a
--- duplicate) or not at all.
+-- events are applied. Only stages taken at the activation itself (consistent_point
+-- NULL): a relation staged 'remove' loses its projection, rule index and membership;
+-- a 'project' stage left by migration 00016's in-transaction copy gets its rows. A
+-- 'project' bootstrap staged under an exported snapshot is merged at its consistent
+-- point instead (synchro._bootstrap_catch_up). Rule index and membership are rebuilt
+-- by synchro._reevaluate_prefixes: activate_registry gave every prefix whose rules
+-- name them this generation. No pull effects: those prefixes' clients rebuild
+-- (SY409). Atomic with the materialization, so a replay finds it merged (the
+-- transaction is a duplicate) or not at all.
 CREATE OR REPLACE FUNCTION synchro._bootstrap_merge(reg bigint) RETURNS void
 LANGUAGE plpgsql
 -- No SET clause: called only from synchro._materialize_txn, under the pinned
@@ -19,7 +20,8 @@ DECLARE
   n bigint;
 BEGIN
   FOR b IN SELECT x.relation_id, x.kind, x.row_count FROM synchro.bootstrap x
-            WHERE x.generation = reg AND x.merged_at IS NULL ORDER BY x.relation_id FOR UPDATE LOOP
+            WHERE x.generation = reg AND x.merged_at IS NULL AND x.phase = 'staged' AND x.consistent_point IS NULL
+            ORDER BY x.relation_id FOR UPDATE LOOP
     DELETE FROM synchro.membership m WHERE m.relation_id = b.relation_id;
     DELETE FROM synchro.rule_value v WHERE v.relation_id = b.relation_id;
     DELETE FROM synchro.projection p WHERE p.relation_id = b.relation_id;
@@ -38,8 +40,18 @@ BEGIN
       -- Nothing fences the relation any more (its triggers went at activation), and no
       -- push may name it: its row versions are dead weight.
       DELETE FROM synchro.row_version v WHERE v.relation_id = b.relation_id;
+      -- An earlier generation's bootstrap of the relation that was not merged yet has
+      -- nothing left to merge into.
+      DELETE FROM synchro.bootstrap_row s
+       WHERE s.relation_id = b.relation_id AND s.generation < reg
+         AND s.generation IN (SELECT y.generation FROM synchro.bootstrap y
+                               WHERE y.relation_id = b.relation_id AND y.merged_at IS NULL);
+      UPDATE synchro.bootstrap y SET phase = 'subsumed', detail = 'relation removed'
+       WHERE y.relation_id = b.relation_id AND y.generation < reg AND y.merged_at IS NULL
+         AND y.phase NOT IN ('merged', 'subsumed');
     END IF;
-    UPDATE synchro.bootstrap x SET merged_at = now() WHERE x.generation = reg AND x.relation_id = b.relation_id;
+    UPDATE synchro.bootstrap x SET merged_at = now(), phase = 'merged'
+     WHERE x.generation = reg AND x.relation_id = b.relation_id;
   END LOOP;
 END
 $$;

@@ -15,7 +15,9 @@
 -- names the class and never carries values:
 --   SYP01 fence_mismatch  SYP02 truncate  SYP03 relation_drift  SYP04 unknown_relation
 --   SYP05 message_format  SYP06 stream_order  SYP07 toast_missing
---   SYP08 bootstrap_incomplete (synchro._bootstrap_merge)
+--   SYP08 bootstrap_incomplete (synchro._bootstrap_merge, synchro._bootstrap_catch_up)
+-- and SYW01 bootstrap_pending, not a poison: a projection bootstrap in effect is not
+-- staged yet (the runner stages it and replays the transaction).
 -- DETAIL carries relation_id=<n> when a relation is known.
 CREATE OR REPLACE FUNCTION synchro._materialize_txn(
   t int, stream_generation bigint, commit_lsn pg_lsn, end_lsn pg_lsn, xid bigint, commit_time timestamptz)
@@ -101,6 +103,16 @@ BEGIN
   FOREACH act_gen IN ARRAY act_gens LOOP
     PERFORM synchro._bootstrap_merge(act_gen);
   END LOOP;
+  -- Bootstraps staged under an exported snapshot: wait for the stage (SYW01), merge it
+  -- at its consistent point, or drop this transaction's events of the relation when
+  -- they are in the snapshot. Then count what is left.
+  IF EXISTS (SELECT 1 FROM synchro.bootstrap x WHERE x.merged_at IS NULL AND x.kind = 'project') THEN
+    PERFORM synchro._bootstrap_catch_up(gen, reg_end, _materialize_txn.t, clsn, true);
+    SELECT count(*) FILTER (WHERE s.kind IN ('I', 'U', 'D', 'T')),
+           count(*) FILTER (WHERE s.kind = 'M' AND s.prefix = 'synchro.fence')
+      INTO n_events, n_fences
+      FROM (SELECT * FROM pg_temp.synchro_stage s0 WHERE s0.txn = _materialize_txn.t) s;
+  END IF;
 
   -- Row events, each with the registry generation selected by its source position.
   INSERT INTO pg_temp.synchro_w_rows (seq, event_ordinal, op, relation_id, registration_kind, table_id,

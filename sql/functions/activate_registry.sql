@@ -1,7 +1,9 @@
 -- Validates the pending registry generation and makes it active at a commit-ordered
 -- position: fence triggers installed and enabled, the publication holding exactly the
 -- registered relations, versions allocated for rows already in newly registered
--- relations, membership-rule generations bumped for changed scope prefixes, and a
+-- relations (before the first start; else by the runner), projection bootstraps
+-- requested (synchro.bootstrap, staged by the runner under an exported snapshot after
+-- this commit), membership-rule generations bumped for changed scope prefixes, and a
 -- transactional logical message (prefix synchro.registry) marking where in source
 -- order the new generation starts. Row events before that message in the same
 -- transaction belong to the previous generation.
@@ -16,13 +18,12 @@ DECLARE
   r record;
   chk record;
   trg text;
-  total bigint;
   pub text;
   rels text;
   msg jsonb;
   running boolean;
   reproject boolean;
-  n bigint;
+  empty boolean;
   rb record;
 BEGIN
   PERFORM pg_advisory_xact_lock(hashtextextended('synchro.registry', synchro._lock_seed()));
@@ -135,8 +136,12 @@ BEGIN
     PERFORM synchro._check_render(r.relid::regclass,
                                   (SELECT reg.columns FROM synchro.registration reg
                                     WHERE reg.generation = g AND reg.relation_id = r.relation_id));
-    IF r.is_new OR r.rebound THEN
+    IF (r.is_new OR r.rebound) AND NOT running THEN
       -- Rows that never passed a fence still need a version for rebuild and push CAS.
+      -- Before the runner's first start only: the first start's baseline takes every
+      -- row. On a running stream the runner allocates them after this commit, when
+      -- every write passes the triggers just installed, in short transactions that
+      -- lock no table (synchro.runner_bootstrap_versions).
       EXECUTE format(
         'INSERT INTO synchro.row_version (relation_id, pk, version) '
         'SELECT $1, %I::text, synchro._new_version() FROM ONLY %I.%I ON CONFLICT DO NOTHING',
@@ -145,56 +150,30 @@ BEGIN
     END IF;
 
     -- Projection bootstrap: the running stream's projection of this relation is
-    -- missing or in another shape. The trigger statements above hold SHARE ROW
-    -- EXCLUSIVE on the table, so every write committed before this statement's
-    -- snapshot is in the WAL before this transaction's activation message, and every
-    -- later one after it: the staged rows are the table exactly at the activation's
-    -- position. Under REPEATABLE READ or SERIALIZABLE the transaction's snapshot could
-    -- predate the lock, so those levels are refused.
+    -- missing or in another shape. Nothing is copied here, and no lock is held beyond
+    -- the trigger statements' until this commit: the runner stages the rows under an
+    -- exported snapshot taken after this commit, and the main worker merges them at
+    -- the snapshot's consistent point (docs/bootstrap.md).
     reproject := r.is_new OR r.rebound OR prev IS NULL OR EXISTS (
       SELECT 1 FROM synchro.registration p, synchro.registration q
        WHERE p.generation = prev AND p.relation_id = r.relation_id
          AND q.generation = g AND q.relation_id = r.relation_id
          AND (p.columns IS DISTINCT FROM q.columns OR p.column_types IS DISTINCT FROM q.column_types));
+    -- A new relation whose table is empty has nothing to stage: it streams from this
+    -- activation on, like any registered relation (its projection is empty at this
+    -- position). Read under the trigger statements' lock, which keeps writers out until
+    -- this commits; only under READ COMMITTED, whose statement snapshot is taken after
+    -- the lock (an older transaction snapshot could miss a row committed before it).
+    IF running AND reproject AND r.is_new AND NOT r.rebound
+       AND current_setting('transaction_isolation') = 'read committed' THEN
+      EXECUTE format('SELECT NOT EXISTS (SELECT 1 FROM ONLY %I.%I)', r.schema_name, r.table_name) INTO empty;
+      IF empty THEN
+        reproject := false;
+      END IF;
+    END IF;
     IF running AND reproject THEN
-      IF current_setting('transaction_isolation') <> 'read committed' THEN
-        RAISE EXCEPTION 'activation refused: a projection bootstrap must read the locked table in READ COMMITTED (relation_id %)',
-          r.relation_id USING ERRCODE = 'SY400';
-      END IF;
-      -- The row-image cache of synchro._image_sql, whose SQL runs here with the owner's
-      -- rights: a table of that name the caller made (with its own rows, triggers or
-      -- policies) would run the caller's code as the owner.
-      IF EXISTS (SELECT 1 FROM pg_class c
-                  WHERE c.relnamespace = pg_my_temp_schema() AND c.relname = 'synchro_image_sql'
-                    AND c.relowner <> current_user::regrole) THEN
-        RAISE EXCEPTION 'activation refused: the session holds a temporary synchro_image_sql table it made itself'
-          USING ERRCODE = 'insufficient_privilege';
-      END IF;
-      CREATE TEMP TABLE IF NOT EXISTS synchro_image_sql (
-        relation_id bigint, generation bigint, src text, live boolean, sql text NOT NULL,
-        PRIMARY KEY (relation_id, generation, src, live)
-      ) ON COMMIT PRESERVE ROWS;
-      INSERT INTO synchro.bootstrap (generation, relation_id, kind) VALUES (g, r.relation_id, 'project');
-      -- Rendered as the first start's baseline renders them (synchro._baseline_rows).
-      -- Each row's version by an index probe (LATERAL, OFFSET 0): row_version's
-      -- statistics do not know the rows just allocated above, and a join planned from
-      -- them can scan it once per row.
-      EXECUTE format(
-        'INSERT INTO synchro.bootstrap_row (generation, relation_id, pk, pk_int, version, image) '
-        'SELECT $3, $1, t.%I::text, CASE WHEN $2 <> %L THEN t.%I::text::bigint END, v.version, %s '
-        '  FROM ONLY %I.%I t CROSS JOIN LATERAL ('
-        '    SELECT v0.version FROM synchro.row_version v0 WHERE v0.relation_id = $1 AND v0.pk = t.%I::text OFFSET 0) v',
-        r.key_column, 'string', r.key_column, synchro._image_sql(r.relation_id, g, 't', true),
-        r.schema_name, r.table_name, r.key_column)
-      USING r.relation_id, r.key_type, g;
-      GET DIAGNOSTICS n = ROW_COUNT;
-      -- Every row passed a fence or got a version above; a staged row never invents one,
-      -- and a row without one must not be left out silently.
-      EXECUTE format('SELECT count(*) FROM ONLY %I.%I', r.schema_name, r.table_name) INTO total;
-      IF total <> n THEN
-        RAISE EXCEPTION 'activation refused: a row of relation_id % has no version', r.relation_id USING ERRCODE = 'SY400';
-      END IF;
-      UPDATE synchro.bootstrap x SET row_count = n WHERE x.generation = g AND x.relation_id = r.relation_id;
+      INSERT INTO synchro.bootstrap (generation, relation_id, kind, phase, stream_generation)
+      SELECT g, r.relation_id, 'project', 'requested', p.stream_generation FROM synchro.progress p;
     END IF;
   END LOOP;
 
@@ -215,7 +194,9 @@ BEGIN
     END IF;
     EXECUTE format('DROP FUNCTION IF EXISTS synchro.%I()', '_fence_' || r.relation_id);
     IF running THEN
-      INSERT INTO synchro.bootstrap (generation, relation_id, kind) VALUES (g, r.relation_id, 'remove');
+      -- Nothing to stage: merged at the activation's position.
+      INSERT INTO synchro.bootstrap (generation, relation_id, kind, phase, stream_generation)
+      SELECT g, r.relation_id, 'remove', 'staged', p.stream_generation FROM synchro.progress p;
     END IF;
   END LOOP;
 

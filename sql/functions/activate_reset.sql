@@ -121,6 +121,17 @@ BEGIN
   -- The old stream's blocking poison is recovered by this reset (ADR 001, path 2).
   UPDATE synchro.quarantine q SET resolved_at = now(), retry_requested = false
    WHERE q.stream_generation = r.source_generation AND q.resolved_at IS NULL;
+  -- Projection bootstraps the old stream did not merge (docs/bootstrap.md): the
+  -- reset's baseline was read under a snapshot taken after their activation committed
+  -- (activate_registry refuses while a reset is open), so it holds their rows in their
+  -- registered shape, and reset_baseline covers their pushes. Their stages go; the
+  -- advisory lock waits for a stage the runner is committing right now.
+  PERFORM pg_advisory_xact_lock(hashtextextended('synchro.bootstrap', synchro._lock_seed()));
+  DELETE FROM synchro.bootstrap_row s USING synchro.bootstrap b
+   WHERE b.generation = s.generation AND b.relation_id = s.relation_id
+     AND b.merged_at IS NULL AND b.stream_generation = r.source_generation;
+  UPDATE synchro.bootstrap b SET phase = 'subsumed', detail = 'subsumed by stream reset'
+   WHERE b.merged_at IS NULL AND b.phase NOT IN ('merged', 'subsumed') AND b.stream_generation = r.source_generation;
   -- The runner reads the new slot from here on (readiness compares the two).
   UPDATE synchro.runner SET slot_name = r.candidate_slot;
   UPDATE synchro.reset x SET phase = 'activated', ended_at = now() WHERE x.reset_id = r.reset_id;

@@ -55,6 +55,21 @@ BEGIN
   -- Only the pack's own messages are staged: the runner parses each strictly and
   -- checks its MAC under the server key before staging it (runner/msgauth), and drops
   -- every other one, as if it had never been emitted.
+  -- Projection bootstrap catch-up (synchro._bootstrap_catch_up), the part both paths
+  -- share: for a bootstrap staged under a snapshot whose activation is materialized
+  -- already, a transaction of this batch that committed before the consistent point is
+  -- in the snapshot: its events and fences of the relation go before anything else.
+  IF EXISTS (SELECT 1 FROM synchro.bootstrap x WHERE x.merged_at IS NULL AND x.kind = 'project' AND x.phase = 'staged') THEN
+    DELETE FROM pg_temp.synchro_stage s
+     USING (SELECT x.relation_id, r.relid, x.consistent_point
+              FROM synchro.bootstrap x JOIN synchro.relation r USING (relation_id)
+             WHERE x.merged_at IS NULL AND x.kind = 'project' AND x.phase = 'staged'
+               AND x.stream_generation = materialize_batch.stream_generation
+               AND x.generation <= (SELECT p.registry_generation FROM synchro.progress p)) b
+     WHERE commit_lsns[s.txn + 1] < b.consistent_point
+       AND ((s.kind IN ('I', 'U', 'D') AND s.relid = b.relid)
+         OR (s.kind = 'M' AND s.prefix = 'synchro.fence' AND s.f_relation_id = b.relation_id));
+  END IF;
   IF set_based THEN
     -- Transactions the set-based path does not take: they go alone, in order.
     SELECT coalesce(array_agg(DISTINCT s.txn), '{}') INTO alone
@@ -64,6 +79,31 @@ BEGIN
         OR (s.kind = 'M' AND s.prefix IS DISTINCT FROM 'synchro.fence')
         OR (s.kind = 'R' AND r.registration_kind IS DISTINCT FROM 'synced')
         OR cardinality(s.toast) > 0;
+    -- While a projection bootstrap is not merged (synchro._bootstrap_catch_up), the
+    -- reference path takes the first transaction at or after each consistent point (the
+    -- merge is due before it), and every transaction that touches a relation whose
+    -- bootstrap is not staged or not activated in the stream yet (its events were not
+    -- dropped above: the reference path waits for the stage or drops them itself).
+    -- The others cannot meet a bootstrap that is not merged yet and go set-based.
+    IF EXISTS (SELECT 1 FROM synchro.bootstrap x WHERE x.merged_at IS NULL AND x.kind = 'project'
+                                                  AND x.phase NOT IN ('merged', 'subsumed')) THEN
+      alone := alone || coalesce((
+        SELECT array_agg(DISTINCT s.txn) FROM pg_temp.synchro_stage s
+         WHERE (s.kind IN ('I', 'U', 'D', 'T') AND s.relid IN (
+                  SELECT r.relid FROM synchro.bootstrap x JOIN synchro.relation r USING (relation_id)
+                   WHERE x.merged_at IS NULL AND x.kind = 'project' AND x.phase NOT IN ('merged', 'subsumed')
+                     AND (x.phase <> 'staged' OR x.generation > (SELECT p.registry_generation FROM synchro.progress p))))
+            OR (s.kind = 'M' AND s.prefix = 'synchro.fence' AND s.f_relation_id IN (
+                  SELECT x.relation_id FROM synchro.bootstrap x
+                   WHERE x.merged_at IS NULL AND x.kind = 'project' AND x.phase NOT IN ('merged', 'subsumed')
+                     AND (x.phase <> 'staged' OR x.generation > (SELECT p.registry_generation FROM synchro.progress p))))), '{}')
+        || coalesce((
+        SELECT array_agg(f.t) FROM (
+          SELECT min(i.n) - 1 AS t FROM synchro.bootstrap x, generate_subscripts(commit_lsns, 1) AS i(n)
+           WHERE x.merged_at IS NULL AND x.kind = 'project' AND x.phase = 'staged'
+             AND commit_lsns[i.n] >= x.consistent_point
+           GROUP BY x.consistent_point) f), '{}');
+    END IF;
   END IF;
   WHILE i < n LOOP
     IF NOT set_based OR i = ANY (alone) THEN

@@ -88,6 +88,16 @@ BEGIN
   IF rg::bigint > coalesce(g.registry_generation, 0) THEN
     RAISE EXCEPTION 'capture_pending: a scope rule change is not materialized yet; retry later' USING ERRCODE = 'SY503';
   END IF;
+  -- Likewise a projection bootstrap of a relation the prefix's rules name (directly or
+  -- as a via dependency) that the main worker has not merged yet (docs/bootstrap.md):
+  -- the projection is not the one the new rule generation describes.
+  IF EXISTS (SELECT 1 FROM synchro.bootstrap b
+               JOIN synchro.scope_rule s ON s.generation = g.registry_generation
+                                        AND (s.relation_id = b.relation_id OR s.via_relation_id = b.relation_id)
+              WHERE b.merged_at IS NULL AND b.kind = 'project' AND b.phase NOT IN ('merged', 'subsumed')
+                AND b.stream_generation = g.stream_generation AND starts_with(scope, s.scope_prefix)) THEN
+    RAISE EXCEPTION 'capture_pending: a projection bootstrap is not merged yet; retry later' USING ERRCODE = 'SY503';
+  END IF;
 
   IF session IS NULL THEN
     -- P is read after the capture_pending check, so it covers this client's pushes.

@@ -313,6 +313,13 @@ func TestMarquee(t *testing.T) {
 		t.Errorf("only %d deaths at fault points and %d restarts", cond.namedKills(), cond.restarts)
 	}
 	for _, pt := range fault.Points {
+		if pt == fault.BootstrapStaging || pt == fault.BootstrapStaged {
+			// Reached only while a projection bootstrap of a table holding rows is staged,
+			// which the marquee's workload never asks for (its activations register empty
+			// tables): killed there by TestBootstrapRunnerKilled, TestBootstrapStageVerified
+			// and TestBootstrapSubsumedByReset (tests/bootstrap_snapshot_test.go).
+			continue
+		}
 		if cond.named[pt] == 0 {
 			t.Errorf("no runner died at fault point %s", pt)
 		}

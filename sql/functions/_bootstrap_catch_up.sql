@@ -1,0 +1,130 @@
+-- The main worker as the projection bootstrap's catch-up (docs/bootstrap.md; ADR 001,
+-- "Causally Bound Projection Baseline And Stream Reset", last paragraph). The runner
+-- staged each requested bootstrap under the exported snapshot of a slot whose
+-- consistent point is C: a source transaction whose commit LSN is below C is in the
+-- snapshot, every later one is in the WAL after C, which the main stream reads anyway
+-- with the ordinary materialization code. So, for stream generation gen with registry
+-- generation reg in effect, at source position pos:
+--   * a bootstrap activated in the stream (generation <= reg) that is not staged yet:
+--     SYW01 bootstrap_pending when wait (the runner stages it, then replays the
+--     transaction from the slot; nothing was written). The stream never guesses.
+--   * a staged one with C <= pos: merged now, before the transaction's events: the
+--     projection becomes the staged rows, the accepted push fences the snapshot
+--     covered become covered (bootstrap_coverage), and the rule index and membership
+--     of every prefix whose rules name the relation are rebuilt (no pull effects:
+--     activate_registry made those prefixes' cursors stale).
+--   * a staged one with C > pos: transaction t's row events and fences of that
+--     relation are dropped from the stage (they are in the snapshot).
+-- Called by synchro._materialize_txn (t, pos = its commit LSN, wait) and by
+-- synchro.runner_idle (t NULL, pos = the idle boundary: no transaction before it is
+-- left, so C at or below it is a transaction-end boundary of the main stream).
+CREATE OR REPLACE FUNCTION synchro._bootstrap_catch_up(gen bigint, reg bigint, t int, pos pg_lsn, wait boolean)
+RETURNS void
+LANGUAGE plpgsql
+-- No SET clause: called only from functions that pinned search_path and the row-image
+-- settings (materialize_batch, runner_idle).
+AS $$
+DECLARE
+  b        record;
+  n        bigint;
+  digest   text;
+  rels     bigint[] := '{}';
+  changed  text[];
+  skip     bigint[];
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM synchro.bootstrap x
+                  WHERE x.merged_at IS NULL AND x.kind = 'project' AND x.stream_generation = gen
+                    AND x.generation <= reg AND x.phase NOT IN ('merged', 'subsumed')) THEN
+    RETURN;
+  END IF;
+  IF wait AND EXISTS (SELECT 1 FROM synchro.bootstrap x
+                       WHERE x.merged_at IS NULL AND x.kind = 'project' AND x.stream_generation = gen
+                         AND x.generation <= reg AND x.phase IN ('requested', 'staging', 'failed')) THEN
+    RAISE EXCEPTION 'bootstrap_pending: a projection bootstrap of this registry generation is not staged yet'
+      USING ERRCODE = 'SYW01';
+  END IF;
+
+  FOR b IN SELECT x.* FROM synchro.bootstrap x
+            WHERE x.merged_at IS NULL AND x.kind = 'project' AND x.stream_generation = gen
+              AND x.generation <= reg AND x.phase = 'staged' AND x.consistent_point <= pos
+            ORDER BY x.generation, x.relation_id FOR UPDATE LOOP
+    DELETE FROM synchro.membership m WHERE m.relation_id = b.relation_id;
+    DELETE FROM synchro.rule_value v WHERE v.relation_id = b.relation_id;
+    DELETE FROM synchro.projection p WHERE p.relation_id = b.relation_id;
+    WITH ins AS (
+      INSERT INTO synchro.projection (relation_id, pk, pk_int, version, image)
+      SELECT s.relation_id, s.pk, s.pk_int, s.version, s.image FROM synchro.bootstrap_row s
+       WHERE s.generation = b.generation AND s.relation_id = b.relation_id
+      RETURNING pk, version)
+    SELECT count(*), count(*)::text || ':' || coalesce(sum(hashtextextended(ins.pk || '/' || ins.version, 0)::numeric), 0)::text
+      INTO n, digest FROM ins;
+    -- Count and digest were taken when the rows were staged: a difference means the
+    -- stage is incomplete or altered, and a partial projection must not become the state.
+    IF n <> b.row_count OR digest IS DISTINCT FROM b.row_digest THEN
+      RAISE EXCEPTION 'poison: bootstrap_incomplete' USING ERRCODE = 'SYP08', DETAIL = format('relation_id=%s', b.relation_id);
+    END IF;
+    DELETE FROM synchro.bootstrap_row s WHERE s.generation = b.generation AND s.relation_id = b.relation_id;
+    -- Accepted pushes of the relation in the snapshot: their events were skipped (or
+    -- come before C), the merged rows represent them.
+    UPDATE synchro.write_fence wf SET coverage = 'baseline', covered_at = now()
+     WHERE wf.fence_id IN (SELECT c.fence_id FROM synchro.bootstrap_coverage c
+                            WHERE c.generation = b.generation AND c.relation_id = b.relation_id AND c.attempt = b.attempt)
+       AND wf.coverage IS NULL;
+    UPDATE synchro.bootstrap x SET merged_at = now(), phase = 'merged'
+     WHERE x.generation = b.generation AND x.relation_id = b.relation_id;
+    rels := rels || b.relation_id;
+  END LOOP;
+
+  IF cardinality(rels) > 0 THEN
+    -- Rule index of the merged relations, then the membership of every prefix whose
+    -- rules name one of them, directly or as a via dependency, for every projected row.
+    INSERT INTO synchro.rule_value (relation_id, column_name, value, pk)
+    SELECT DISTINCT p.relation_id, c.column_name, p.image ->> c.column_name::text, p.pk
+      FROM synchro._rule_value_columns(reg) c
+      JOIN synchro.projection p ON p.relation_id = c.relation_id
+     WHERE c.relation_id = ANY (rels) AND p.image ->> c.column_name::text IS NOT NULL
+    ON CONFLICT DO NOTHING;
+    SELECT array_agg(DISTINCT s.scope_prefix) INTO changed FROM synchro.scope_rule s
+     WHERE s.generation = reg AND (s.relation_id = ANY (rels) OR s.via_relation_id = ANY (rels));
+    IF changed IS NOT NULL THEN
+      DELETE FROM pg_temp.synchro_w_impacted;
+      INSERT INTO pg_temp.synchro_w_impacted (relation_id, pk, event_ordinal, touched)
+      SELECT p.relation_id, p.pk, 0, false FROM synchro.projection p
+       WHERE p.relation_id IN (SELECT r.relation_id FROM synchro.scope_rule r
+                                WHERE r.generation = reg AND r.scope_prefix = ANY (changed));
+      PERFORM synchro._evaluate_membership(reg);
+      DELETE FROM synchro.membership m
+       WHERE EXISTS (SELECT 1 FROM unnest(changed) c(prefix) WHERE starts_with(m.scope, c.prefix));
+      INSERT INTO synchro.membership (scope, relation_id, pk, table_id, pk_order)
+      SELECT s.scope, s.relation_id, s.pk, r.table_id, CASE WHEN r.key_type = 'string' THEN 0 ELSE s.pk::bigint END
+        FROM pg_temp.synchro_w_scopes s JOIN synchro.relation r ON r.relation_id = s.relation_id
+       WHERE EXISTS (SELECT 1 FROM unnest(changed) c(prefix) WHERE starts_with(s.scope, c.prefix))
+      ON CONFLICT DO NOTHING;
+      DELETE FROM pg_temp.synchro_w_impacted;
+      DELETE FROM pg_temp.synchro_w_scopes;
+    END IF;
+    -- A large merge changes these tables' sizes by as much as it wants at once: fresh
+    -- statistics now, not at autovacuum's next visit (stale ones made every later
+    -- transaction's membership statement look millions of rows big, each paying for a
+    -- JIT compilation of half a second).
+    ANALYZE synchro.projection, synchro.rule_value, synchro.membership;
+  END IF;
+
+  IF t IS NULL THEN
+    RETURN;
+  END IF;
+  -- Still staged with C beyond this transaction: its events of those relations are in
+  -- the snapshot, and the merge will bring them.
+  SELECT array_agg(DISTINCT x.relation_id) INTO skip FROM synchro.bootstrap x
+   WHERE x.merged_at IS NULL AND x.kind = 'project' AND x.stream_generation = gen
+     AND x.generation <= reg AND x.phase = 'staged' AND x.consistent_point > pos;
+  IF skip IS NOT NULL THEN
+    DELETE FROM pg_temp.synchro_stage s
+     WHERE s.txn = _bootstrap_catch_up.t
+       AND ((s.kind IN ('I', 'U', 'D') AND s.relid IN (SELECT r.relid FROM synchro.relation r WHERE r.relation_id = ANY (skip)))
+         OR (s.kind = 'M' AND s.prefix = 'synchro.fence' AND s.f_relation_id = ANY (skip)));
+  END IF;
+END
+$$;
+
+REVOKE ALL ON FUNCTION synchro._bootstrap_catch_up(bigint, bigint, int, pg_lsn, boolean) FROM PUBLIC;
