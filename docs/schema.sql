@@ -307,23 +307,7 @@ BEGIN
     ON CONFLICT DO NOTHING;
     SELECT array_agg(DISTINCT s.scope_prefix) INTO changed FROM synchro.scope_rule s
      WHERE s.generation = reg AND (s.relation_id = ANY (rels) OR s.via_relation_id = ANY (rels));
-    IF changed IS NOT NULL THEN
-      DELETE FROM pg_temp.synchro_w_impacted;
-      INSERT INTO pg_temp.synchro_w_impacted (relation_id, pk, event_ordinal, touched)
-      SELECT p.relation_id, p.pk, 0, false FROM synchro.projection p
-       WHERE p.relation_id IN (SELECT r.relation_id FROM synchro.scope_rule r
-                                WHERE r.generation = reg AND r.scope_prefix = ANY (changed));
-      PERFORM synchro._evaluate_membership(reg);
-      DELETE FROM synchro.membership m
-       WHERE EXISTS (SELECT 1 FROM unnest(changed) c(prefix) WHERE starts_with(m.scope, c.prefix));
-      INSERT INTO synchro.membership (scope, relation_id, pk, table_id, pk_order)
-      SELECT s.scope, s.relation_id, s.pk, r.table_id, CASE WHEN r.key_type = 'string' THEN 0 ELSE s.pk::bigint END
-        FROM pg_temp.synchro_w_scopes s JOIN synchro.relation r ON r.relation_id = s.relation_id
-       WHERE EXISTS (SELECT 1 FROM unnest(changed) c(prefix) WHERE starts_with(s.scope, c.prefix))
-      ON CONFLICT DO NOTHING;
-      DELETE FROM pg_temp.synchro_w_impacted;
-      DELETE FROM pg_temp.synchro_w_scopes;
-    END IF;
+    PERFORM synchro._rebuild_prefix_membership(reg, changed);
     -- A large merge changes these tables' sizes by as much as it wants at once: fresh
     -- statistics now, not at autovacuum's next visit (stale ones made every later
     -- transaction's membership statement look millions of rows big, each paying for a
@@ -3195,6 +3179,38 @@ $$;
 ALTER FUNCTION synchro._readiness(with_groups boolean) OWNER TO postgres;
 
 --
+-- Name: _rebuild_prefix_membership(bigint, text[]); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._rebuild_prefix_membership(reg bigint, changed text[]) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  IF changed IS NULL THEN
+    RETURN;
+  END IF;
+  DELETE FROM pg_temp.synchro_w_impacted;
+  INSERT INTO pg_temp.synchro_w_impacted (relation_id, pk, event_ordinal, touched)
+  SELECT p.relation_id, p.pk, 0, false FROM synchro.projection p
+   WHERE p.relation_id IN (SELECT r.relation_id FROM synchro.scope_rule r
+                            WHERE r.generation = reg AND r.scope_prefix = ANY (changed));
+  PERFORM synchro._evaluate_membership(reg);
+  DELETE FROM synchro.membership m
+   WHERE EXISTS (SELECT 1 FROM unnest(changed) c(prefix) WHERE starts_with(m.scope, c.prefix));
+  INSERT INTO synchro.membership (scope, relation_id, pk, table_id, pk_order)
+  SELECT s.scope, s.relation_id, s.pk, r.table_id, CASE WHEN r.key_type = 'string' THEN 0 ELSE s.pk::bigint END
+    FROM pg_temp.synchro_w_scopes s JOIN synchro.relation r ON r.relation_id = s.relation_id
+   WHERE EXISTS (SELECT 1 FROM unnest(changed) c(prefix) WHERE starts_with(s.scope, c.prefix))
+  ON CONFLICT DO NOTHING;
+  DELETE FROM pg_temp.synchro_w_impacted;
+  DELETE FROM pg_temp.synchro_w_scopes;
+END
+$$;
+
+
+ALTER FUNCTION synchro._rebuild_prefix_membership(reg bigint, changed text[]) OWNER TO postgres;
+
+--
 -- Name: _reevaluate_prefixes(bigint, bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -3213,25 +3229,7 @@ BEGIN
     FROM (SELECT c.relation_id, c.column_name AS col FROM synchro._rule_value_columns(reg_end) c) c
     JOIN synchro.projection p ON p.relation_id = c.relation_id
    WHERE p.image ->> c.col::text IS NOT NULL;
-  IF changed IS NULL THEN
-    RETURN;
-  END IF;
-
-  DELETE FROM pg_temp.synchro_w_impacted;
-  INSERT INTO pg_temp.synchro_w_impacted (relation_id, pk, event_ordinal, touched)
-  SELECT p.relation_id, p.pk, 0, false FROM synchro.projection p
-   WHERE p.relation_id IN (SELECT r.relation_id FROM synchro.scope_rule r
-                            WHERE r.generation = reg_end AND r.scope_prefix = ANY (changed));
-  PERFORM synchro._evaluate_membership(reg_end);
-  DELETE FROM synchro.membership m
-   WHERE EXISTS (SELECT 1 FROM unnest(changed) c(prefix) WHERE starts_with(m.scope, c.prefix));
-  INSERT INTO synchro.membership (scope, relation_id, pk, table_id, pk_order)
-  SELECT s.scope, s.relation_id, s.pk, r.table_id, CASE WHEN r.key_type = 'string' THEN 0 ELSE s.pk::bigint END
-    FROM pg_temp.synchro_w_scopes s JOIN synchro.relation r ON r.relation_id = s.relation_id
-   WHERE EXISTS (SELECT 1 FROM unnest(changed) c(prefix) WHERE starts_with(s.scope, c.prefix))
-  ON CONFLICT DO NOTHING;
-  DELETE FROM pg_temp.synchro_w_impacted;
-  DELETE FROM pg_temp.synchro_w_scopes;
+  PERFORM synchro._rebuild_prefix_membership(reg_end, changed);
 END
 $$;
 
@@ -8541,6 +8539,13 @@ GRANT ALL ON FUNCTION synchro._push_run(client_id text, mutations jsonb, caller_
 --
 
 REVOKE ALL ON FUNCTION synchro._readiness(with_groups boolean) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _rebuild_prefix_membership(reg bigint, changed text[]); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._rebuild_prefix_membership(reg bigint, changed text[]) FROM PUBLIC;
 
 
 --

@@ -19,25 +19,7 @@ BEGIN
     FROM (SELECT c.relation_id, c.column_name AS col FROM synchro._rule_value_columns(reg_end) c) c
     JOIN synchro.projection p ON p.relation_id = c.relation_id
    WHERE p.image ->> c.col::text IS NOT NULL;
-  IF changed IS NULL THEN
-    RETURN;
-  END IF;
-
-  DELETE FROM pg_temp.synchro_w_impacted;
-  INSERT INTO pg_temp.synchro_w_impacted (relation_id, pk, event_ordinal, touched)
-  SELECT p.relation_id, p.pk, 0, false FROM synchro.projection p
-   WHERE p.relation_id IN (SELECT r.relation_id FROM synchro.scope_rule r
-                            WHERE r.generation = reg_end AND r.scope_prefix = ANY (changed));
-  PERFORM synchro._evaluate_membership(reg_end);
-  DELETE FROM synchro.membership m
-   WHERE EXISTS (SELECT 1 FROM unnest(changed) c(prefix) WHERE starts_with(m.scope, c.prefix));
-  INSERT INTO synchro.membership (scope, relation_id, pk, table_id, pk_order)
-  SELECT s.scope, s.relation_id, s.pk, r.table_id, CASE WHEN r.key_type = 'string' THEN 0 ELSE s.pk::bigint END
-    FROM pg_temp.synchro_w_scopes s JOIN synchro.relation r ON r.relation_id = s.relation_id
-   WHERE EXISTS (SELECT 1 FROM unnest(changed) c(prefix) WHERE starts_with(s.scope, c.prefix))
-  ON CONFLICT DO NOTHING;
-  DELETE FROM pg_temp.synchro_w_impacted;
-  DELETE FROM pg_temp.synchro_w_scopes;
+  PERFORM synchro._rebuild_prefix_membership(reg_end, changed);
 END
 $$;
 
