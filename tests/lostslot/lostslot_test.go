@@ -4,12 +4,9 @@
 package lostslot
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"regexp"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,45 +14,10 @@ import (
 
 	"github.com/synchro/synchro/runner"
 	"github.com/synchro/synchro/tests/testdb"
+	"github.com/synchro/synchro/tests/testkit"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
-
-var nonSlotChars = regexp.MustCompile(`[^a-z0-9_]`)
-
-type syncLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) lines(substr string) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []string
-	for _, line := range strings.Split(l.b.String(), "\n") {
-		if strings.Contains(line, substr) {
-			out = append(out, line)
-		}
-	}
-	return out
-}
-
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 // runFor runs a runner until it returns or ctx ends.
 func runFor(ctx context.Context, t *testing.T, cfg runner.Config) <-chan error {
@@ -83,11 +45,8 @@ func TestLostSlotIsFatal(t *testing.T) {
 		SELECT synchro.add_scope_rule('items', 'owner:', 'owner');
 		SELECT synchro.activate_registry();`)
 	require.NoError(t, err)
-	slot := nonSlotChars.ReplaceAllString(strings.ToLower(db.Name), "_")
-	if len(slot) > 63 {
-		slot = slot[len(slot)-63:]
-	}
-	logs := &syncLog{}
+	slot := testkit.SlotName(db.Name)
+	logs := &testkit.SyncLog{}
 	cfg := runner.Config{
 		DatabaseURL: db.URL, Slot: slot, Owner: "test",
 		HeartbeatInterval: 250 * time.Millisecond, StandbyInterval: time.Second, IdleInterval: 100 * time.Millisecond,
@@ -99,7 +58,7 @@ func TestLostSlotIsFatal(t *testing.T) {
 	// A stream, then the runner stops.
 	rctx, cancel := context.WithCancel(ctx)
 	done := runFor(rctx, t, cfg)
-	waitFor(t, 20*time.Second, "the stream", func() bool {
+	testkit.WaitFor(t, 20*time.Second, 20*time.Millisecond, "the stream", func() bool {
 		var n int
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM synchro.runner WHERE state = 'streaming'`).Scan(&n))
 		return n == 1
@@ -119,14 +78,14 @@ func TestLostSlotIsFatal(t *testing.T) {
 	// Readiness's slot row reports the retained WAL against the new bound (issue 12
 	// item 4); sessions read the reloaded setting at their next command.
 	retained := regexp.MustCompile(`retained_wal_bytes=[0-9]+ max_slot_wal_keep_bytes=1048576 safe_wal_bytes=`)
-	waitFor(t, 30*time.Second, "the slot row to report max_slot_wal_keep_size", func() bool {
+	testkit.WaitFor(t, 30*time.Second, 20*time.Millisecond, "the slot row to report max_slot_wal_keep_size", func() bool {
 		var detail string
 		require.NoError(t, db.Pool.QueryRow(ctx,
 			`SELECT detail FROM synchro.readiness() WHERE check_name = 'slot'`).Scan(&detail))
 		return retained.MatchString(detail)
 	})
 	id := 0
-	waitFor(t, 60*time.Second, "wal_status = lost", func() bool {
+	testkit.WaitFor(t, 60*time.Second, 20*time.Millisecond, "wal_status = lost", func() bool {
 		id++
 		_, err := db.Pool.Exec(ctx, `INSERT INTO items (id, owner, note) SELECT g, 'a', repeat('x', 500)
 			FROM generate_series($1::int8 * 10000, $1::int8 * 10000 + 2000) g`, id)
@@ -143,7 +102,7 @@ func TestLostSlotIsFatal(t *testing.T) {
 
 	err = <-runFor(ctx, t, cfg)
 	require.ErrorContains(t, err, "wal_status=lost")
-	fatal := logs.lines("fatal state")
+	fatal := logs.Lines("fatal state")
 	require.Len(t, fatal, 1, "one log line names the fatal state")
 	require.Contains(t, fatal[0], "wal_status=lost")
 

@@ -4,12 +4,8 @@
 package resetvisible
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
-	"regexp"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,39 +14,10 @@ import (
 
 	"github.com/synchro/synchro/runner"
 	"github.com/synchro/synchro/tests/testdb"
+	"github.com/synchro/synchro/tests/testkit"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
-
-var nonSlotChars = regexp.MustCompile(`[^a-z0-9_]`)
-
-type syncLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // A transaction is decoded as soon as its commit record is flushed, a moment before
 // it becomes visible to other sessions. synchro.begin_reset's own transaction is
@@ -80,11 +47,8 @@ func TestResetRequestDecodedBeforeVisible(t *testing.T) {
 	require.NoError(t, err)
 	db.Pool.Reset() // new sessions take the database's setting
 
-	slot := nonSlotChars.ReplaceAllString(strings.ToLower(db.Name), "_")
-	if len(slot) > 63 {
-		slot = slot[len(slot)-63:]
-	}
-	logs := &syncLog{}
+	slot := testkit.SlotName(db.Name)
+	logs := &testkit.SyncLog{}
 	cfg := runner.Config{
 		DatabaseURL: db.URL, Slot: slot, Owner: "test",
 		HeartbeatInterval: 250 * time.Millisecond, StandbyInterval: time.Second, IdleInterval: 100 * time.Millisecond,
@@ -110,12 +74,12 @@ func TestResetRequestDecodedBeforeVisible(t *testing.T) {
 		require.NoError(t, db.Pool.QueryRow(ctx, q, args...).Scan(&n))
 		return n
 	}
-	waitFor(t, 30*time.Second, "the stream", func() bool {
+	testkit.WaitFor(t, 30*time.Second, 5*time.Millisecond, "the stream", func() bool {
 		return count(`SELECT count(*) FROM synchro.runner WHERE state = 'streaming'`) == 1
 	})
 	_, err = db.Pool.Exec(ctx, `INSERT INTO items VALUES (1, 'o1', 'before')`)
 	require.NoError(t, err)
-	waitFor(t, 30*time.Second, "the first write", func() bool {
+	testkit.WaitFor(t, 30*time.Second, 5*time.Millisecond, "the first write", func() bool {
 		return count(`SELECT count(*) FROM synchro.txn`) == 1
 	})
 	var gen int64
@@ -146,7 +110,7 @@ func TestResetRequestDecodedBeforeVisible(t *testing.T) {
 	require.NoError(t, tx.QueryRow(ctx, `SELECT synchro.begin_reset('decoded before visible')::text`).Scan(&resetID))
 	committed := make(chan error, 1)
 	go func() { committed <- tx.Commit(ctx) }()
-	waitFor(t, 30*time.Second, "the operator's commit waiting for the standby", func() bool {
+	testkit.WaitFor(t, 30*time.Second, 5*time.Millisecond, "the operator's commit waiting for the standby", func() bool {
 		return count(`SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND wait_event = 'SyncRep'`, opPid) == 1
 	})
 	require.Zero(t, count(`SELECT count(*) FROM synchro.reset`), "the request is not visible yet")
@@ -154,7 +118,7 @@ func TestResetRequestDecodedBeforeVisible(t *testing.T) {
 	// The runner decodes the transaction now. Either it materializes it on the old
 	// stream (the defect: its txn row appears), or its apply session waits for the
 	// transaction to become visible (pg_sleep in synchro._await_visible_all).
-	waitFor(t, 60*time.Second, "the runner to take the request's transaction", func() bool {
+	testkit.WaitFor(t, 60*time.Second, 5*time.Millisecond, "the runner to take the request's transaction", func() bool {
 		return count(`SELECT count(*) FROM synchro.txn WHERE xid = $1`, xid) == 1 ||
 			count(`SELECT count(*) FROM pg_stat_activity WHERE application_name = 'synchro-runner-apply'
 			   AND wait_event = 'PgSleep'`) == 1
@@ -174,7 +138,7 @@ func TestResetRequestDecodedBeforeVisible(t *testing.T) {
 	require.Equal(t, 1, count(`SELECT count(*) FROM synchro.reset WHERE reset_id = $1::uuid`, resetID))
 
 	// The runner turns to the reset: it leaves phase requested with no further write.
-	waitFor(t, 120*time.Second, "the reset past phase requested", func() bool {
+	testkit.WaitFor(t, 120*time.Second, 5*time.Millisecond, "the reset past phase requested", func() bool {
 		return count(`SELECT count(*) FROM synchro.reset WHERE reset_id = $1::uuid AND phase <> 'requested'`, resetID) == 1
 	})
 	require.Zero(t, count(`SELECT count(*) FROM synchro.txn WHERE xid = $1 AND stream_generation = $2`, xid, gen),
@@ -183,7 +147,7 @@ func TestResetRequestDecodedBeforeVisible(t *testing.T) {
 	require.NoError(t, err)
 	_, err = db.Pool.Exec(ctx, `SELECT pg_reload_conf()`)
 	require.NoError(t, err)
-	waitFor(t, 120*time.Second, "the reset ready", func() bool {
+	testkit.WaitFor(t, 120*time.Second, 5*time.Millisecond, "the reset ready", func() bool {
 		return count(`SELECT count(*) FROM synchro.reset WHERE reset_id = $1::uuid AND phase = 'ready'`, resetID) == 1
 	})
 	_, err = db.Pool.Exec(ctx, `SELECT synchro.abort_reset($1::uuid)`, resetID)

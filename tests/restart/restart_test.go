@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,11 +24,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/synchro/synchro/tests/testdb"
+	"github.com/synchro/synchro/tests/testkit"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
-
-var nonSlotChars = regexp.MustCompile(`[^a-z0-9_]`)
 
 // buildSynchro builds cmd/synchro into a temporary directory.
 func buildSynchro(t *testing.T) string {
@@ -60,17 +58,6 @@ func get(base, path string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
-}
-
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // metric reads one unlabeled sample from Prometheus text; ok false when absent.
@@ -108,10 +95,7 @@ func TestRestartUnderWriteLoad(t *testing.T) {
 	bin := buildSynchro(t)
 	addr := freeAddr(t)
 	base := "http://" + addr
-	slot := nonSlotChars.ReplaceAllString(strings.ToLower(db.Name), "_")
-	if len(slot) > 63 {
-		slot = slot[len(slot)-63:]
-	}
+	slot := testkit.SlotName(db.Name)
 	cmd := exec.Command(bin, "run", "--slot", slot, "--listen", addr,
 		"--heartbeat-interval", "250ms", "--standby-interval", "1s", "--backoff-max", "1s",
 		"--metrics-interval", "200ms")
@@ -148,7 +132,7 @@ func TestRestartUnderWriteLoad(t *testing.T) {
 		}
 	})
 
-	waitFor(t, 30*time.Second, "/readyz 200 after start", func() bool {
+	testkit.WaitFor(t, 30*time.Second, 50*time.Millisecond, "/readyz 200 after start", func() bool {
 		code, _ := get(base, "/readyz")
 		return code == http.StatusOK
 	})
@@ -217,7 +201,7 @@ func TestRestartUnderWriteLoad(t *testing.T) {
 
 	// Ready again within 30 s of the restart (issue 12), counted from PostgreSQL's
 	// return, with the writes still going on for the first second of it.
-	waitFor(t, time.Until(restarted.Add(30*time.Second)), "ready again with every write materialized", func() bool {
+	testkit.WaitFor(t, time.Until(restarted.Add(30*time.Second)), 50*time.Millisecond, "ready again with every write materialized", func() bool {
 		var n int64
 		if err := db.Pool.QueryRow(ctx, `SELECT count(DISTINCT pk) FROM synchro.effect`).Scan(&n); err != nil {
 			return false

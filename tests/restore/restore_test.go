@@ -4,15 +4,11 @@
 package restore
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,39 +19,10 @@ import (
 	"github.com/synchro/synchro/internal/pgcluster"
 	"github.com/synchro/synchro/runner"
 	"github.com/synchro/synchro/tests/testdb"
+	"github.com/synchro/synchro/tests/testkit"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
-
-var nonSlotChars = regexp.MustCompile(`[^a-z0-9_]`)
-
-type syncLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 type check struct {
 	name, detail string
@@ -110,11 +77,8 @@ func TestRestoredBackupIsNotReady(t *testing.T) {
 		SELECT synchro.activate_registry();
 		INSERT INTO items VALUES (1, 'a');`)
 	require.NoError(t, err)
-	slot := nonSlotChars.ReplaceAllString(strings.ToLower(db.Name), "_")
-	if len(slot) > 63 {
-		slot = slot[len(slot)-63:]
-	}
-	logs := &syncLog{}
+	slot := testkit.SlotName(db.Name)
+	logs := &testkit.SyncLog{}
 	cfg := runner.Config{
 		DatabaseURL: db.URL, Slot: slot, Owner: "test",
 		HeartbeatInterval: 250 * time.Millisecond, StandbyInterval: time.Second, IdleInterval: 100 * time.Millisecond,
@@ -135,7 +99,7 @@ func TestRestoredBackupIsNotReady(t *testing.T) {
 	}()
 	_, err = db.Pool.Exec(ctx, `INSERT INTO items VALUES (2, 'a')`)
 	require.NoError(t, err)
-	waitFor(t, 30*time.Second, "the source database to be ready", func() bool {
+	testkit.WaitFor(t, 30*time.Second, 20*time.Millisecond, "the source database to be ready", func() bool {
 		_, ready := readiness(t, db.Pool)
 		return ready
 	})
@@ -180,7 +144,7 @@ func TestRestoredBackupIsNotReady(t *testing.T) {
 
 	// A runner on the restored database stops at once: the stream's slot is missing, a
 	// fatal state. It creates no slot and no new stream behind the operator's back.
-	rlogs := &syncLog{}
+	rlogs := &testkit.SyncLog{}
 	rcfg := cfg
 	rcfg.DatabaseURL = url
 	rcfg.Logger = slog.New(slog.NewTextHandler(rlogs, &slog.HandlerOptions{Level: slog.LevelDebug}))
