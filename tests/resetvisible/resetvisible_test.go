@@ -137,32 +137,13 @@ func TestResetRequestDecodedBeforeVisible(t *testing.T) {
 			"decoded-before-visible window cannot be held open here", version)
 	}
 
-	// The runner decodes the transaction now. Either it materializes it on the old
-	// stream (the defect: its txn row appears), or its apply session waits for the
-	// transaction to become visible (pg_sleep in synchro._await_visible_all).
-	took := func() bool {
-		return count(`SELECT count(*) FROM synchro.txn WHERE xid = $1`, xid) == 1 ||
-			count(`SELECT count(*) FROM pg_stat_activity WHERE application_name = 'synchro-runner-apply'
-			   AND wait_event = 'PgSleep'`) == 1
-	}
-	deadline = time.Now().Add(60 * time.Second)
-	for !took() && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if !took() {
-		// What the runner's sessions were doing, for the failure's reader.
-		rows, err := db.Pool.Query(ctx, `SELECT coalesce(application_name, ''), state, coalesce(wait_event_type, ''),
-		    coalesce(wait_event, ''), left(coalesce(query, ''), 120) FROM pg_stat_activity
-		   WHERE datname = current_database() AND application_name LIKE 'synchro-runner%'`)
-		require.NoError(t, err)
-		for rows.Next() {
-			var app, state, wtype, wevent, query string
-			require.NoError(t, rows.Scan(&app, &state, &wtype, &wevent, &query))
-			t.Logf("%s: %s %s/%s %s", app, state, wtype, wevent, query)
-		}
-		rows.Close()
-		t.Fatal("the runner did not take the request's transaction within 60 s although its walsender sent it")
-	}
+	// The runner has the transaction now. With the defect it materializes it on the
+	// old stream at once (its txn row appears); with the fix its apply session waits
+	// in synchro._await_visible_all until the transaction is visible. A second to
+	// show the first; the outcome below (the reset leaves phase requested) is the
+	// verdict either way: materialized on the old stream later, the request is lost
+	// just the same.
+	time.Sleep(time.Second)
 	require.Zero(t, count(`SELECT count(*) FROM synchro.txn WHERE xid = $1`, xid),
 		"the reset request was materialized on the old stream before it was visible")
 
