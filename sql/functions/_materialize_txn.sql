@@ -59,8 +59,8 @@ BEGIN
   END IF;
 
   -- The source transaction's own writes to synchro tables (write fences, registry
-  -- generations) must be visible before they are read below.
-  PERFORM synchro._await_visible(_materialize_txn.xid);
+  -- generations) are visible: synchro.materialize_batch, its only caller, waited for
+  -- the whole batch first (synchro._await_visible_all).
 
   SELECT count(*) FILTER (WHERE s.kind IN ('I', 'U', 'D', 'T')),
          count(*) FILTER (WHERE s.kind = 'M' AND s.prefix = 'synchro.fence')
