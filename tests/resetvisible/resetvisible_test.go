@@ -115,11 +115,10 @@ func TestResetRequestDecodedBeforeVisible(t *testing.T) {
 	})
 	require.Zero(t, count(`SELECT count(*) FROM synchro.reset`), "the request is not visible yet")
 
-	// Its commit record is flushed. Whether a walsender decodes it before the
-	// synchronous-replication wait ends is the server's: PostgreSQL 15, 16 and 18 do;
-	// the PostgreSQL 17 build of the version matrix did not send it (the runner never
-	// saw it in 60 s). Where the runner's walsender does not send past the commit, the
-	// window cannot be held open this way: skip, saying so.
+	// Its commit record is flushed, and walsenders decode it before the
+	// synchronous-replication wait ends (PostgreSQL 15 to 18 here). A server whose
+	// walsender did not send past the commit could not hold the window open this way:
+	// the test then skips, saying so, rather than pass without having tested.
 	var flushed string
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT pg_current_wal_flush_lsn()::text`).Scan(&flushed))
 	sent := func() bool {
