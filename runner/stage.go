@@ -14,6 +14,19 @@ const (
 	oidJSONB = 3802
 )
 
+// Type OIDs staged as the JSON value to_jsonb() gives them, not as a string of their
+// text: integers as numbers (their text output is the number), booleans as true and
+// false. With json, jsonb and the types staged as strings (text, varchar, uuid, ...),
+// a relation whose registered columns all have such types is staged already in its
+// row image's shape, and materialization uses the staged object as the image instead
+// of rendering it again (synchro._image_sql: the same list of types, by OID).
+const (
+	oidBool = 16
+	oidInt8 = 20
+	oidInt2 = 21
+	oidInt4 = 23
+)
+
 // Staged row kinds: the "kind" column of pg_temp.synchro_stage.
 const (
 	StageRelation byte = 'R'
@@ -278,7 +291,8 @@ func ordinal32(o uint64) (int32, error) {
 }
 
 // encodeTuple renders a tuple as a JSON object: column name → the text output as
-// a JSON string (json and jsonb columns as their JSON value), NULL as null.
+// a JSON string (json and jsonb columns as their JSON value, integers as numbers,
+// booleans as true or false: see oidBool), NULL as null.
 // Unchanged-TOAST columns are omitted and returned in toast. A key-only old image
 // (TupleKey) carries only its key columns: pgoutput sends the others as nulls that
 // are not the row's values. Only key columns and the columns in registered are
@@ -322,12 +336,27 @@ func encodeTuple(rel *decode.Relation, t *decode.Tuple, registered map[string]st
 			if !utf8.Valid(v.Data) {
 				return nil, nil, &decode.Error{Class: decode.ClassMalformed, Detail: "column text is not valid UTF-8", RelationOID: rel.OID}
 			}
-			if c.TypeOID == oidJSON || c.TypeOID == oidJSONB {
+			switch c.TypeOID {
+			case oidJSON, oidJSONB:
 				if !json.Valid(v.Data) {
 					return nil, nil, &decode.Error{Class: decode.ClassMalformed, Detail: "json column text is not valid JSON", RelationOID: rel.OID}
 				}
 				obj = append(obj, v.Data...)
-			} else {
+			case oidInt2, oidInt4, oidInt8:
+				if !isInteger(v.Data) {
+					return nil, nil, &decode.Error{Class: decode.ClassMalformed, Detail: "integer column text is not an integer", RelationOID: rel.OID}
+				}
+				obj = append(obj, v.Data...)
+			case oidBool:
+				switch string(v.Data) {
+				case "t":
+					obj = append(obj, "true"...)
+				case "f":
+					obj = append(obj, "false"...)
+				default:
+					return nil, nil, &decode.Error{Class: decode.ClassMalformed, Detail: "boolean column text is not t or f", RelationOID: rel.OID}
+				}
+			default:
 				obj = appendJSONString(obj, string(v.Data))
 			}
 		case decode.ValueBinary:
@@ -338,6 +367,24 @@ func encodeTuple(rel *decode.Relation, t *decode.Tuple, registered map[string]st
 	}
 	obj = append(obj, '}')
 	return obj, toast, nil
+}
+
+// isInteger reports whether b is an integer type's text output: an optional minus
+// sign and 1 to 19 decimal digits (int8's range fits in 19 digits), so that it is
+// also a valid JSON number.
+func isInteger(b []byte) bool {
+	if len(b) > 0 && b[0] == '-' {
+		b = b[1:]
+	}
+	if len(b) == 0 || len(b) > 19 {
+		return false
+	}
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 const hexDigits = "0123456789abcdef"

@@ -45,7 +45,7 @@ func TestRunnerStagerStagesRegisteredColumnsOnly(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, out, 2)
 	require.Equal(t, []string{"id", "title", "meta", "doc", "body"}, out[0].ColNames)
-	require.JSONEq(t, `{"id": "42", "title": "t"}`, string(out[1].NewRow))
+	require.JSONEq(t, `{"id": 42, "title": "t"}`, string(out[len(out)-1].NewRow))
 	require.Nil(t, out[1].Toast, "an unregistered unchanged-TOAST column is not listed")
 
 	other := *rel
@@ -53,7 +53,7 @@ func TestRunnerStagerStagesRegisteredColumnsOnly(t *testing.T) {
 	row.Relation = &other
 	out, err = s.Row(nil, 1, row)
 	require.NoError(t, err)
-	require.JSONEq(t, `{"id": "42"}`, string(out[1].NewRow))
+	require.JSONEq(t, `{"id": 42}`, string(out[len(out)-1].NewRow))
 	require.False(t, s.Registered(999))
 	require.True(t, s.Registered(16384))
 }
@@ -98,7 +98,7 @@ func TestRunnerStagerInsertEncodesValues(t *testing.T) {
 	var got map[string]any
 	require.NoError(t, json.Unmarshal(i.NewRow, &got))
 	require.Equal(t, map[string]any{
-		"id":    "42",
+		"id":    float64(42),
 		"title": "a \"quoted\"\\ line\nwith\ttab \x01 and ünïcode",
 		"meta":  map[string]any{"b": []any{1.0, 2.5, nil}},
 		"doc":   map[string]any{"x": 1.0},
@@ -165,9 +165,9 @@ func TestRunnerStagerUpdateDeleteToastAndOldImages(t *testing.T) {
 	u := out[1]
 	require.Equal(t, StageUpdate, u.Kind)
 	require.Equal(t, int32(3), *u.EventOrdinal)
-	require.JSONEq(t, `{"id":"7","title":"t","meta":null,"doc":null}`, string(u.NewRow))
+	require.JSONEq(t, `{"id":7,"title":"t","meta":null,"doc":null}`, string(u.NewRow))
 	require.Equal(t, []string{"body"}, u.Toast)
-	require.JSONEq(t, `{"id":"7"}`, string(u.OldRow), "a key-only image carries only key columns")
+	require.JSONEq(t, `{"id":7}`, string(u.OldRow), "a key-only image carries only key columns")
 
 	del := &decode.Row{Op: decode.OpDelete, Relation: rel,
 		Old: &decode.Tuple{Kind: decode.TupleOld, Values: []decode.Value{text("7"), text("t"), null, null, null}}}
@@ -177,7 +177,7 @@ func TestRunnerStagerUpdateDeleteToastAndOldImages(t *testing.T) {
 	require.Equal(t, StageDelete, d.Kind)
 	require.Equal(t, int32(2), d.Seq)
 	require.Nil(t, d.NewRow)
-	require.JSONEq(t, `{"id":"7","title":"t","meta":null,"doc":null,"body":null}`, string(d.OldRow))
+	require.JSONEq(t, `{"id":7,"title":"t","meta":null,"doc":null,"body":null}`, string(d.OldRow))
 }
 
 func TestRunnerStagerTruncateAndMessages(t *testing.T) {
@@ -282,5 +282,39 @@ func TestRunnerStageRowValuesOrder(t *testing.T) {
 	require.Equal(t, []string{"body"}, v[13])
 	for i := 14; i < len(v); i++ {
 		require.Nil(t, v[i], StageColumns[i])
+	}
+}
+
+// Integers and booleans are staged as the JSON values to_jsonb() gives them (the
+// image's shape, synchro._image_sql); text that is not their type's output is
+// malformed, never staged as something else.
+func TestRunnerStagerTypedValues(t *testing.T) {
+	t.Parallel()
+	rel := &decode.Relation{OID: 1, Namespace: "public", Name: "n", Columns: []decode.Column{
+		{Name: "id", TypeOID: oidInt8, Key: true}, {Name: "s", TypeOID: oidInt2}, {Name: "i", TypeOID: oidInt4},
+		{Name: "b", TypeOID: oidBool}, {Name: "c", TypeOID: 1700}}}
+	s := NewStager()
+	s.SetRegistered(map[uint32]map[string]struct{}{1: {"id": {}, "s": {}, "i": {}, "b": {}, "c": {}}})
+	row := func(vals ...decode.Value) *decode.Row {
+		return &decode.Row{Op: decode.OpInsert, Relation: rel, New: &decode.Tuple{Kind: decode.TupleNew, Values: vals}}
+	}
+	out, err := s.Row(nil, 0, row(text("-9223372036854775808"), text("0"), text("-1"), text("f"), text("1.50")))
+	require.NoError(t, err)
+	require.JSONEq(t, `{"id": -9223372036854775808, "s": 0, "i": -1, "b": false, "c": "1.50"}`, string(out[len(out)-1].NewRow))
+	out, err = s.Row(nil, 1, row(text("9223372036854775807"), null, null, text("t"), null))
+	require.NoError(t, err)
+	require.JSONEq(t, `{"id": 9223372036854775807, "s": null, "i": null, "b": true, "c": null}`, string(out[len(out)-1].NewRow))
+	for _, bad := range [][]decode.Value{
+		{text("1e3"), null, null, null, null},
+		{text("-"), null, null, null, null},
+		{text("01234567890123456789"), null, null, null, null},
+		{text("1"), text(" 1"), null, null, null},
+		{text("1"), null, text(""), null, null},
+		{text("1"), null, null, text("true"), null},
+	} {
+		_, err := s.Row(nil, 2, row(bad...))
+		var de *decode.Error
+		require.ErrorAs(t, err, &de, "%q", bad)
+		require.Equal(t, decode.ClassMalformed, de.Class)
 	}
 }

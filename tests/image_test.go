@@ -105,3 +105,72 @@ func TestFenceKeywordColumnNames(t *testing.T) {
 	require.Equal(t, 2, countOf(t, e.db, `SELECT count(*) FROM synchro.effect WHERE table_id = 'kw'`),
 		"the net upsert into in:b of the first transaction, then the delete")
 }
+
+// A relation whose registered columns all have a type the runner stages in its image
+// shape (bool, integers, text, varchar, uuid, json, jsonb) takes the staged object as
+// its row image, without rendering it again (synchro._image_sql), exactly when that
+// object has the registered columns and nothing else: the image equals to_jsonb() of
+// the registered columns for extreme values, NULLs and JSON documents, and a staged
+// object with more columns (a REPLICA IDENTITY FULL table registers a subset: the
+// runner stages its unregistered identity columns too) still renders only the
+// registered ones. Red when the runner stages a boolean or an integer as a string, or
+// when the fast path takes an object with an extra column.
+func TestImageStagedAsImage(t *testing.T) {
+	t.Parallel()
+	e := newSyncEnvSchema(t, `
+CREATE TABLE public.plain (
+  id int8 PRIMARY KEY, i2 int2, i4 int4, b bool, t text, vc varchar(5), u uuid, j json, jb jsonb);
+CREATE TABLE public.full_ri (id int8 PRIMARY KEY, owner text, secret text, n int4);
+INSERT INTO public.plain VALUES (1, 1, 2, true, 'baseline', 'ab', gen_random_uuid(), '{"k": [1, "two"]}', '{"b": 1}');
+INSERT INTO public.full_ri VALUES (1, 'o', 'hidden', 1);
+SELECT synchro.register_table('public.plain', 'plain');
+SELECT synchro.add_scope_rule('plain', 'all:', 't');
+SELECT synchro.register_table('public.full_ri', 'full_ri');
+SELECT synchro.add_scope_rule('full_ri', 'owner:', 'owner');
+SELECT synchro.activate_registry();
+SELECT synchro.set_columns((SELECT relation_id FROM synchro.relation WHERE table_id = 'full_ri'), ARRAY['owner', 'n']);
+SELECT synchro.activate_registry();`)
+	db := e.db
+	ctx := context.Background()
+	same := func(what, table, want string) {
+		t.Helper()
+		rows, err := db.Pool.Query(ctx, `
+			SELECT k.id, p.image = `+want+`, p.image::text, (`+want+`)::text
+			  FROM public.`+table+` k JOIN synchro.projection p ON p.pk = k.id::text
+			 WHERE p.relation_id = (SELECT relation_id FROM synchro.relation WHERE table_id = $1)
+			 ORDER BY k.id`, table)
+		require.NoError(t, err)
+		defer rows.Close()
+		n := 0
+		for rows.Next() {
+			var id int64
+			var eq bool
+			var got, want string
+			require.NoError(t, rows.Scan(&id, &eq, &got, &want))
+			require.True(t, eq, "%s: %s row %d\n got: %s\nwant: %s", what, table, id, got, want)
+			n++
+		}
+		require.NoError(t, rows.Err())
+		require.Positive(t, n, what)
+	}
+	check := func(what string) {
+		t.Helper()
+		same(what, "plain", "to_jsonb(k)")
+		same(what, "full_ri", "to_jsonb(k) - 'secret'")
+	}
+	check("baseline")
+	write(t, db, `
+		INSERT INTO public.plain VALUES
+		  (2, -32768, -2147483648, false, 'a"b\c
+		  tab	é 😀', 'é', '00000000-0000-0000-0000-000000000000', '{"a": 1, "a": 2, "n": null}', '[1, {"z": [true]}]'),
+		  (3, 32767, 2147483647, true, '', '', NULL, 'null', '"s"'),
+		  (-9223372036854775808, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL),
+		  (9223372036854775807, NULL, -1, false, 'max', 'x', NULL, '[]', '{}');
+		INSERT INTO public.full_ri VALUES (2, 'p', 'hidden too', -7), (3, 'o', NULL, NULL);`)
+	check("inserted")
+	write(t, db, `
+		UPDATE public.plain SET b = NOT b, i4 = i4 - 1, t = 'moved' WHERE id = 1;
+		UPDATE public.full_ri SET owner = 'p', secret = 'changed' WHERE id = 1;
+		DELETE FROM public.full_ri WHERE id = 3;`)
+	check("updated")
+}
