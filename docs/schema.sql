@@ -166,8 +166,8 @@ BEGIN
        ORDER BY i.relation_id DESC, i.pk DESC LIMIT 1;
     END IF;
     PERFORM synchro._evaluate_membership(reg);
-    INSERT INTO synchro.membership (scope, relation_id, pk, table_id, pk_order)
-    SELECT s.scope, s.relation_id, s.pk, r.table_id, CASE WHEN r.key_type = 'string' THEN 0 ELSE s.pk::bigint END
+    INSERT INTO synchro.membership (scope, scope_hash, relation_id, pk, table_id, pk_order)
+    SELECT s.scope, synchro._scope_hash(s.scope), s.relation_id, s.pk, r.table_id, CASE WHEN r.key_type = 'string' THEN 0 ELSE s.pk::bigint END
       FROM pg_temp.synchro_w_scopes s JOIN synchro.relation r ON r.relation_id = s.relation_id
     ON CONFLICT DO NOTHING;
   ELSE
@@ -219,9 +219,11 @@ BEGIN
     -- The image in the registered shape, as materialization renders it
     -- (synchro._image_sql): no code of the application's runs with the owner's rights.
     EXECUTE format(
-      'INSERT INTO %I.projection (relation_id, pk, pk_int, version, image) '
-      'SELECT $1, t.%I::text, CASE WHEN $2 <> %L THEN t.%I::text::bigint END, v.version, %s '
-      '  FROM ONLY %I.%I t LEFT JOIN synchro.row_version v ON v.relation_id = $1 AND v.pk = t.%I::text',
+      'INSERT INTO %I.projection (relation_id, pk, pk_int, version, image, image_bytes) '
+      'SELECT x.*, pg_catalog.octet_length(x.image::pg_catalog.text) FROM ('
+      'SELECT $1, t.%I::text, CASE WHEN $2 <> %L THEN t.%I::text::bigint END, v.version, %s AS image '
+      '  FROM ONLY %I.%I t LEFT JOIN synchro.row_version v ON v.relation_id = $1 AND v.pk = t.%I::text '
+      'OFFSET 0) x',
       sch, rel.key_column, 'string', rel.key_column, synchro._image_sql(rel.relation_id, reg, 't', true),
       rel.schema_name, rel.table_name, rel.key_column)
     USING rel.relation_id, rel.key_type;
@@ -273,8 +275,9 @@ BEGIN
     DELETE FROM synchro.rule_value v WHERE v.relation_id = b.relation_id;
     DELETE FROM synchro.projection p WHERE p.relation_id = b.relation_id;
     WITH ins AS (
-      INSERT INTO synchro.projection (relation_id, pk, pk_int, version, image)
-      SELECT s.relation_id, s.pk, s.pk_int, s.version, s.image FROM synchro.bootstrap_row s
+      INSERT INTO synchro.projection (relation_id, pk, pk_int, version, image, image_bytes)
+      SELECT s.relation_id, s.pk, s.pk_int, s.version, s.image, pg_catalog.octet_length(s.image::pg_catalog.text)
+        FROM synchro.bootstrap_row s
        WHERE s.generation = b.generation AND s.relation_id = b.relation_id
       RETURNING pk, version)
     SELECT count(*), count(*)::text || ':' || coalesce(sum(hashtextextended(ins.pk || '/' || ins.version, 0)::numeric), 0)::text
@@ -353,8 +356,9 @@ BEGIN
     DELETE FROM synchro.rule_value v WHERE v.relation_id = b.relation_id;
     DELETE FROM synchro.projection p WHERE p.relation_id = b.relation_id;
     IF b.kind = 'project' THEN
-      INSERT INTO synchro.projection (relation_id, pk, pk_int, version, image)
-      SELECT s.relation_id, s.pk, s.pk_int, s.version, s.image FROM synchro.bootstrap_row s
+      INSERT INTO synchro.projection (relation_id, pk, pk_int, version, image, image_bytes)
+      SELECT s.relation_id, s.pk, s.pk_int, s.version, s.image, pg_catalog.octet_length(s.image::pg_catalog.text)
+        FROM synchro.bootstrap_row s
        WHERE s.generation = reg AND s.relation_id = b.relation_id;
       GET DIAGNOSTICS n = ROW_COUNT;
       -- The staged count was taken when the rows were staged: a difference means the
@@ -1117,6 +1121,8 @@ DECLARE
   expr  text;
   parts text[] := '{}';
   chunk text[] := '{}';
+  names text[] := '{}';
+  fast  boolean := NOT live;
 BEGIN
   SELECT x.sql INTO expr FROM pg_temp.synchro_image_sql x
    WHERE x.relation_id = rid AND x.generation = gen AND x.src = _image_sql.src AND x.live = _image_sql.live;
@@ -1145,6 +1151,12 @@ BEGIN
       WHEN c.kind = 'label_array' THEN format('pg_catalog.to_jsonb(%s::pg_catalog.text[])', txt)
       ELSE format('pg_catalog.to_jsonb(%s::%s)', txt, substr(c.kind, 6)) END;
     chunk := chunk || format('%L, %s', c.name, expr);
+    names := names || c.name::text;
+    fast := fast AND c.typ IN ('pg_catalog.bool'::pg_catalog.regtype, 'pg_catalog.int2'::pg_catalog.regtype,
+                               'pg_catalog.int4'::pg_catalog.regtype, 'pg_catalog.int8'::pg_catalog.regtype,
+                               'pg_catalog.text'::pg_catalog.regtype, 'pg_catalog.varchar'::pg_catalog.regtype,
+                               'pg_catalog.uuid'::pg_catalog.regtype, 'pg_catalog.json'::pg_catalog.regtype,
+                               'pg_catalog.jsonb'::pg_catalog.regtype);
     IF cardinality(chunk) = 50 THEN
       parts := parts || format('pg_catalog.jsonb_build_object(%s)', array_to_string(chunk, ', '));
       chunk := '{}';
@@ -1154,6 +1166,13 @@ BEGIN
     parts := parts || format('pg_catalog.jsonb_build_object(%s)', array_to_string(chunk, ', '));
   END IF;
   expr := array_to_string(parts, ' OPERATOR(pg_catalog.||) ');
+  IF fast THEN
+    -- Exactly the registered columns: all of them (?&) and nothing else (removing
+    -- them leaves an empty object).
+    expr := format('(CASE WHEN %1$s OPERATOR(pg_catalog.?&) %2$L::pg_catalog.text[]
+                           AND (%1$s OPERATOR(pg_catalog.-) %2$L::pg_catalog.text[]) OPERATOR(pg_catalog.=) ''{}''::pg_catalog.jsonb
+                          THEN %1$s ELSE %3$s END)', src, names, expr);
+  END IF;
   INSERT INTO pg_temp.synchro_image_sql (relation_id, generation, src, live, sql)
   VALUES (rid, gen, _image_sql.src, _image_sql.live, expr);
   RETURN expr;
@@ -1370,16 +1389,17 @@ BEGIN
     CROSS JOIN LATERAL (SELECT m.scope FROM synchro.membership m
                          WHERE m.relation_id = i.relation_id AND m.pk = i.pk OFFSET 0) m;
 
-  INSERT INTO synchro.effect (stream_generation, scope, commit_lsn, event_ordinal, effect_ordinal,
-                              table_id, relation_id, pk, op, version, image)
-  SELECT gen, e.scope, clsn, e.event_ordinal,
+  INSERT INTO synchro.effect (stream_generation, scope, scope_hash, commit_lsn, event_ordinal, effect_ordinal,
+                              table_id, relation_id, pk, op, version, image, image_bytes)
+  SELECT gen, e.scope, synchro._scope_hash(e.scope), clsn, e.event_ordinal,
          (row_number() OVER (PARTITION BY e.scope, e.event_ordinal
                              ORDER BY r.table_id COLLATE "C",
                                       CASE WHEN r.key_type <> 'string' THEN e.pk::bigint END,
                                       e.pk COLLATE "C", e.op))::int - 1,
          r.table_id, e.relation_id, e.pk, e.op,
          CASE WHEN e.op = 'upsert' THEN pr.version END,
-         CASE WHEN e.op = 'upsert' THEN pr.image END
+         CASE WHEN e.op = 'upsert' THEN pr.image END,
+         CASE WHEN e.op = 'upsert' THEN pr.image_bytes END
     FROM (
       SELECT n.scope, n.relation_id, n.pk, i.event_ordinal, 'upsert' AS op
         FROM pg_temp.synchro_w_scopes n
@@ -1395,7 +1415,7 @@ BEGIN
                           WHERE n.relation_id = o.relation_id AND n.pk = o.pk AND n.scope = o.scope)
     ) e
     JOIN synchro.relation r ON r.relation_id = e.relation_id
-    LEFT JOIN LATERAL (SELECT pj.version, pj.image FROM synchro.projection pj
+    LEFT JOIN LATERAL (SELECT pj.version, pj.image, pj.image_bytes FROM synchro.projection pj
                         WHERE pj.relation_id = e.relation_id AND pj.pk = e.pk OFFSET 0) pr ON true;
 
   -- Memberships that ended, by primary key; then the new ones.
@@ -1406,8 +1426,8 @@ BEGIN
                            WHERE m2.scope = o.scope AND m2.relation_id = o.relation_id AND m2.pk = o.pk OFFSET 0) x
       WHERE NOT EXISTS (SELECT 1 FROM pg_temp.synchro_w_scopes n
                          WHERE n.relation_id = o.relation_id AND n.pk = o.pk AND n.scope = o.scope)));
-  INSERT INTO synchro.membership (scope, relation_id, pk, table_id, pk_order)
-  SELECT n.scope, n.relation_id, n.pk, r.table_id, CASE WHEN r.key_type = 'string' THEN 0 ELSE n.pk::bigint END
+  INSERT INTO synchro.membership (scope, scope_hash, relation_id, pk, table_id, pk_order)
+  SELECT n.scope, synchro._scope_hash(n.scope), n.relation_id, n.pk, r.table_id, CASE WHEN r.key_type = 'string' THEN 0 ELSE n.pk::bigint END
     FROM pg_temp.synchro_w_scopes n JOIN synchro.relation r ON r.relation_id = n.relation_id
    WHERE NOT EXISTS (SELECT 1 FROM pg_temp.synchro_w_oldscopes o
                       WHERE o.relation_id = n.relation_id AND o.pk = n.pk AND o.scope = n.scope);
@@ -1494,6 +1514,7 @@ DECLARE
   mergejoin text;
   outcomes text[];
   n_new   int;
+  multi   boolean;
 BEGIN
   SELECT * INTO p FROM synchro.progress FOR UPDATE;
   IF NOT FOUND OR p.stream_generation <> gen OR p.registry_generation IS NULL THEN
@@ -1505,13 +1526,26 @@ BEGIN
   -- and a failed one takes its rows with it when its transaction rolls back.
 
   -- The run's transactions, less those already durable (a replay after a crash:
-  -- same result, nothing new).
-  INSERT INTO pg_temp.synchro_b_txn (t, commit_lsn, end_lsn, xid, commit_time, n_events)
-  SELECT x.i::int - 1, x.c, x.e, x.x, x.ct, 0
-    FROM unnest(commit_lsns, end_lsns, xids, commit_times) WITH ORDINALITY AS x(c, e, x, ct, i)
-   WHERE x.i - 1 BETWEEN t_first AND t_last
-     AND NOT EXISTS (SELECT 1 FROM synchro.txn d WHERE d.stream_generation = gen AND d.commit_lsn = x.c);
-  GET DIAGNOSTICS n_new = ROW_COUNT;
+  -- same result, nothing new), each with its row events and fences counted in one scan
+  -- of the stage. The ledger is probed once per transaction of the run (OFFSET 0 keeps
+  -- the probe a per-row index lookup: planned as an anti join, it read every ledger
+  -- row of the stream generation for each transaction, so its cost grew with the
+  -- ledger).
+  WITH c AS (
+    SELECT s.txn, count(*) FILTER (WHERE s.kind IN ('I', 'U', 'D', 'T'))::int AS n,
+           count(*) FILTER (WHERE s.kind = 'M' AND s.prefix = 'synchro.fence')::int AS f
+      FROM pg_temp.synchro_stage s
+     WHERE s.txn BETWEEN t_first AND t_last
+     GROUP BY s.txn),
+  ins AS (
+    INSERT INTO pg_temp.synchro_b_txn (t, commit_lsn, end_lsn, xid, commit_time, n_events, n_fences)
+    SELECT x.i::int - 1, x.c, x.e, x.x, x.ct, coalesce(c.n, 0), coalesce(c.f, 0)
+      FROM unnest(commit_lsns, end_lsns, xids, commit_times) WITH ORDINALITY AS x(c, e, x, ct, i)
+      LEFT JOIN c ON c.txn = x.i - 1
+     WHERE x.i - 1 BETWEEN t_first AND t_last
+       AND NOT EXISTS (SELECT 1 FROM synchro.txn d WHERE d.stream_generation = gen AND d.commit_lsn = x.c OFFSET 0)
+    RETURNING n_events, n_fences)
+  SELECT count(*), coalesce(sum(ins.n_events), 0), coalesce(sum(ins.n_fences), 0) INTO n_new, n_ev, n_fence FROM ins;
   IF n_new = 0 THEN
     RETURN array_fill('duplicate'::text, ARRAY[t_last - t_first + 1]);
   END IF;
@@ -1533,18 +1567,6 @@ BEGIN
   -- Each source transaction's own writes to synchro tables (its push write fences)
   -- are visible: synchro.materialize_batch waited for the whole batch before it
   -- called this (synchro._await_visible_all).
-
-  -- Each transaction's row events, and the run's fences (checked against the paired
-  -- row events below), in one scan of the stage.
-  WITH c AS (
-    SELECT s.txn, count(*) FILTER (WHERE s.kind IN ('I', 'U', 'D', 'T'))::int AS n,
-           count(*) FILTER (WHERE s.kind = 'M' AND s.prefix = 'synchro.fence')::int AS f
-      FROM pg_temp.synchro_stage s
-     WHERE s.txn BETWEEN t_first AND t_last
-     GROUP BY s.txn),
-  u AS (
-    UPDATE pg_temp.synchro_b_txn b SET n_events = c.n FROM c WHERE c.txn = b.t RETURNING c.n, c.f)
-  SELECT coalesce(sum(u.n), 0), coalesce(sum(u.f), 0) INTO n_ev, n_fence FROM u;
 
   -- Relation identity: every Relation message of the run is exactly the registered
   -- relation of the generation in force (see synchro._materialize_txn). Each
@@ -1657,31 +1679,43 @@ BEGIN
   -- Links: each row's last event in each transaction, numbered along the run, with
   -- its row image rendered once, in the same statement: the registered columns in the
   -- registered shape (synchro._image_sql), as the per-transaction path renders them.
-  -- One statement per relation of the run (each has its own image SQL).
+  -- One statement per relation of the run (each has its own image SQL). The image is
+  -- measured once here (image_bytes of the projection and the effects: OFFSET 0 keeps
+  -- the subquery, so the image expression is not evaluated twice).
   FOR rel IN SELECT DISTINCT w.relation_id FROM pg_temp.synchro_b_rows w LOOP
     EXECUTE format(
       'INSERT INTO pg_temp.synchro_b_links (t, relation_id, pk, pk_int, table_id, key_type, op, version,
-                                            event_ordinal, image, link, last)
-       SELECT x.t, x.relation_id, x.pk, CASE WHEN x.key_type <> $2 THEN x.pk::bigint END, x.table_id, x.key_type,
-              x.op, x.version, x.event_ordinal, CASE WHEN x.op <> $3 THEN %s END,
-              row_number() OVER (PARTITION BY x.pk ORDER BY x.t), x.t = max(x.t) OVER (PARTITION BY x.pk)
-         FROM (SELECT DISTINCT ON (w.pk, w.t) w.* FROM pg_temp.synchro_b_rows w
-                WHERE w.relation_id = $1 ORDER BY w.pk, w.t, w.seq DESC) x',
+                                            event_ordinal, image, image_bytes, link, last)
+       SELECT y.t, y.relation_id, y.pk, y.pk_int, y.table_id, y.key_type, y.op, y.version, y.event_ordinal,
+              y.image, pg_catalog.octet_length(y.image::pg_catalog.text), y.link, y.last
+         FROM (SELECT x.t, x.relation_id, x.pk, CASE WHEN x.key_type <> $2 THEN x.pk::bigint END AS pk_int,
+                      x.table_id, x.key_type, x.op, x.version, x.event_ordinal,
+                      CASE WHEN x.op <> $3 THEN %s END AS image,
+                      row_number() OVER (PARTITION BY x.pk COLLATE "C" ORDER BY x.t) AS link,
+                      x.t = max(x.t) OVER (PARTITION BY x.pk COLLATE "C") AS last
+                 FROM (SELECT DISTINCT ON (w.pk COLLATE "C", w.t) w.* FROM pg_temp.synchro_b_rows w
+                        WHERE w.relation_id = $1 ORDER BY w.pk COLLATE "C", w.t, w.seq DESC) x
+               OFFSET 0) y',
       synchro._image_sql(rel.relation_id, reg, 'x.new_row', false))
     USING rel.relation_id, 'string', 'delete';
   END LOOP;
   IF big THEN
     ANALYZE pg_temp.synchro_b_links;
   END IF;
+  -- Whether some row has more than one link (it changed in more than one transaction
+  -- of the run): when none has, the effects below skip the join that finds a link's
+  -- previous one (a one-time filter: 14 of the effect statement's 62 ms for a
+  -- 1,000-row transaction, which has one link per row).
+  multi := EXISTS (SELECT 1 FROM pg_temp.synchro_b_links l WHERE l.link > 1);
 
   -- The memberships the run's rows held before it, read once (each row's first link):
   -- the delete effects of first links, and the membership changes at the end, come
   -- from here instead of probing synchro.membership three times per row. Only this
   -- transaction writes membership (progress is locked), so the ctids stay valid.
-  INSERT INTO pg_temp.synchro_b_old (relation_id, pk, scope, mctid)
-  SELECT l.relation_id, l.pk, m.scope, m.ctid
+  INSERT INTO pg_temp.synchro_b_old (relation_id, pk, scope, scope_hash, mctid)
+  SELECT l.relation_id, l.pk, m.scope, m.scope_hash, m.ctid
     FROM pg_temp.synchro_b_links l
-    CROSS JOIN LATERAL (SELECT m.scope, m.ctid FROM synchro.membership m
+    CROSS JOIN LATERAL (SELECT m.scope, m.scope_hash, m.ctid FROM synchro.membership m
                          WHERE m.relation_id = l.relation_id AND m.pk = l.pk OFFSET 0) m
    WHERE l.link = 1;
 
@@ -1696,10 +1730,11 @@ BEGIN
       CROSS JOIN LATERAL (SELECT p2.ctid FROM synchro.projection p2
                            WHERE p2.relation_id = l.relation_id AND p2.pk = l.pk OFFSET 0) x
       WHERE l.last AND l.op = 'delete'));
-  INSERT INTO synchro.projection AS pr (relation_id, pk, pk_int, version, image)
-  SELECT l.relation_id, l.pk, l.pk_int, l.version, l.image FROM pg_temp.synchro_b_links l
+  INSERT INTO synchro.projection AS pr (relation_id, pk, pk_int, version, image, image_bytes)
+  SELECT l.relation_id, l.pk, l.pk_int, l.version, l.image, l.image_bytes FROM pg_temp.synchro_b_links l
    WHERE l.last AND l.op <> 'delete'
-  ON CONFLICT (relation_id, pk) DO UPDATE SET version = excluded.version, image = excluded.image;
+  ON CONFLICT (relation_id, pk) DO UPDATE
+    SET version = excluded.version, image = excluded.image, image_bytes = excluded.image_bytes;
 
   -- Rule values (the columns synchro._rule_value_columns names) as the last link
   -- leaves them; a value that did not change is neither deleted nor written again. A
@@ -1721,22 +1756,27 @@ BEGIN
   END IF;
 
   -- Each link's scopes under the generation's rules, from its own image (direct
-  -- rules) and the unchanged dependency projections (via rules).
+  -- rules) and the unchanged dependency projections (via rules), with each distinct
+  -- scope's hash computed once for the run (the effects and memberships store it).
   WITH vals AS MATERIALIZED (
     SELECT l.t, l.relation_id, l.pk, r.scope_prefix, r.via_relation_id, r.via_match, r.via_scope,
            l.image ->> r.column_name::text AS value
       FROM pg_temp.synchro_b_links l
       JOIN synchro.scope_rule r ON r.generation = reg AND r.relation_id = l.relation_id
-     WHERE l.op <> 'delete' AND l.image ->> r.column_name::text IS NOT NULL)
-  INSERT INTO pg_temp.synchro_b_scopes (t, relation_id, pk, scope)
-  SELECT x.t, x.relation_id, x.pk, x.scope_prefix || x.value
-    FROM vals x
-   WHERE x.via_relation_id IS NULL
-  UNION
-  SELECT x.t, x.relation_id, x.pk, x.scope_prefix || s.value
-    FROM vals x
-    CROSS JOIN LATERAL synchro._via_scope_values(x.via_relation_id, x.via_match, x.via_scope, x.value) AS s(value)
-   WHERE x.via_relation_id IS NOT NULL;
+     WHERE l.op <> 'delete' AND l.image ->> r.column_name::text IS NOT NULL),
+  sc AS (
+    SELECT x.t, x.relation_id, x.pk, x.scope_prefix || x.value AS scope
+      FROM vals x
+     WHERE x.via_relation_id IS NULL
+    UNION
+    SELECT x.t, x.relation_id, x.pk, x.scope_prefix || s.value
+      FROM vals x
+      CROSS JOIN LATERAL synchro._via_scope_values(x.via_relation_id, x.via_match, x.via_scope, x.value) AS s(value)
+     WHERE x.via_relation_id IS NOT NULL),
+  h AS (
+    SELECT d.scope, synchro._scope_hash(d.scope) AS scope_hash FROM (SELECT DISTINCT sc.scope FROM sc) d)
+  INSERT INTO pg_temp.synchro_b_scopes (t, relation_id, pk, scope, scope_hash)
+  SELECT sc.t, sc.relation_id, sc.pk, sc.scope, h.scope_hash FROM sc JOIN h ON h.scope = sc.scope;
   IF big THEN
     ANALYZE pg_temp.synchro_b_scopes;
   END IF;
@@ -1744,32 +1784,38 @@ BEGIN
   -- Net pull effects per link: upsert in every scope the row is in after the link (it
   -- was touched), delete in every scope it was in before and is not after.
   -- effect_ordinal counts within (scope, event) in canonical (table_id, typed key,
-  -- operation) order, as the per-transaction path does.
+  -- operation) order, as the per-transaction path does; in a run it is always 0, with
+  -- no sort to find it: a run has no dependency events, so an event's effects are
+  -- those of its own row (its link: each link is one row's last event in one
+  -- transaction, and event ordinals are unique within a transaction), and a row gets
+  -- at most one effect per scope there (an upsert when it is in the scope after the
+  -- link, else a delete when it was in it before: b_scopes and the memberships are
+  -- unique per row and scope). The batch-invariant tests compare this with the
+  -- per-transaction path's ordinals.
   WITH before AS (
-    SELECT l.t, l.relation_id, l.pk, s.scope
+    SELECT l.t, l.relation_id, l.pk, s.scope, s.scope_hash
       FROM pg_temp.synchro_b_links l
       JOIN pg_temp.synchro_b_links pl ON pl.relation_id = l.relation_id AND pl.pk = l.pk AND pl.link = l.link - 1
       JOIN pg_temp.synchro_b_scopes s ON s.relation_id = pl.relation_id AND s.pk = pl.pk AND s.t = pl.t
-     WHERE l.link > 1
+     WHERE multi AND l.link > 1
     UNION ALL
-    SELECT l.t, l.relation_id, l.pk, o.scope
+    SELECT l.t, l.relation_id, l.pk, o.scope, o.scope_hash
       FROM pg_temp.synchro_b_links l
       JOIN pg_temp.synchro_b_old o ON o.relation_id = l.relation_id AND o.pk = l.pk
      WHERE l.link = 1),
   e AS (
-    SELECT n.scope, n.t, n.relation_id, n.pk, 'upsert' AS op FROM pg_temp.synchro_b_scopes n
+    SELECT n.scope, n.scope_hash, n.t, n.relation_id, n.pk, 'upsert' AS op FROM pg_temp.synchro_b_scopes n
     UNION ALL
-    SELECT o.scope, o.t, o.relation_id, o.pk, 'delete' FROM before o
+    SELECT o.scope, o.scope_hash, o.t, o.relation_id, o.pk, 'delete' FROM before o
      WHERE NOT EXISTS (SELECT 1 FROM pg_temp.synchro_b_scopes n
                         WHERE n.relation_id = o.relation_id AND n.pk = o.pk AND n.t = o.t AND n.scope = o.scope))
-  INSERT INTO synchro.effect (stream_generation, scope, commit_lsn, event_ordinal, effect_ordinal,
-                              table_id, relation_id, pk, op, version, image)
-  SELECT gen, e.scope, b.commit_lsn, l.event_ordinal,
-         (row_number() OVER (PARTITION BY e.scope, e.t, l.event_ordinal
-                             ORDER BY l.table_id COLLATE "C", l.pk_int, e.pk COLLATE "C", e.op))::int - 1,
+  INSERT INTO synchro.effect (stream_generation, scope, scope_hash, commit_lsn, event_ordinal, effect_ordinal,
+                              table_id, relation_id, pk, op, version, image, image_bytes)
+  SELECT gen, e.scope, e.scope_hash, b.commit_lsn, l.event_ordinal, 0,
          l.table_id, e.relation_id, e.pk, e.op,
          CASE WHEN e.op = 'upsert' THEN l.version END,
-         CASE WHEN e.op = 'upsert' THEN l.image END
+         CASE WHEN e.op = 'upsert' THEN l.image END,
+         CASE WHEN e.op = 'upsert' THEN l.image_bytes END
     FROM e
     JOIN pg_temp.synchro_b_links l ON l.relation_id = e.relation_id AND l.pk = e.pk AND l.t = e.t
     JOIN pg_temp.synchro_b_txn b ON b.t = e.t;
@@ -1781,8 +1827,8 @@ BEGIN
        JOIN pg_temp.synchro_b_links l ON l.relation_id = o.relation_id AND l.pk = o.pk AND l.last
       WHERE NOT EXISTS (SELECT 1 FROM pg_temp.synchro_b_scopes n
                          WHERE n.relation_id = l.relation_id AND n.pk = l.pk AND n.t = l.t AND n.scope = o.scope)));
-  INSERT INTO synchro.membership (scope, relation_id, pk, table_id, pk_order)
-  SELECT n.scope, n.relation_id, n.pk, l.table_id, coalesce(l.pk_int, 0)
+  INSERT INTO synchro.membership (scope, scope_hash, relation_id, pk, table_id, pk_order)
+  SELECT n.scope, n.scope_hash, n.relation_id, n.pk, l.table_id, coalesce(l.pk_int, 0)
     FROM pg_temp.synchro_b_links l
     JOIN pg_temp.synchro_b_scopes n ON n.relation_id = l.relation_id AND n.pk = l.pk AND n.t = l.t
    WHERE l.last
@@ -2040,9 +2086,11 @@ BEGIN
       CROSS JOIN LATERAL (SELECT p2.ctid FROM synchro.projection p2
                            WHERE p2.relation_id = f.relation_id AND p2.pk = f.pk OFFSET 0) x
       WHERE f.op = 'delete'));
-  INSERT INTO synchro.projection AS pr (relation_id, pk, pk_int, version, image)
-  SELECT f.relation_id, f.pk, f.pk_int, f.version, f.image FROM pg_temp.synchro_w_final f WHERE f.op <> 'delete'
-  ON CONFLICT (relation_id, pk) DO UPDATE SET version = excluded.version, image = excluded.image;
+  INSERT INTO synchro.projection AS pr (relation_id, pk, pk_int, version, image, image_bytes)
+  SELECT f.relation_id, f.pk, f.pk_int, f.version, f.image, pg_catalog.octet_length(f.image::pg_catalog.text)
+    FROM pg_temp.synchro_w_final f WHERE f.op <> 'delete'
+  ON CONFLICT (relation_id, pk) DO UPDATE
+    SET version = excluded.version, image = excluded.image, image_bytes = excluded.image_bytes;
   PERFORM synchro._refresh_rule_values(reg_end);
 
   PERFORM synchro._mat_dependency_values();
@@ -3197,8 +3245,8 @@ BEGIN
   PERFORM synchro._evaluate_membership(reg);
   DELETE FROM synchro.membership m
    WHERE EXISTS (SELECT 1 FROM unnest(changed) c(prefix) WHERE starts_with(m.scope, c.prefix));
-  INSERT INTO synchro.membership (scope, relation_id, pk, table_id, pk_order)
-  SELECT s.scope, s.relation_id, s.pk, r.table_id, CASE WHEN r.key_type = 'string' THEN 0 ELSE s.pk::bigint END
+  INSERT INTO synchro.membership (scope, scope_hash, relation_id, pk, table_id, pk_order)
+  SELECT s.scope, synchro._scope_hash(s.scope), s.relation_id, s.pk, r.table_id, CASE WHEN r.key_type = 'string' THEN 0 ELSE s.pk::bigint END
     FROM pg_temp.synchro_w_scopes s JOIN synchro.relation r ON r.relation_id = s.relation_id
    WHERE EXISTS (SELECT 1 FROM unnest(changed) c(prefix) WHERE starts_with(s.scope, c.prefix))
   ON CONFLICT DO NOTHING;
@@ -6665,7 +6713,8 @@ BEGIN
   -- Work tables of the set-based path (synchro._materialize_run), keyed by the
   -- transaction's index t in the batch.
   CREATE TEMP TABLE synchro_b_txn (
-    t int PRIMARY KEY, commit_lsn pg_lsn, end_lsn pg_lsn, xid bigint, commit_time timestamptz, n_events int
+    t int PRIMARY KEY, commit_lsn pg_lsn, end_lsn pg_lsn, xid bigint, commit_time timestamptz, n_events int,
+    n_fences int
   ) ON COMMIT PRESERVE ROWS;
   CREATE TEMP TABLE synchro_b_rows (
     t int, seq int, event_ordinal int, op text, relation_id bigint, table_id text, key_column name,
@@ -6674,7 +6723,7 @@ BEGIN
   -- One link per (transaction, row): the row's last event in that transaction.
   CREATE TEMP TABLE synchro_b_links (
     t int, relation_id bigint, pk text, pk_int bigint, table_id text, key_type text, op text,
-    version text, event_ordinal int, image jsonb, link int, last boolean,
+    version text, event_ordinal int, image jsonb, image_bytes int, link int, last boolean,
     PRIMARY KEY (relation_id, pk, t)
   ) ON COMMIT PRESERVE ROWS;
   -- The row-image SQL of each (relation, registry generation, source), made once per
@@ -6684,11 +6733,11 @@ BEGIN
     PRIMARY KEY (relation_id, generation, src, live)
   ) ON COMMIT PRESERVE ROWS;
   CREATE TEMP TABLE synchro_b_scopes (
-    t int, relation_id bigint, pk text, scope text
+    t int, relation_id bigint, pk text, scope text, scope_hash bytea
   ) ON COMMIT PRESERVE ROWS;
   -- The memberships the run's rows held before it (mctid: the membership row).
   CREATE TEMP TABLE synchro_b_old (
-    relation_id bigint, pk text, scope text, mctid tid
+    relation_id bigint, pk text, scope text, scope_hash bytea, mctid tid
   ) ON COMMIT PRESERVE ROWS;
 END
 $$;
@@ -7065,8 +7114,9 @@ CREATE TABLE synchro.effect (
     version text,
     image jsonb,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
-    scope_hash bytea GENERATED ALWAYS AS (sha256(decode(replace(scope, '\'::text, '\\'::text), 'escape'::text))) STORED NOT NULL,
-    image_bytes integer GENERATED ALWAYS AS (octet_length((image)::text)) STORED,
+    scope_hash bytea NOT NULL,
+    image_bytes integer,
+    CONSTRAINT effect_image_bytes CHECK (((image IS NULL) = (image_bytes IS NULL))),
     CONSTRAINT effect_op CHECK ((op = ANY (ARRAY['upsert'::text, 'delete'::text]))),
     CONSTRAINT effect_upsert_has_image CHECK (((op = 'upsert'::text) = (image IS NOT NULL)))
 );
@@ -7153,7 +7203,7 @@ CREATE TABLE synchro.membership (
     pk text NOT NULL,
     table_id text NOT NULL,
     pk_order bigint NOT NULL,
-    scope_hash bytea GENERATED ALWAYS AS (sha256(decode(replace(scope, '\'::text, '\\'::text), 'escape'::text))) STORED NOT NULL
+    scope_hash bytea NOT NULL
 );
 
 
@@ -7223,7 +7273,7 @@ CREATE TABLE synchro.projection (
     pk_int bigint,
     version text NOT NULL,
     image jsonb NOT NULL,
-    image_bytes integer GENERATED ALWAYS AS (octet_length((image)::text)) STORED
+    image_bytes integer NOT NULL
 );
 
 

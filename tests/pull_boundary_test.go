@@ -51,10 +51,10 @@ func TestPullStopsAtHighWatermark(t *testing.T) {
 		"the closing cursor is transaction_end(high-watermark): %s", cursorPayload(t, before.Cursor))
 
 	mustExec(t, db, `
-		INSERT INTO synchro.effect (stream_generation, scope, commit_lsn, event_ordinal, effect_ordinal,
-		                            table_id, relation_id, pk, op, version, image)
-		SELECT p.stream_generation, 'owner:a', p.materialized_commit_lsn + 4096, 0, 0,
-		       'tasks', r.relation_id, '99', 'upsert', 'seeded-above-hw', '{"id": 99}'
+		INSERT INTO synchro.effect (stream_generation, scope, scope_hash, commit_lsn, event_ordinal, effect_ordinal,
+		                            table_id, relation_id, pk, op, version, image, image_bytes)
+		SELECT p.stream_generation, 'owner:a', synchro._scope_hash('owner:a'), p.materialized_commit_lsn + 4096, 0, 0,
+		       'tasks', r.relation_id, '99', 'upsert', 'seeded-above-hw', '{"id": 99}', octet_length('{"id": 99}'::jsonb::text)
 		  FROM synchro.progress p, synchro.relation r WHERE r.table_id = 'tasks'`)
 
 	for _, max := range []int{1, 10} {

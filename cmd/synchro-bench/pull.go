@@ -281,14 +281,15 @@ func (e *pullEnv) prepare(ctx context.Context) error {
 func (e *pullEnv) seed(ctx context.Context, from, to, every int, measured string) error {
 	stmts := []string{
 		`ALTER TABLE synchro.effect DROP CONSTRAINT effect_pkey`,
-		fmt.Sprintf(`INSERT INTO synchro.effect (stream_generation, scope, commit_lsn, event_ordinal, effect_ordinal,
-		                                         table_id, relation_id, pk, op, version, image)
-		SELECT 1, CASE WHEN g %% %d = 0 THEN %s ELSE 'owner:o' || (g %% 1000) END,
-		       '%s'::pg_lsn + 64 * g::numeric, 0, 0, 'items', %d, g::text, 'upsert',
-		       md5(g::text),
-		       jsonb_build_object('id', g, 'owner', 'o' || (g %% 1000), 'v', g, 'payload', '%s')
-		  FROM generate_series(%d, %d) g`, every, quoteLit(measured), e.lsnBase, e.relationID, payload64, from, to),
-		`ALTER TABLE synchro.effect ADD CONSTRAINT effect_pkey PRIMARY KEY (stream_generation, scope, commit_lsn, event_ordinal, effect_ordinal)`,
+		fmt.Sprintf(`INSERT INTO synchro.effect (stream_generation, scope, scope_hash, commit_lsn, event_ordinal, effect_ordinal,
+		                                         table_id, relation_id, pk, op, version, image, image_bytes)
+		SELECT 1, x.scope, synchro._scope_hash(x.scope), '%s'::pg_lsn + 64 * g::numeric, 0, 0, 'items', %d, g::text, 'upsert',
+		       md5(g::text), x.image, octet_length(x.image::text)
+		  FROM generate_series(%d, %d) g
+		 CROSS JOIN LATERAL (SELECT CASE WHEN g %% %d = 0 THEN %s ELSE 'owner:o' || (g %% 1000) END AS scope,
+		       jsonb_build_object('id', g, 'owner', 'o' || (g %% 1000), 'v', g, 'payload', '%s') AS image) x`,
+			e.lsnBase, e.relationID, from, to, every, quoteLit(measured), payload64),
+		`ALTER TABLE synchro.effect ADD CONSTRAINT effect_pkey PRIMARY KEY (stream_generation, scope_hash, commit_lsn, event_ordinal, effect_ordinal)`,
 		`VACUUM ANALYZE synchro.effect`,
 		fmt.Sprintf(`UPDATE synchro.progress SET materialized_commit_lsn = '%[1]s'::pg_lsn + 64 * %[2]d::numeric,
 		    processed_end_lsn = greatest(processed_end_lsn, '%[1]s'::pg_lsn + 64 * %[2]d::numeric)`, e.lsnBase, to+1),

@@ -22,9 +22,11 @@ BEGIN
     -- The image in the registered shape, as materialization renders it
     -- (synchro._image_sql): no code of the application's runs with the owner's rights.
     EXECUTE format(
-      'INSERT INTO %I.projection (relation_id, pk, pk_int, version, image) '
-      'SELECT $1, t.%I::text, CASE WHEN $2 <> %L THEN t.%I::text::bigint END, v.version, %s '
-      '  FROM ONLY %I.%I t LEFT JOIN synchro.row_version v ON v.relation_id = $1 AND v.pk = t.%I::text',
+      'INSERT INTO %I.projection (relation_id, pk, pk_int, version, image, image_bytes) '
+      'SELECT x.*, pg_catalog.octet_length(x.image::pg_catalog.text) FROM ('
+      'SELECT $1, t.%I::text, CASE WHEN $2 <> %L THEN t.%I::text::bigint END, v.version, %s AS image '
+      '  FROM ONLY %I.%I t LEFT JOIN synchro.row_version v ON v.relation_id = $1 AND v.pk = t.%I::text '
+      'OFFSET 0) x',
       sch, rel.key_column, 'string', rel.key_column, synchro._image_sql(rel.relation_id, reg, 't', true),
       rel.schema_name, rel.table_name, rel.key_column)
     USING rel.relation_id, rel.key_type;

@@ -26,8 +26,9 @@ BEGIN
     DELETE FROM synchro.rule_value v WHERE v.relation_id = b.relation_id;
     DELETE FROM synchro.projection p WHERE p.relation_id = b.relation_id;
     IF b.kind = 'project' THEN
-      INSERT INTO synchro.projection (relation_id, pk, pk_int, version, image)
-      SELECT s.relation_id, s.pk, s.pk_int, s.version, s.image FROM synchro.bootstrap_row s
+      INSERT INTO synchro.projection (relation_id, pk, pk_int, version, image, image_bytes)
+      SELECT s.relation_id, s.pk, s.pk_int, s.version, s.image, pg_catalog.octet_length(s.image::pg_catalog.text)
+        FROM synchro.bootstrap_row s
        WHERE s.generation = reg AND s.relation_id = b.relation_id;
       GET DIAGNOSTICS n = ROW_COUNT;
       -- The staged count was taken when the rows were staged: a difference means the

@@ -227,9 +227,11 @@ BEGIN
       CROSS JOIN LATERAL (SELECT p2.ctid FROM synchro.projection p2
                            WHERE p2.relation_id = f.relation_id AND p2.pk = f.pk OFFSET 0) x
       WHERE f.op = 'delete'));
-  INSERT INTO synchro.projection AS pr (relation_id, pk, pk_int, version, image)
-  SELECT f.relation_id, f.pk, f.pk_int, f.version, f.image FROM pg_temp.synchro_w_final f WHERE f.op <> 'delete'
-  ON CONFLICT (relation_id, pk) DO UPDATE SET version = excluded.version, image = excluded.image;
+  INSERT INTO synchro.projection AS pr (relation_id, pk, pk_int, version, image, image_bytes)
+  SELECT f.relation_id, f.pk, f.pk_int, f.version, f.image, pg_catalog.octet_length(f.image::pg_catalog.text)
+    FROM pg_temp.synchro_w_final f WHERE f.op <> 'delete'
+  ON CONFLICT (relation_id, pk) DO UPDATE
+    SET version = excluded.version, image = excluded.image, image_bytes = excluded.image_bytes;
   PERFORM synchro._refresh_rule_values(reg_end);
 
   PERFORM synchro._mat_dependency_values();

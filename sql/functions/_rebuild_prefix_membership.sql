@@ -22,8 +22,8 @@ BEGIN
   PERFORM synchro._evaluate_membership(reg);
   DELETE FROM synchro.membership m
    WHERE EXISTS (SELECT 1 FROM unnest(changed) c(prefix) WHERE starts_with(m.scope, c.prefix));
-  INSERT INTO synchro.membership (scope, relation_id, pk, table_id, pk_order)
-  SELECT s.scope, s.relation_id, s.pk, r.table_id, CASE WHEN r.key_type = 'string' THEN 0 ELSE s.pk::bigint END
+  INSERT INTO synchro.membership (scope, scope_hash, relation_id, pk, table_id, pk_order)
+  SELECT s.scope, synchro._scope_hash(s.scope), s.relation_id, s.pk, r.table_id, CASE WHEN r.key_type = 'string' THEN 0 ELSE s.pk::bigint END
     FROM pg_temp.synchro_w_scopes s JOIN synchro.relation r ON r.relation_id = s.relation_id
    WHERE EXISTS (SELECT 1 FROM unnest(changed) c(prefix) WHERE starts_with(s.scope, c.prefix))
   ON CONFLICT DO NOTHING;

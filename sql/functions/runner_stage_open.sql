@@ -95,7 +95,8 @@ BEGIN
   -- Work tables of the set-based path (synchro._materialize_run), keyed by the
   -- transaction's index t in the batch.
   CREATE TEMP TABLE synchro_b_txn (
-    t int PRIMARY KEY, commit_lsn pg_lsn, end_lsn pg_lsn, xid bigint, commit_time timestamptz, n_events int
+    t int PRIMARY KEY, commit_lsn pg_lsn, end_lsn pg_lsn, xid bigint, commit_time timestamptz, n_events int,
+    n_fences int
   ) ON COMMIT PRESERVE ROWS;
   CREATE TEMP TABLE synchro_b_rows (
     t int, seq int, event_ordinal int, op text, relation_id bigint, table_id text, key_column name,
@@ -104,7 +105,7 @@ BEGIN
   -- One link per (transaction, row): the row's last event in that transaction.
   CREATE TEMP TABLE synchro_b_links (
     t int, relation_id bigint, pk text, pk_int bigint, table_id text, key_type text, op text,
-    version text, event_ordinal int, image jsonb, link int, last boolean,
+    version text, event_ordinal int, image jsonb, image_bytes int, link int, last boolean,
     PRIMARY KEY (relation_id, pk, t)
   ) ON COMMIT PRESERVE ROWS;
   -- The row-image SQL of each (relation, registry generation, source), made once per
@@ -114,11 +115,11 @@ BEGIN
     PRIMARY KEY (relation_id, generation, src, live)
   ) ON COMMIT PRESERVE ROWS;
   CREATE TEMP TABLE synchro_b_scopes (
-    t int, relation_id bigint, pk text, scope text
+    t int, relation_id bigint, pk text, scope text, scope_hash bytea
   ) ON COMMIT PRESERVE ROWS;
   -- The memberships the run's rows held before it (mctid: the membership row).
   CREATE TEMP TABLE synchro_b_old (
-    relation_id bigint, pk text, scope text, mctid tid
+    relation_id bigint, pk text, scope text, scope_hash bytea, mctid tid
   ) ON COMMIT PRESERVE ROWS;
 END
 $$;
