@@ -157,7 +157,7 @@ BEGIN
     SELECT s.txn AS t, s.f_relation_id AS rid, s.f_kind AS kind, s.f_schema AS sch, s.f_table AS tbl,
            s.f_op AS op, s.f_old_key AS old_key, s.f_new_key AS new_key, s.f_version AS version,
            s.f_fence_id AS fid, s.f_table_id AS tid, coalesce(s.f_new_key, s.f_old_key) AS k,
-           row_number() OVER (PARTITION BY s.txn, s.f_relation_id, coalesce(s.f_new_key, s.f_old_key)
+           row_number() OVER (PARTITION BY s.txn, s.f_relation_id, coalesce(s.f_new_key, s.f_old_key) COLLATE "C"
                               ORDER BY s.f_ordinal) AS rnk
       FROM pg_temp.synchro_stage s
       JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
@@ -193,9 +193,12 @@ BEGIN
   -- (a replayed or forged fence) is refused by synchro.event's unique index when the
   -- run's events are written below: that error, like every other one here, makes the
   -- runner re-run the batch through the reference path, which names the class.
+  -- No fence pairs twice, with no count of distinct fence ids: both sides are ranked
+  -- uniquely within their (transaction, relation, key) group and paired on the rank, so
+  -- each row event meets at most one fence and each fence at most one row event; with
+  -- every row event paired and as many fences as row events, the pairing is one to one.
   IF EXISTS (SELECT 1 FROM pg_temp.synchro_b_rows w WHERE w.fence_id IS NULL)
-     OR n_fence <> n_rows
-     OR n_fence <> (SELECT count(DISTINCT w.fence_id) FROM pg_temp.synchro_b_rows w) THEN
+     OR n_fence <> n_rows THEN
     RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'fence reconciliation';
   END IF;
 
