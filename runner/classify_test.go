@@ -124,3 +124,28 @@ func TestRunnerClassifyConnect(t *testing.T) {
 	// session's: 55000 there is no passing state.
 	require.Equal(t, Poison, Classify(fmt.Errorf("q: %w", refused("55000"))).Disposition)
 }
+
+// START_REPLICATION refused for its options (the output plugin's startup callback:
+// 22023, 0A000) is a capability the server lacks: fatal, with the capability class,
+// never retried; any other failure to start is returned for the loop's backoff
+// (TestStartReplicationRefusesUnknownOption shows the server's answer).
+func TestRunnerStartRefusal(t *testing.T) {
+	t.Parallel()
+	r := &Runner{cfg: Config{Decoder: "wal2json"}}
+	for _, code := range []string{"22023", "0A000"} {
+		err := r.startRefusal(fmt.Errorf("start: %w", &pgconn.PgError{Severity: "ERROR", Code: code, Message: "option \"x\" = \"y\" is unknown"}))
+		var fatal *fatalError
+		require.True(t, errors.As(err, &fatal), "%s: %v", code, err)
+		c, ok := decode.ClassOf(err)
+		require.True(t, ok)
+		require.Equal(t, decode.ClassCapabilityUnsupported, c)
+		require.Equal(t, Fatal, Classify(err).Disposition)
+		require.Contains(t, err.Error(), "decoder wal2json")
+	}
+	for _, err := range []error{&pgconn.PgError{Code: "57P01"}, &pgconn.PgError{Code: "55006"}, io.ErrUnexpectedEOF} {
+		got := r.startRefusal(err)
+		var fatal *fatalError
+		require.False(t, errors.As(got, &fatal), "%v", got)
+		require.ErrorIs(t, got, err)
+	}
+}

@@ -454,10 +454,20 @@ func (r *Runner) heartbeatLoop(ctx context.Context, quit <-chan struct{}, lost f
 // probe checks on a connection of its own that the server's build of the
 // plugin accepts the runner's options (a temporary slot at most), before any
 // slot of the stream exists. A refusal is fatal, with the capability named.
+//
+// A stream that already decodes with this plugin (and no reset open) is not
+// probed: creating the temporary slot waits for every transaction of the cluster
+// that holds an xid, so a restart would stall behind any long transaction of the
+// application (pgoutput's restart does not), and nothing would be learned that the
+// session does not check itself: its START_REPLICATION refuses an option the
+// build lacks (fatal, startRefusal) and its Open refuses the columns.
 func (r *Runner) probe(ctx context.Context) error {
 	p, ok := r.plugin.(decode.Prober)
 	if !ok {
 		return nil // pgoutput: nothing to check, no connection
+	}
+	if st, exists, err := r.ctl.state(ctx); err == nil && exists && st.Plugin == r.plugin.Name() && !r.resetOpen(ctx) {
+		return nil
 	}
 	conn, err := connect(ctx, r.cfg.DatabaseURL, "synchro-runner-probe")
 	if err != nil {
