@@ -149,7 +149,7 @@ func TestRunnerWaitsOutRefusedConnections(t *testing.T) {
 		eventually(t, 60*time.Second, "three refused reconnects, each logged with "+rf.sqlstate, func() bool {
 			return strings.Count(p.Logs(), "SQLSTATE "+rf.sqlstate) >= logged+3 || p.Exited()
 		})
-		time.Sleep(2 * time.Second) // refused for a while longer
+		time.Sleep(time.Second) // refused for a while longer
 		require.False(t, p.Exited(), "the runner gave up on SQLSTATE %s (%s):\n%s", rf.sqlstate, p.Exit(), p.Logs())
 		code, _ := p.Get("/livez")
 		require.Equal(t, http.StatusOK, code, "a runner waiting out a refusal is alive")
