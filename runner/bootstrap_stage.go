@@ -59,7 +59,9 @@ func (r *Runner) serveBootstrap(work context.Context, resetOpen bool) (err error
 	log := r.log.With("bootstrap_generation", todo[len(todo)-1].Generation, "relations", len(todo))
 	defer func() {
 		if err != nil && work.Err() == nil {
-			if v := Classify(err); v.Disposition != Transient {
+			// A session that could not be opened says nothing about the stage: a
+			// fatal refusal stops the runner, and the stage is retried after it.
+			if v := Classify(err); v.Disposition != Transient && !isConnectFailure(err) {
 				detail := v.Class
 				if detail == "" {
 					detail = "staging_failed"

@@ -98,6 +98,12 @@ func Classify(err error) Verdict {
 	if err == nil {
 		return Verdict{}
 	}
+	// A session that could not be opened says nothing about a source transaction:
+	// it is never poison, whatever its SQLSTATE.
+	var ce *connectError
+	if errors.As(err, &ce) {
+		return classifyConnect(ce)
+	}
 	if c, ok := decode.ClassOf(err); ok {
 		switch c {
 		case decode.ClassCapabilityUnsupported, decode.ClassConfigInvalid, decode.ClassValueNotRepresentable:
@@ -128,6 +134,63 @@ func Classify(err error) Verdict {
 	// timed-out connection, a canceled context. Retrying is safe: nothing
 	// uncommitted is kept and the slot is behind every uncommitted transaction.
 	return Verdict{Disposition: Transient}
+}
+
+// IsTransientRefusal reports whether a server's refusal of a new session (an
+// error of the startup exchange) passes with time, so that connecting again after
+// a backoff is the remedy: connection exceptions (08), insufficient resources (53:
+// 53300 too many connections, for the server, the database or the role), 55000
+// (the database is not currently accepting connections: ALTER DATABASE ...
+// ALLOW_CONNECTIONS false) and the server shutting down, crashing, starting up or
+// in recovery (57P01, 57P02, 57P03). Every other refusal (28P01 and 28000
+// authentication, 3D000 no such database, 42501 no CONNECT or REPLICATION
+// privilege, anything unknown) needs an operator: fail closed.
+func IsTransientRefusal(code string) bool {
+	switch {
+	case strings.HasPrefix(code, "08"), strings.HasPrefix(code, "53"):
+		return true
+	}
+	switch code {
+	case "55000", "57P01", "57P02", "57P03":
+		return true
+	}
+	return false
+}
+
+// classifyConnect judges a failed connection attempt: Transient when the server
+// was not reached (no SQLSTATE: refused, reset, timed out) or refused for now
+// (IsTransientRefusal), Fatal when any attempt (pgx tries each host and TLS
+// fallback, and joins their errors) was refused for good.
+func classifyConnect(ce *connectError) Verdict {
+	v := Verdict{Disposition: Transient}
+	eachPgError(ce.err, func(e *pgconn.PgError) {
+		if v.Disposition == Fatal {
+			return
+		}
+		v.SQLState = e.Code
+		if !IsTransientRefusal(e.Code) {
+			v.Disposition = Fatal
+		}
+	})
+	return v
+}
+
+// eachPgError calls f with every *pgconn.PgError in err's tree (errors.Join
+// included), outermost first.
+func eachPgError(err error, f func(*pgconn.PgError)) {
+	switch e := err.(type) {
+	case nil:
+		return
+	case *pgconn.PgError:
+		f(e)
+		return
+	case interface{ Unwrap() []error }:
+		for _, inner := range e.Unwrap() {
+			eachPgError(inner, f)
+		}
+	case interface{ Unwrap() error }:
+		eachPgError(e.Unwrap(), f)
+	}
 }
 
 func relationIDFrom(detail string) *int64 {

@@ -71,3 +71,81 @@ func TestRunnerPoisonClassesAreBounded(t *testing.T) {
 		require.Regexp(t, `^[a-z0-9_]{1,48}$`, c)
 	}
 }
+
+// A session the server refuses in the startup exchange is judged by the refusal's
+// SQLSTATE, never as poison: the states an operator or a restart produce for a while
+// are retried, the ones that need an operator are fatal (connectFailure wraps them in
+// a fatalError, so every path stops on them); pgx's joined errors of several hosts or
+// TLS fallbacks are fatal when any attempt was refused for good.
+func TestRunnerClassifyConnect(t *testing.T) {
+	t.Parallel()
+	refused := func(code string) error {
+		return &pgconn.PgError{Severity: "FATAL", Code: code, Message: "refused"}
+	}
+	cases := []struct {
+		name  string
+		err   error
+		want  Disposition
+		state string
+	}{
+		{"not accepting connections", refused("55000"), Transient, "55000"},
+		{"starting up", refused("57P03"), Transient, "57P03"},
+		{"too many connections", refused("53300"), Transient, "53300"},
+		{"out of memory", refused("53200"), Transient, "53200"},
+		{"admin shutdown", refused("57P01"), Transient, "57P01"},
+		{"crash shutdown", refused("57P02"), Transient, "57P02"},
+		{"connection failure", refused("08006"), Transient, "08006"},
+		{"unreachable", io.ErrUnexpectedEOF, Transient, ""},
+		{"bad password", refused("28P01"), Fatal, "28P01"},
+		{"no login", refused("28000"), Fatal, "28000"},
+		{"no database", refused("3D000"), Fatal, "3D000"},
+		{"no privilege", refused("42501"), Fatal, "42501"},
+		{"invalid database", refused("0A000"), Fatal, "0A000"},
+		{"unknown", refused("XX000"), Fatal, "XX000"},
+		{"fallback: for now, then for good", errors.Join(refused("57P03"), fmt.Errorf("host b: %w", refused("28P01"))), Fatal, "28P01"},
+		{"fallback: unreachable, then for now", errors.Join(io.ErrUnexpectedEOF, refused("55000")), Transient, "55000"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := connectFailure("control", fmt.Errorf("failed to connect: %w", c.err))
+			v := Classify(err)
+			require.Equal(t, c.want, v.Disposition)
+			require.Equal(t, c.state, v.SQLState)
+			require.Empty(t, v.Class, "a refused session is no poison class")
+			var fatal *fatalError
+			require.Equal(t, c.want == Fatal, errors.As(err, &fatal), "fatal refusals stop every path")
+			require.True(t, isConnectFailure(err))
+			if c.state != "" {
+				require.Contains(t, err.Error(), "control")
+			}
+		})
+	}
+	// The same SQLSTATE from a query on an open session is the work's, not the
+	// session's: 55000 there is no passing state.
+	require.Equal(t, Poison, Classify(fmt.Errorf("q: %w", refused("55000"))).Disposition)
+}
+
+// START_REPLICATION refused for its options (the output plugin's startup callback:
+// 22023, 0A000) is a capability the server lacks: fatal, with the capability class,
+// never retried; any other failure to start is returned for the loop's backoff
+// (TestStartReplicationRefusesUnknownOption shows the server's answer).
+func TestRunnerStartRefusal(t *testing.T) {
+	t.Parallel()
+	r := &Runner{cfg: Config{Decoder: "wal2json"}}
+	for _, code := range []string{"22023", "0A000"} {
+		err := r.startRefusal(fmt.Errorf("start: %w", &pgconn.PgError{Severity: "ERROR", Code: code, Message: "option \"x\" = \"y\" is unknown"}))
+		var fatal *fatalError
+		require.True(t, errors.As(err, &fatal), "%s: %v", code, err)
+		c, ok := decode.ClassOf(err)
+		require.True(t, ok)
+		require.Equal(t, decode.ClassCapabilityUnsupported, c)
+		require.Equal(t, Fatal, Classify(err).Disposition)
+		require.Contains(t, err.Error(), "decoder wal2json")
+	}
+	for _, err := range []error{&pgconn.PgError{Code: "57P01"}, &pgconn.PgError{Code: "55006"}, io.ErrUnexpectedEOF} {
+		got := r.startRefusal(err)
+		var fatal *fatalError
+		require.False(t, errors.As(got, &fatal), "%v", got)
+		require.ErrorIs(t, got, err)
+	}
+}

@@ -47,7 +47,7 @@ func connect(ctx context.Context, dbURL, app string) (*pgx.Conn, error) {
 	}
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("synchro: runner: connect (%s): %w", app, err)
+		return nil, connectFailure(app, err)
 	}
 	return conn, nil
 }
@@ -66,9 +66,43 @@ func connectReplication(ctx context.Context, dbURL string) (*pgconn.PgConn, erro
 	}
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("synchro: runner: connect (replication): %w", err)
+		return nil, connectFailure("replication", err)
 	}
 	return conn, nil
+}
+
+// connectError is a session that could not be opened: the server was not reached,
+// or refused the session in the startup exchange. Classify judges it by the
+// refusal's SQLSTATE (classifyConnect), not as an error of the work in hand.
+type connectError struct {
+	app string
+	err error
+}
+
+func (e *connectError) Error() string {
+	return fmt.Sprintf("synchro: runner: connect (%s): %v", e.app, e.err)
+}
+
+func (e *connectError) Unwrap() error { return e.err }
+
+// isConnectFailure reports whether err is (or wraps) a failed connection attempt.
+func isConnectFailure(err error) bool {
+	var ce *connectError
+	return errors.As(err, &ce)
+}
+
+// connectFailure wraps a failed connection attempt. A refusal that waiting does
+// not fix (authentication, a database that does not exist, a missing privilege)
+// is fatal: a runner that retried it would only look alive. Every other failure
+// is returned for the caller's bounded backoff.
+func connectFailure(app string, err error) error {
+	ce := &connectError{app: app, err: err}
+	if v := classifyConnect(ce); v.Disposition == Fatal {
+		return &fatalError{err: fmt.Errorf(
+			"synchro: fatal: the server refused the runner's session with SQLSTATE %s, which waiting does not fix: %w",
+			v.SQLState, ce)}
+	}
+	return ce
 }
 
 // closeTimeout bounds a polite close on a connection that may be dead.

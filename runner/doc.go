@@ -25,6 +25,8 @@
 // Failures are classified by SQLSTATE and decoder class ([Classify]): transient
 // ones are retried after a bounded backoff; everything else quarantines the
 // source transaction (synchro.runner_poison) and blocks the stream until an
-// operator calls synchro.retry_poison(). Logs and errors never carry row values
-// or passwords.
+// operator calls synchro.retry_poison(). A session the server refuses when the
+// runner connects is never poison: the refusals that pass with time (55000, 53xxx,
+// 57P01-57P03, 08xxx: [IsTransientRefusal]) are retried, every other one stops the
+// runner. Logs and errors never carry row values or passwords.
 package runner

@@ -271,7 +271,8 @@ func (r *Runner) resetIndex(ctx, stop context.Context, conn *pgx.Conn, resetID s
 // failed); transient failures are returned for a retry.
 func (r *Runner) resetFailure(ctx context.Context, conn *pgx.Conn, resetID string, err error) error {
 	v := Classify(err)
-	if v.Disposition == Transient || ctx.Err() != nil {
+	if v.Disposition == Transient || ctx.Err() != nil || isConnectFailure(err) {
+		// A session that could not be opened fails the runner, not the reset.
 		return err
 	}
 	class := v.Class

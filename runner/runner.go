@@ -100,7 +100,8 @@ func (r *Runner) Run(ctx context.Context) error {
 	// claim is retried with backoff like any transient failure, not left to a
 	// supervisor's restart loop.
 	bo := newBackoff(r.cfg.BackoffMin, r.cfg.BackoffMax)
-	if err := r.claimRetrying(work, ctx, bo, true); err != nil {
+	ver, err := r.claimRetrying(work, ctx, bo, true)
+	if err != nil {
 		return err
 	}
 	if ctx.Err() != nil {
@@ -108,19 +109,16 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	bo.Reset()
 	defer func() { r.ctl.close(work) }()
-	ver, err := r.ctl.serverVersion(work)
-	if err != nil {
-		return err
-	}
 	// Capabilities are refused at start, before any slot is created: never
 	// degraded at run time.
 	if err := decode.CheckCapabilities(r.plugin, ver); err != nil {
 		r.log.Error("runner cannot go on: the decoder lacks a capability Synchro needs", "err", err)
 		return &fatalError{err: fmt.Errorf("synchro: fatal: decoder %s: %w", r.cfg.Decoder, err)}
 	}
-	if err := r.probe(work); err != nil {
+	if err := r.probeRetrying(work, ctx, bo); err != nil || ctx.Err() != nil {
 		return err
 	}
+	bo.Reset()
 	r.log.Info("runner claimed the database", "owner", r.cfg.Owner, "publication", r.cfg.Publication)
 
 	if r.cfg.Metrics != nil {
@@ -163,8 +161,10 @@ func IsFatal(err error) bool {
 // bounded exponential backoff (see claimRetrying).
 func (r *Runner) reclaim(work, stop context.Context, bo *backoff) error {
 	r.ctl.close(work)
-	if err := r.claimRetrying(work, stop, bo, false); err != nil {
-		r.log.Error("runner cannot claim the database again", "err", err)
+	if _, err := r.claimRetrying(work, stop, bo, false); err != nil {
+		if !IsFatal(err) { // a fatal state has its line already (claimRetrying)
+			r.log.Error("runner cannot claim the database again", "err", err)
+		}
 		return err
 	}
 	if stop.Err() == nil {
@@ -173,14 +173,18 @@ func (r *Runner) reclaim(work, stop context.Context, bo *backoff) error {
 	return nil
 }
 
-// claimRetrying opens the control session and claims the database on it, with
-// bounded exponential backoff: a connection failure or a transient error (the
-// server is down, starting or shutting down) is logged with why (the error and
-// the delay) and retried until stop, which returns nil with r.ctl closed. first:
-// the runner's first claim (before it ever held the database).
-// ErrAlreadyRunning (another runner holds the database), a URL that does not
-// parse and every other refusal (authentication, a missing pack) are returned.
-func (r *Runner) claimRetrying(work, stop context.Context, bo *backoff, first bool) error {
+// claimRetrying opens the control session, claims the database on it and reads
+// the server's version (server_version_num), with bounded exponential backoff: a
+// connection failure, a session the server refuses for now (it is down, starting,
+// shutting down or in recovery, at its connection limit, or the database does
+// not accept connections: IsTransientRefusal) or another transient error is
+// logged with why (the error and the delay), counted and retried until stop,
+// which returns nil with r.ctl closed. first: the runner's first claim (before it
+// ever held the database). ErrAlreadyRunning (another runner holds the database),
+// a URL that does not parse and every other refusal (authentication, a database
+// that does not exist, a missing pack) are returned; a fatal one is logged here,
+// in one line naming it.
+func (r *Runner) claimRetrying(work, stop context.Context, bo *backoff, first bool) (int, error) {
 	msg := "reconnecting: retrying"
 	if first {
 		msg = "cannot reach the database to claim it yet: retrying"
@@ -190,20 +194,47 @@ func (r *Runner) claimRetrying(work, stop context.Context, bo *backoff, first bo
 		ctl, err := openControl(work, r.cfg.DatabaseURL)
 		if err == nil {
 			if err = ctl.claim(work, &r.cfg); err == nil {
-				r.ctl = ctl
-				return nil
+				var ver int
+				if ver, err = ctl.serverVersion(work); err == nil {
+					r.ctl = ctl
+					return ver, nil
+				}
 			}
-			ctl.close(work)
-			r.ctl = ctl // closed; Run's deferred close is a no-op
+			ctl.close(work) // the claim, if taken, goes with the session
+			r.ctl = ctl     // closed; Run's deferred close is a no-op
 		} else {
 			r.ctl = &control{conn: nil}
 		}
 		if errors.Is(err, ErrAlreadyRunning) || errors.Is(err, errParseURL) || Classify(err).Disposition != Transient {
-			return err
+			if IsFatal(err) {
+				r.log.Error("runner cannot go on: fatal state, not retried", "err", err)
+			}
+			return 0, err
 		}
 		d := bo.Delay()
 		r.cfg.Metrics.transientError()
 		r.log.Warn(msg, "err", err, "backoff", d)
+		if !sleep(stop, d) {
+			return 0, nil
+		}
+	}
+}
+
+// probeRetrying runs probe with bounded backoff while it fails transiently (its
+// connection refused or cut); nil on stop. A fatal refusal is returned.
+func (r *Runner) probeRetrying(work, stop context.Context, bo *backoff) error {
+	for {
+		r.live.beat(LoopSession)
+		err := r.probe(work)
+		if err == nil || IsFatal(err) || Classify(err).Disposition != Transient {
+			if err != nil && IsFatal(err) && isConnectFailure(err) {
+				r.log.Error("runner cannot go on: fatal state, not retried", "err", err)
+			}
+			return err
+		}
+		d := bo.Delay()
+		r.cfg.Metrics.transientError()
+		r.log.Warn("decoder probe failed: retrying", "err", err, "backoff", d)
 		if !sleep(stop, d) {
 			return nil
 		}
@@ -423,10 +454,20 @@ func (r *Runner) heartbeatLoop(ctx context.Context, quit <-chan struct{}, lost f
 // probe checks on a connection of its own that the server's build of the
 // plugin accepts the runner's options (a temporary slot at most), before any
 // slot of the stream exists. A refusal is fatal, with the capability named.
+//
+// A stream that already decodes with this plugin (and no reset open) is not
+// probed: creating the temporary slot waits for every transaction of the cluster
+// that holds an xid, so a restart would stall behind any long transaction of the
+// application (pgoutput's restart does not), and nothing would be learned that the
+// session does not check itself: its START_REPLICATION refuses an option the
+// build lacks (fatal, startRefusal) and its Open refuses the columns.
 func (r *Runner) probe(ctx context.Context) error {
 	p, ok := r.plugin.(decode.Prober)
 	if !ok {
 		return nil // pgoutput: nothing to check, no connection
+	}
+	if st, exists, err := r.ctl.state(ctx); err == nil && exists && st.Plugin == r.plugin.Name() && !r.resetOpen(ctx) {
+		return nil
 	}
 	conn, err := connect(ctx, r.cfg.DatabaseURL, "synchro-runner-probe")
 	if err != nil {

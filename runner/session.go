@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/synchro/synchro/gen"
@@ -71,7 +72,7 @@ func (r *Runner) session(work, stop context.Context) error {
 	err = pglogrepl.StartReplication(work, repl, slotName, start,
 		pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication, PluginArgs: dec.StartOptions()})
 	if err != nil {
-		return fmt.Errorf("synchro: start replication: %w", err)
+		return r.startRefusal(err)
 	}
 	r.log.Info("replication started", "stream_generation", st.StreamGeneration,
 		"start_lsn", start, "processed_end_lsn", st.ProcessedEnd, "retry", st.Poisoned())
@@ -118,6 +119,21 @@ func (r *Runner) session(work, stop context.Context) error {
 		}
 	}
 	return err
+}
+
+// startRefusal wraps a failed START_REPLICATION. The output plugin checks the
+// options in its startup callback, before the stream starts: one it does not know
+// or support (22023 invalid_parameter_value, 0A000 feature_not_supported: a wal2json
+// build without an option the decoder sends, after a server package changed under a
+// stream the start-up probe no longer checks) is a capability the server lacks, fatal
+// like the probe's refusal, never a retry loop that only looks alive.
+func (r *Runner) startRefusal(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "22023" || pgErr.Code == "0A000") {
+		return &fatalError{err: fmt.Errorf("synchro: fatal: decoder %s: %w: %w", r.cfg.Decoder,
+			decode.NewError(decode.ClassCapabilityUnsupported, 0, "the server's output plugin refuses the replication options"), err)}
+	}
+	return fmt.Errorf("synchro: start replication: %w", err)
 }
 
 // reconcile applies ADR 001's startup rules on the apply connection and returns
