@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -96,6 +97,11 @@ func TestFenceMessageFields(t *testing.T) {
 		require.Nil(t, f.TableID)
 		require.Nil(t, f.PK)
 		require.Equal(t, str("m-1"), f.CaptureKey)
+	}
+
+	// The transition version is the fence_id's 32 hex digits (one random draw per fence).
+	for _, f := range fs {
+		require.Equal(t, strings.ReplaceAll(f.FenceID, "-", ""), f.Version)
 	}
 
 	// Fence ids unique, ordinals strictly increasing in fence order.
@@ -209,6 +215,26 @@ func TestFenceOrderViolation(t *testing.T) {
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM items`).Scan(&n))
 		require.Zero(t, n)
 		require.Empty(t, fences(t, peek(t, db, slot)))
+	})
+
+	// A function in the SET list updates an earlier row of the same statement: no
+	// trigger encloses the nested statement (pg_trigger_depth() is 1 in its fence), yet
+	// its fence fires before the outer statement's. The fence's fast path (no probe)
+	// is only for fences a top-level statement fires; this one is nested.
+	t.Run("FunctionInSetListUpdatesEarlierRow", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		db, slot := fenceSetup(t)
+		mustExec(t, db, `INSERT INTO items (id, v) VALUES (1, 0), (2, 0)`)
+		mustExec(t, db, `CREATE FUNCTION bump(i int8) RETURNS int LANGUAGE sql AS $$
+			UPDATE public.items SET v = v + 100 WHERE id = 1 AND i = 2 RETURNING 0 $$;`)
+		before := len(peek(t, db, slot))
+		_, err := db.Pool.Exec(ctx, `UPDATE items SET v = coalesce(bump(id), 0) + 1 WHERE id IN (1, 2)`)
+		requireSQLState(t, err, "27000")
+		var sum int
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT sum(v) FROM items`).Scan(&sum))
+		require.Zero(t, sum, "nothing changed")
+		require.Equal(t, before, len(peek(t, db, slot)), "nothing reached the WAL stream")
 	})
 
 	// A delete, then a nested re-insert of the same key before the delete's fence.

@@ -33,7 +33,8 @@ var fenceStages = []string{
 	"registered: key guard (UPDATE only) + empty SECURITY DEFINER AFTER ROW trigger",
 	"+ DECLARE, key read, COPY FREEZE check",
 	"+ source refusals (key size; registered values' size and json)",
-	"+ the fence statement: live-tuple probe with the key pads, row_version upsert with the order check, ordinal, format-3 message with its MAC",
+	"+ the fence's values: fence_id (the version is its hex), ordinal, format-3 message body",
+	"+ the fence statement: top-level check, row_version upsert (the live-tuple probe and order check only for a nested or repeated fence), the message with its MAC",
 	"+ push_active check (= the generated fence, unmodified)",
 	"real fence on t_fenced (registered the same way, as installed)",
 }
@@ -41,11 +42,13 @@ var fenceStages = []string{
 // fenceCuts are the lines of the rendered fence before which stages 2 to
 // len(fenceCuts)+1 return: stage s ends before fenceCuts[s-2]. Stage 1 replaces the
 // body by RETURN NULL (no DECLARE initializers); stage len(fenceCuts)+2 is the
-// rendered text unmodified. Since issue 7 the probe, the reservation write, the
-// ordinal and the message are one SQL statement, so one stage.
+// rendered text unmodified. Since issue 7 the reservation write and the message are
+// one SQL statement (with the live-tuple probe only on the full check's path), so one
+// stage.
 var fenceCuts = []string{
 	"  -- Source refusals (issue 13)",
-	"  -- The fence proper, in one statement",
+	"  -- The fence's values:",
+	"  -- Fast path (issue 7)",
 	"  -- Under synchro.push (flagged",
 }
 

@@ -10,29 +10,40 @@
 --
 -- For each row operation that actually happens the fence
 --   1. refuses what the source must refuse (key change, COPY FREEZE, oversized values),
---   2. in one statement (issue 7): reads the live tuple of the key, creates or locks and
---      updates the row's canonical identity reservation (synchro.row_version) with a new
---      opaque transition version, where the update's WHERE is the row-operation order
---      check (27000 when it refuses), takes the next registered-DML ordinal and a UUID
---      fence_id, and emits one transactional logical message in wire format 3
---      (docs/wire-format.md), authenticated by a MAC under the server key,
---   3. under push, records the immutable write fence.
+--   2. takes a UUID fence_id (the transition version is its 32 hex digits) and the next
+--      registered-DML ordinal, and renders the message body (wire format 3,
+--      docs/wire-format.md),
+--   3. in one statement: creates or locks and updates the row's canonical identity
+--      reservation (synchro.row_version) with the new version, where the update's
+--      WHERE is the row-operation order check (27000 when it refuses), and emits one
+--      transactional logical message, authenticated by a MAC under the server key.
+--      The first fence of a row in a transaction fired by a top-level statement (the
+--      common case) needs no live-tuple probe; every other fence reads the live tuple
+--      of its key in the same statement (below, "Out-of-order check"),
+--   4. under push, records the immutable write fence.
 -- It makes nothing pull-visible: only WAL materialization does.
 --
--- Why one statement: the fence runs in every writing transaction, and each statement
--- of a trigger pays its executor start-up (locks, plan-state build) once per
--- transaction, more than its own work on one row; the earlier fence had a probe, an
--- UPDATE joined to its own FOR UPDATE subquery, an INSERT when the reservation was
--- missing, and the message (docs/benchmarks.md, "Fence cost").
+-- Why one statement, and assignments for the rest: the fence runs in every writing
+-- transaction, and each statement of a trigger pays its executor start-up (locks,
+-- plan-state build of every node) once per transaction, more than its own work on one
+-- row; PL/pgSQL assignments pay only a small expression set-up (docs/benchmarks.md,
+-- "Fence cost").
 --
 -- Out-of-order check. PostgreSQL fires the AFTER ROW triggers of a statement when
 -- that statement ends, so a nested statement (in a BEFORE trigger, a function in the
 -- SET list, another AFTER trigger) can change a row and fire its fence before the
--- fence of an earlier change of that same row. The reservation remembers the tuple
--- (xmin, cmin) the last fence covered and the 64-bit top-level transaction id. A fence
--- is late, and the transaction must fail, when this row was already fenced in this
--- transaction and either the live tuple is that already-fenced tuple (a later change
--- fenced first), or an INSERT/UPDATE finds no live tuple (a later delete fenced first).
+-- fence of an earlier change of that same row. The reservation remembers the 64-bit
+-- top-level transaction id of the row's last fence and, when that fence read it, the
+-- live tuple (xmin, cmin) it covered. A fence is late, and the transaction must fail,
+-- when this row was already fenced in this transaction and either the live tuple is
+-- that already-fenced tuple (a later change fenced first), or an INSERT/UPDATE finds
+-- no live tuple (a later delete fenced first: a delete after this fence's operation
+-- and before its statement ended would have been a nested statement's, fenced
+-- already). A fence fired by a top-level statement is never early (the fences still
+-- pending then are that statement's own, in the order of its row operations), so when
+-- it is the row's first in the transaction it records no tuple and reads none; any
+-- later fence of the row still runs the check, against the tuple a nested fence
+-- recorded, if any.
 --
 -- COPY FREEZE. PostgreSQL accepts it only in the (sub)transaction that created the
 -- relation or gave it a new file, and a frozen tuple does not keep the command order
@@ -69,6 +80,9 @@ DECLARE
   ctx record;
   lsn pg_catalog.pg_lsn;
   refused pg_catalog.text;    -- SQLSTATE of a refused json value (issue 13)
+  ord pg_catalog.text;        -- the registered-DML ordinal, as text
+  body pg_catalog.text;       -- the message body (wire format 3), without its MAC
+  stk pg_catalog.text;        -- the call stack (PG_CONTEXT): one line when a top-level statement fired it
 BEGIN
   IF TG_OP = 'INSERT' THEN
     k := NEW.%13$s::text;
@@ -101,49 +115,83 @@ BEGIN
     NULL;%9$s
   END IF;
 
-  -- The fence proper, in one statement (issue 7: each statement of a trigger costs its
-  -- executor start-up in every transaction, more than its work for one row):
-  --   p: the live tuple of this key now (none after a delete), the server key's HMAC
-  --      pads, a new transition version and fence_id, the next registered-DML ordinal,
-  --      and the message body (wire format 3, docs/wire-format.md);
+  -- The fence's values: one random fence_id, the transition version derived from it
+  -- (its 32 hex digits: as opaque and as unique as the fence_id, for one random draw
+  -- instead of two, each ~5 us through OpenSSL), the next registered-DML ordinal, and
+  -- the message body (wire format 3, docs/wire-format.md). Plain assignments: PL/pgSQL
+  -- evaluates them without an executor start-up.
+  fid := pg_catalog.gen_random_uuid();
+  v := pg_catalog.replace(fid::pg_catalog.text, '-', '');
+  ord := pg_catalog.nextval('synchro.fence_ordinal');
+  body := pg_catalog.concat(%10$L, CASE TG_OP WHEN 'INSERT' THEN '1:i' WHEN 'UPDATE' THEN '1:u' ELSE '1:d' END,
+            pg_catalog.length(k), ':', k, '32:', v, '36:', fid, pg_catalog.length(ord), ':', ord, %11$L);
+
+  -- Fast path (issue 7): the first fence of this row in this transaction, fired by a
+  -- top-level statement (the call stack is this one frame: no statement, function or
+  -- trigger encloses the one whose fences fire now). Such a fence cannot be late: the
+  -- only fences still pending when a top-level statement's fire are its own, queued in
+  -- the order of its own row operations, all later than anything fenced before; and
+  -- with no earlier fence of this row in this transaction there is nothing to compare.
+  -- So it needs no live-tuple probe: one write of the reservation, created or updated
+  -- (recording this transaction, no tuple: a later fence of the row compares against
+  -- nothing but still refuses an INSERT/UPDATE that finds no live tuple), whose
+  -- RETURNING emits the authenticated message (body, then its MAC under the server key,
+  -- read at run time as the owner, never put in this generated source; every operator
+  -- and function applied to it is qualified). When the row was already fenced in this
+  -- transaction the update is refused, nothing is emitted, and the full check below
+  -- runs. A nested fence (push's writes among them) always takes the full check.
+  GET DIAGNOSTICS stk = PG_CONTEXT;
+  IF pg_catalog.strpos(stk, E'\n') = 0 THEN
+    INSERT INTO synchro.row_version AS r (relation_id, pk, version, deleted, fence_txid)
+    VALUES (%6$s, k, v, TG_OP = 'DELETE', pg_catalog.pg_current_xact_id())
+    ON CONFLICT (relation_id, pk) DO UPDATE
+      SET version = excluded.version, deleted = excluded.deleted, fence_txid = excluded.fence_txid,
+          fence_xmin = NULL, fence_cmin = NULL
+      WHERE r.fence_txid IS DISTINCT FROM excluded.fence_txid
+    RETURNING (SELECT pg_catalog.pg_logical_emit_message(true, 'synchro.fence', body OPERATOR(pg_catalog.||)
+                 pg_catalog.encode(pg_catalog.substr(pg_catalog.sha256(sk.outer_pad OPERATOR(pg_catalog.||)
+                   pg_catalog.sha256(sk.inner_pad OPERATOR(pg_catalog.||) '\x%12$s'::pg_catalog.bytea OPERATOR(pg_catalog.||)
+                     pg_catalog.convert_to(body, 'UTF8'))), 1, 16), 'hex'))
+                 FROM synchro.server_key sk)
+    INTO lsn;
+  END IF;
+
+  -- The full check, in one statement (each statement of a trigger costs its executor
+  -- start-up in every transaction, more than its work for one row):
+  --   p: the live tuple of this key now (none after a delete) and the server key's HMAC
+  --      pads;
   --   w: one write of the reservation: created, or locked and updated, recording the
   --      tuple this fence covers. Its WHERE is the out-of-order check: it refuses the
   --      update, so w returns no row, when this row was already fenced in this
   --      transaction and either the live tuple is the one the previous fence covered
   --      (a later change fenced first) or an INSERT/UPDATE finds no live tuple (a
   --      later delete fenced first);
-  --   then, only when w wrote, the authenticated message: the body followed by its MAC
-  --      under the server key (read at run time as the owner, never put in this
-  --      generated source; every operator and function applied to it is qualified).
-  WITH p AS (
-    SELECT s.*, pg_catalog.concat(%10$L, CASE TG_OP WHEN 'INSERT' THEN '1:i' WHEN 'UPDATE' THEN '1:u' ELSE '1:d' END,
-             pg_catalog.length(k), ':', k, pg_catalog.length(s.v), ':', s.v,
-             '36:', s.fid, pg_catalog.length(s.ord::pg_catalog.text), ':', s.ord, %11$L) AS body
-      FROM (SELECT t.xmin AS live_xmin, t.cmin AS live_cmin, sk.inner_pad, sk.outer_pad,
-                   pg_catalog.replace(pg_catalog.gen_random_uuid()::pg_catalog.text, '-', '') AS v,
-                   pg_catalog.gen_random_uuid() AS fid,
-                   pg_catalog.nextval('synchro.fence_ordinal') AS ord,
-                   pg_catalog.pg_current_xact_id() AS txid
-              FROM synchro.server_key sk LEFT JOIN ONLY %2$I.%3$I t ON t.%4$I = k::%5$s) s),
-  w AS (
-    INSERT INTO synchro.row_version AS r (relation_id, pk, version, deleted, fence_txid, fence_xmin, fence_cmin)
-    SELECT %6$s, k, p.v, TG_OP = 'DELETE', p.txid, p.live_xmin, p.live_cmin FROM p
-    ON CONFLICT (relation_id, pk) DO UPDATE
-      SET version = excluded.version, deleted = excluded.deleted, fence_txid = excluded.fence_txid,
-          fence_xmin = excluded.fence_xmin, fence_cmin = excluded.fence_cmin
-      WHERE (r.fence_txid = excluded.fence_txid AND (
-               (NOT excluded.deleted AND excluded.fence_xmin IS NULL)
-               OR (excluded.fence_xmin = r.fence_xmin AND excluded.fence_cmin = r.fence_cmin))) IS NOT TRUE
-    RETURNING 1)
-  SELECT p.v, p.fid, pg_catalog.pg_logical_emit_message(true, 'synchro.fence', p.body OPERATOR(pg_catalog.||)
-           pg_catalog.encode(pg_catalog.substr(pg_catalog.sha256(p.outer_pad OPERATOR(pg_catalog.||)
-             pg_catalog.sha256(p.inner_pad OPERATOR(pg_catalog.||) '\x%12$s'::pg_catalog.bytea OPERATOR(pg_catalog.||)
-               pg_catalog.convert_to(p.body, 'UTF8'))), 1, 16), 'hex'))
-    INTO v, fid, lsn
-    FROM p, w;
-  IF NOT FOUND THEN
-    RAISE EXCEPTION 'fence order violation: a nested statement changed a registered row before the fence of its earlier change fired'
-      USING ERRCODE = 'triggered_data_change_violation';
+  --   then, only when w wrote, the authenticated message as above.
+  IF lsn IS NULL THEN
+    WITH p AS (
+      SELECT t.xmin AS live_xmin, t.cmin AS live_cmin, sk.inner_pad, sk.outer_pad,
+             pg_catalog.pg_current_xact_id() AS txid
+        FROM synchro.server_key sk LEFT JOIN ONLY %2$I.%3$I t ON t.%4$I = k::%5$s),
+    w AS (
+      INSERT INTO synchro.row_version AS r (relation_id, pk, version, deleted, fence_txid, fence_xmin, fence_cmin)
+      SELECT %6$s, k, v, TG_OP = 'DELETE', p.txid, p.live_xmin, p.live_cmin FROM p
+      ON CONFLICT (relation_id, pk) DO UPDATE
+        SET version = excluded.version, deleted = excluded.deleted, fence_txid = excluded.fence_txid,
+            fence_xmin = excluded.fence_xmin, fence_cmin = excluded.fence_cmin
+        WHERE (r.fence_txid = excluded.fence_txid AND (
+                 (NOT excluded.deleted AND excluded.fence_xmin IS NULL)
+                 OR (excluded.fence_xmin = r.fence_xmin AND excluded.fence_cmin = r.fence_cmin))) IS NOT TRUE
+      RETURNING 1)
+    SELECT pg_catalog.pg_logical_emit_message(true, 'synchro.fence', body OPERATOR(pg_catalog.||)
+             pg_catalog.encode(pg_catalog.substr(pg_catalog.sha256(p.outer_pad OPERATOR(pg_catalog.||)
+               pg_catalog.sha256(p.inner_pad OPERATOR(pg_catalog.||) '\x%12$s'::pg_catalog.bytea OPERATOR(pg_catalog.||)
+                 pg_catalog.convert_to(body, 'UTF8'))), 1, 16), 'hex'))
+      INTO lsn
+      FROM p, w;
+    IF NOT FOUND THEN
+      RAISE EXCEPTION 'fence order violation: a nested statement changed a registered row before the fence of its earlier change fired'
+        USING ERRCODE = 'triggered_data_change_violation';
+    END IF;
   END IF;
 
   -- Under synchro.push (flagged by its SECURITY DEFINER helper; the row it wrote is
