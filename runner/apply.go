@@ -185,6 +185,7 @@ func (a *applier) Begin(ctx context.Context, h collate.TxnHeader) error {
 		}
 		a.tx = tx
 		a.batchStart = time.Now()
+		a.stager.NewBatch()
 	}
 	a.hdr, a.inTxn = h, true
 	a.stager.Reset(int32(len(a.txns)))
