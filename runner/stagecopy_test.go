@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"io"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/stretchr/testify/require"
@@ -103,4 +104,60 @@ func TestRunnerStageBinaryMatchesPgx(t *testing.T) {
 		require.Equal(t, want, out)
 	}
 	require.Equal(t, 3, mids)
+}
+
+// BenchmarkStageEncode: the staged rows of a 1-row source transaction (its row and
+// its fence; the Relation row is staged once per batch) encoded for COPY by pgx's
+// binary encoder from Values (what pgx.CopyFrom did: the baseline) and by
+// AppendBinary, in the same run; reports both per row and their ratio.
+//
+//	go test ./runner -run '^$' -bench StageEncode
+func BenchmarkStageEncode(b *testing.B) {
+	s := testStager()
+	rel := testRelation()
+	rows, err := s.Row(nil, 1, &decode.Row{Op: decode.OpInsert, Relation: rel, New: &decode.Tuple{Kind: decode.TupleNew,
+		Values: []decode.Value{text("42"), text("o17"), text(`{"a":1}`), null, text("synchro-bench-payload-0123456789abcdef0123456789abcdef0123456789")}}})
+	require.NoError(b, err)
+	k := "42"
+	rows = s.Fence(rows[1:], &decode.Fence{Kind: decode.FenceSynced, RelationID: 9, Schema: "public", Table: "tasks", Op: "insert",
+		NewKey: &k, Version: "0000000000000001-0000000000000002", FenceID: "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", Ordinal: 1, TableID: "tasks"})
+	m := pgtype.NewMap()
+	var buf []byte
+	pgx := func() {
+		for i := range rows {
+			buf = binary.BigEndian.AppendUint16(buf[:0], uint16(len(StageColumns)))
+			for c, v := range rows[i].Values() {
+				if v == nil {
+					buf = appendNull(buf)
+					continue
+				}
+				at := len(buf)
+				buf = append(buf, 0, 0, 0, 0)
+				buf, err = m.Encode(stageColumnTypes[c], pgtype.BinaryFormatCode, v, buf)
+				if err != nil {
+					b.Fatal(err)
+				}
+				binary.BigEndian.PutUint32(buf[at:], uint32(len(buf)-at-4))
+			}
+		}
+	}
+	own := func() {
+		for i := range rows {
+			buf = rows[i].AppendBinary(buf[:0])
+		}
+	}
+	var tPgx, tOwn time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		pgx()
+		t1 := time.Now()
+		own()
+		tOwn += time.Since(t1)
+		tPgx += t1.Sub(t0)
+	}
+	n := float64(b.N * len(rows))
+	b.ReportMetric(float64(tPgx.Nanoseconds())/n, "pgx-ns/row")
+	b.ReportMetric(float64(tOwn.Nanoseconds())/n, "own-ns/row")
+	b.ReportMetric(float64(tOwn)/float64(tPgx), "own/pgx")
 }
