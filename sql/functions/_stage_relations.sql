@@ -23,29 +23,25 @@ LANGUAGE plpgsql
 -- installs. No SET clause: called only from functions that pinned search_path.
 AS $$
 BEGIN
-  IF t_first > 0 THEN
-    -- Only a range that does not start the batch can use a shape staged before it.
-    RETURN QUERY
-    SELECT c.txn, c.seq, c.relid, c.nspname, c.relname, c.replident, c.col_names, c.col_types, c.col_keys
-      FROM (SELECT DISTINCT u.relid
-              FROM (SELECT s.relid FROM pg_temp.synchro_stage s
-                     WHERE s.txn BETWEEN t_first AND t_last AND s.kind IN ('I', 'U', 'D')
-                    UNION ALL
-                    SELECT tr.relid FROM pg_temp.synchro_stage s CROSS JOIN LATERAL unnest(s.truncated) AS tr(relid)
-                     WHERE s.txn BETWEEN t_first AND t_last AND s.kind = 'T') u) u
-      CROSS JOIN LATERAL (
-        SELECT s.txn, s.seq, s.relid, s.nspname, s.relname, s.replident, s.col_names, s.col_types, s.col_keys
-          FROM pg_temp.synchro_stage s
-         WHERE s.kind = 'R' AND s.relid = u.relid AND s.txn < t_first
-         ORDER BY s.txn DESC, s.seq DESC
-         LIMIT 1) c
-     ORDER BY c.txn, c.seq;
-  END IF;
+  -- One scan of the stage's R rows, plus one of the range's events when the range
+  -- does not start the batch (only then can it use a shape staged before it): the
+  -- reference path calls this for every transaction it takes, and the stage has no
+  -- index, so a scan per touched relation would grow with the batch squared.
   RETURN QUERY
-  SELECT s.txn, s.seq, s.relid, s.nspname, s.relname, s.replident, s.col_names, s.col_types, s.col_keys
-    FROM pg_temp.synchro_stage s
-   WHERE s.kind = 'R' AND s.txn BETWEEN t_first AND t_last
-   ORDER BY s.txn, s.seq;
+  SELECT x.txn, x.seq, x.relid, x.nspname, x.relname, x.replident, x.col_names, x.col_types, x.col_keys
+    FROM (SELECT s.txn, s.seq, s.relid, s.nspname, s.relname, s.replident, s.col_names, s.col_types, s.col_keys,
+                 s.txn >= t_first AS inside,
+                 row_number() OVER (PARTITION BY s.relid, s.txn >= t_first ORDER BY s.txn DESC, s.seq DESC) AS rn
+            FROM pg_temp.synchro_stage s
+           WHERE s.kind = 'R' AND s.txn <= t_last) x
+   WHERE x.inside
+      OR (t_first > 0 AND x.rn = 1
+          AND x.relid IN (SELECT s.relid FROM pg_temp.synchro_stage s
+                           WHERE s.txn BETWEEN t_first AND t_last AND s.kind IN ('I', 'U', 'D')
+                          UNION ALL
+                          SELECT tr.relid FROM pg_temp.synchro_stage s CROSS JOIN LATERAL unnest(s.truncated) AS tr(relid)
+                           WHERE s.txn BETWEEN t_first AND t_last AND s.kind = 'T'))
+   ORDER BY x.txn, x.seq;
 END
 $$;
 
