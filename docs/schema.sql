@@ -1549,10 +1549,10 @@ BEGIN
   SELECT coalesce(sum(u.n), 0), coalesce(sum(u.f), 0) INTO n_ev, n_fence FROM u;
 
   -- Relation identity: every Relation shape the run's events were decoded with
-  -- (synchro._stage_relations: the runner stages a shape once per batch) is exactly
-  -- the registered relation of the generation in force (see
-  -- synchro._materialize_txn). Each distinct shape
-  -- is checked once per session and generation, then remembered in
+  -- (synchro._stage_relations: the runner stages a shape once per batch, so a shape
+  -- may sit in an earlier or a replayed transaction of the batch) is exactly the
+  -- registered relation of the generation in force (see synchro._materialize_txn).
+  -- Each distinct shape is checked once per session and generation, then remembered in
   -- pg_temp.synchro_rel_ok (a generation's registrations never change, and a
   -- relation's row changes only when a registry activation starts a new generation:
   -- rebind_relation), so a steady stream of small batches checks nothing new.
