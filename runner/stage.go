@@ -68,7 +68,10 @@ func (s *StageRow) size() int64 {
 	return n
 }
 
-// Values returns the row as COPY values in StageColumns order.
+// Values returns the row's column values in StageColumns order, as Go values pgx
+// can encode. The COPY itself sends AppendBinary's encoding (stagecopy.go), which
+// TestRunnerStageBinaryMatchesPgx compares, column by column, with pgx's encoding of
+// these.
 func (s *StageRow) Values() []any {
 	v := make([]any, 0, len(StageColumns))
 	v = append(v, s.Txn, s.Seq, s.Kind, nullable(s.EventOrdinal), nullable(s.RelID),
