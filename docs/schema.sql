@@ -1361,18 +1361,20 @@ BEGIN
   -- registered key, registered columns with their registered types).
   -- Every Relation message counts, not only the first of a relid: a relation whose
   -- shape changes inside one transaction (ALTER TABLE between two writes) is staged
-  -- again with its new shape.
+  -- again with its new shape. The runner stages a shape once per batch:
+  -- synchro._stage_relations also gives the shapes staged before this transaction
+  -- that its events use (a transaction alone in its batch, as when the runner re-runs
+  -- a failed batch to quarantine one, has only its own, in staging order).
   FOR rel IN
     SELECT s.relid, s.nspname, s.relname, s.replident, s.col_names, s.col_types, s.col_keys,
            r.relation_id, r, reg.columns, reg.column_types
-      FROM (SELECT * FROM pg_temp.synchro_stage s0 WHERE s0.txn = _mat_check_relations.t) s
+      FROM synchro._stage_relations(_mat_check_relations.t, _mat_check_relations.t) s
       LEFT JOIN synchro.relation r ON r.relid = s.relid
       LEFT JOIN LATERAL (
         SELECT g.columns, g.column_types FROM synchro.registration g
          WHERE g.relation_id = r.relation_id AND g.generation <= coalesce(reg_end, 0)
          ORDER BY g.generation DESC LIMIT 1) reg ON true
-     WHERE s.kind = 'R'
-     ORDER BY s.seq
+     ORDER BY s.txn, s.seq
   LOOP
     IF rel.relation_id IS NULL OR rel.columns IS NULL THEN
       RAISE EXCEPTION 'poison: unknown_relation' USING ERRCODE = 'SYP04';
@@ -1605,24 +1607,23 @@ BEGIN
   -- are visible: synchro.materialize_batch waited for the whole batch before it
   -- called this (synchro._await_visible_all).
 
-  -- Relation identity: every Relation message of the run is exactly the registered
-  -- relation of the generation in force (see synchro._materialize_txn). Each
-  -- transaction stages its own, mostly identical, Relation rows: each distinct shape
-  -- is checked once per session and generation, then remembered in
+  -- Relation identity: every Relation shape the run's events were decoded with
+  -- (synchro._stage_relations: the runner stages a shape once per batch, so a shape
+  -- may sit in an earlier or a replayed transaction of the batch) is exactly the
+  -- registered relation of the generation in force (see synchro._materialize_txn).
+  -- Each distinct shape is checked once per session and generation, then remembered in
   -- pg_temp.synchro_rel_ok (a generation's registrations never change, and a
   -- relation's row changes only when a registry activation starts a new generation:
   -- rebind_relation), so a steady stream of small batches checks nothing new.
   IF EXISTS (
-    SELECT 1 FROM pg_temp.synchro_stage s JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
-     WHERE s.kind = 'R'
-       AND NOT EXISTS (SELECT 1 FROM pg_temp.synchro_rel_ok k
+    SELECT 1 FROM synchro._stage_relations(t_first, t_last) s
+     WHERE NOT EXISTS (SELECT 1 FROM pg_temp.synchro_rel_ok k
                         WHERE k.generation = reg AND k.relid = s.relid AND k.nspname = s.nspname
                           AND k.relname = s.relname AND k.replident = s.replident AND k.col_names = s.col_names
                           AND k.col_types = s.col_types AND k.col_keys = s.col_keys)) THEN
     IF EXISTS (
       SELECT 1 FROM (SELECT DISTINCT s.relid, s.nspname, s.relname, s.replident, s.col_names, s.col_types, s.col_keys
-                       FROM pg_temp.synchro_stage s JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
-                      WHERE s.kind = 'R') s
+                       FROM synchro._stage_relations(t_first, t_last) s) s
         LEFT JOIN synchro.relation r ON r.relid = s.relid
         LEFT JOIN synchro.registration g ON g.relation_id = r.relation_id AND g.generation = reg
        WHERE g.relation_id IS NULL
@@ -1632,8 +1633,7 @@ BEGIN
     END IF;
     INSERT INTO pg_temp.synchro_rel_ok (generation, relid, nspname, relname, replident, col_names, col_types, col_keys)
     SELECT DISTINCT reg, s.relid, s.nspname, s.relname, s.replident, s.col_names, s.col_types, s.col_keys
-      FROM pg_temp.synchro_stage s JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
-     WHERE s.kind = 'R';
+      FROM synchro._stage_relations(t_first, t_last) s;
   END IF;
 
   IF n_ev > 1000 THEN
@@ -2037,8 +2037,11 @@ BEGIN
   SELECT w.relation_id INTO bad FROM pg_temp.synchro_w_rows w
    WHERE w.relation_id IS NULL
       OR NOT EXISTS (SELECT 1 FROM synchro.registration g WHERE g.generation = w.reg_gen AND g.relation_id = w.relation_id)
-      OR NOT EXISTS (SELECT 1 FROM (SELECT * FROM pg_temp.synchro_stage s0 WHERE s0.txn = _materialize_txn.t) s JOIN synchro.relation r ON r.relid = s.relid
-                      WHERE s.kind = 'R' AND r.relation_id = w.relation_id)
+      -- A relation whose shape was never staged for this transaction (in it, or
+      -- earlier in the batch: synchro._stage_relations). NOT IN, not a correlated
+      -- NOT EXISTS: the set is read once, not once per row event.
+      OR w.relation_id NOT IN (SELECT r.relation_id FROM synchro._stage_relations(_materialize_txn.t, _materialize_txn.t) s
+                                 JOIN synchro.relation r ON r.relid = s.relid)
    LIMIT 1;
   IF FOUND THEN
     RAISE EXCEPTION 'poison: unknown_relation' USING ERRCODE = 'SYP04', DETAIL = format('relation_id=%s', bad.relation_id);
@@ -3929,6 +3932,39 @@ $$;
 ALTER FUNCTION synchro._stage_rel_ok_create() OWNER TO postgres;
 
 --
+-- Name: _stage_relations(integer, integer); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._stage_relations(t_first integer, t_last integer) RETURNS TABLE(txn integer, seq integer, relid oid, nspname text, relname text, replident "char", col_names text[], col_types oid[], col_keys boolean[])
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  -- One scan of the stage's R rows, plus one of the range's events when the range
+  -- does not start the batch (only then can it use a shape staged before it): the
+  -- reference path calls this for every transaction it takes, and the stage has no
+  -- index, so a scan per touched relation would grow with the batch squared.
+  RETURN QUERY
+  SELECT x.txn, x.seq, x.relid, x.nspname, x.relname, x.replident, x.col_names, x.col_types, x.col_keys
+    FROM (SELECT s.txn, s.seq, s.relid, s.nspname, s.relname, s.replident, s.col_names, s.col_types, s.col_keys,
+                 s.txn >= t_first AS inside,
+                 row_number() OVER (PARTITION BY s.relid, s.txn >= t_first ORDER BY s.txn DESC, s.seq DESC) AS rn
+            FROM pg_temp.synchro_stage s
+           WHERE s.kind = 'R' AND s.txn <= t_last) x
+   WHERE x.inside
+      OR (t_first > 0 AND x.rn = 1
+          AND x.relid IN (SELECT s.relid FROM pg_temp.synchro_stage s
+                           WHERE s.txn BETWEEN t_first AND t_last AND s.kind IN ('I', 'U', 'D')
+                          UNION ALL
+                          SELECT tr.relid FROM pg_temp.synchro_stage s CROSS JOIN LATERAL unnest(s.truncated) AS tr(relid)
+                           WHERE s.txn BETWEEN t_first AND t_last AND s.kind = 'T'))
+   ORDER BY x.txn, x.seq;
+END
+$$;
+
+
+ALTER FUNCTION synchro._stage_relations(t_first integer, t_last integer) OWNER TO postgres;
+
+--
 -- Name: _stage_reset(bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -5073,13 +5109,19 @@ BEGIN
          OR (s.kind = 'M' AND s.prefix = 'synchro.fence' AND s.f_relation_id = b.relation_id));
   END IF;
   IF set_based THEN
-    -- Transactions the set-based path does not take: they go alone, in order.
+    -- Transactions the set-based path does not take: they go alone, in order. A
+    -- relation that is not a synced one is found among the batch's Relation rows, and
+    -- every transaction with an event of it goes alone: the runner stages a shape once
+    -- per batch, before its first event, not in every transaction that uses it.
+    WITH odd AS MATERIALIZED (
+      SELECT DISTINCT s.relid FROM pg_temp.synchro_stage s
+        LEFT JOIN synchro.relation r ON r.relid = s.relid
+       WHERE s.kind = 'R' AND r.registration_kind IS DISTINCT FROM 'synced')
     SELECT coalesce(array_agg(DISTINCT s.txn), '{}') INTO alone
       FROM pg_temp.synchro_stage s
-      LEFT JOIN synchro.relation r ON r.relid = s.relid AND s.kind = 'R'
      WHERE s.kind = 'T'
         OR (s.kind = 'M' AND s.prefix IS DISTINCT FROM 'synchro.fence')
-        OR (s.kind = 'R' AND r.registration_kind IS DISTINCT FROM 'synced')
+        OR (s.kind IN ('R', 'I', 'U', 'D') AND s.relid IN (SELECT o.relid FROM odd o))
         OR cardinality(s.toast) > 0;
     -- While a projection bootstrap is not merged (synchro._bootstrap_catch_up), the
     -- reference path takes the first transaction at or after each consistent point (the
@@ -8797,6 +8839,13 @@ REVOKE ALL ON FUNCTION synchro._stage_registration(relation regclass, kind text,
 --
 
 REVOKE ALL ON FUNCTION synchro._stage_rel_ok_create() FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _stage_relations(t_first integer, t_last integer); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._stage_relations(t_first integer, t_last integer) FROM PUBLIC;
 
 
 --

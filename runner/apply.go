@@ -17,8 +17,6 @@ import (
 	"github.com/synchro/synchro/runner/msgauth"
 )
 
-var stageTable = pgx.Identifier{"pg_temp", "synchro_stage"}
-
 // Materialization outcomes of synchro.materialize_batch, one per source transaction.
 const (
 	OutcomeMaterialized = "materialized"
@@ -48,6 +46,7 @@ type applier struct {
 	stager     *Stager
 	batch      []StageRow // staged rows not yet sent by COPY
 	batchBytes int64      // row data in batch (Config.BatchBytes)
+	copyBuf    []byte     // the COPY encoder's buffer, kept across flushes
 	tx         pgx.Tx     // the open materialization batch, nil between batches
 	hdr        collate.TxnHeader
 	inTxn      bool // a source transaction is being staged
@@ -185,6 +184,7 @@ func (a *applier) Begin(ctx context.Context, h collate.TxnHeader) error {
 		}
 		a.tx = tx
 		a.batchStart = time.Now()
+		a.stager.NewBatch()
 	}
 	a.hdr, a.inTxn = h, true
 	a.stager.Reset(int32(len(a.txns)))
@@ -233,19 +233,12 @@ func (a *applier) flush(ctx context.Context) error {
 	if len(a.batch) == 0 {
 		return nil
 	}
-	i := 0
-	src := pgx.CopyFromFunc(func() ([]any, error) {
-		if i == len(a.batch) {
-			return nil, nil
-		}
-		v := a.batch[i].Values()
-		i++
-		if i == (len(a.batch)+1)/2 {
-			a.cfg.faults.Reach(fault.Copy)
-		}
-		return v, nil
-	})
-	if _, err := a.tx.CopyFrom(ctx, stageTable, StageColumns, src); err != nil {
+	// Binary COPY encoded by the stager (stagecopy.go), not pgx.CopyFrom: the fault
+	// point still fires with half the rows encoded, while the COPY is in progress.
+	r := newStageReader(a.batch, a.copyBuf, func() { a.cfg.faults.Reach(fault.Copy) })
+	_, err := a.tx.Conn().PgConn().CopyFrom(ctx, r, stageCopySQL)
+	a.copyBuf = r.buf[:0]
+	if err != nil {
 		return err
 	}
 	a.beat()

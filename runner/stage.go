@@ -81,7 +81,10 @@ func (s *StageRow) size() int64 {
 	return n
 }
 
-// Values returns the row as COPY values in StageColumns order.
+// Values returns the row's column values in StageColumns order, as Go values pgx
+// can encode. The COPY itself sends AppendBinary's encoding (stagecopy.go), which
+// TestRunnerStageBinaryMatchesPgx compares, column by column, with pgx's encoding of
+// these.
 func (s *StageRow) Values() []any {
 	v := make([]any, 0, len(StageColumns))
 	v = append(v, s.Txn, s.Seq, s.Kind, nullable(s.EventOrdinal), nullable(s.RelID),
@@ -144,10 +147,17 @@ func uuidBytes(s string) any {
 	return b
 }
 
-// Stager turns one source transaction's collated events into staged rows. It
-// numbers every staged row (seq), marks it with the transaction's index in its
-// batch (txn) and stages a relation ('R') row before the first row event of each
-// relation shape in the transaction. Reset it at every Begin.
+// Stager turns a batch's collated events into staged rows. It numbers every
+// staged row (seq, from 0 in each source transaction), marks it with the
+// transaction's index in its batch (txn) and stages a relation ('R') row before
+// the first row event of each relation shape in the batch: once per batch, not
+// once per transaction (a 1-row transaction staged three rows, and the Relation
+// row was a third of the COPY's cost). Materialization finds the shape a
+// transaction's events were decoded with in the batch's staged rows
+// (synchro._stage_relations): the R rows staged in it, and the last one staged
+// before it for a relation it touches. A transaction re-run alone after a failed
+// batch is a batch of its own, so it stages its own shapes as before, and a poison
+// keeps its identity. Call NewBatch when a batch opens and Reset at every Begin.
 // Not safe for concurrent use.
 //
 // Only registered columns of a row are staged (SetRegistered): a value in a column
@@ -157,7 +167,7 @@ func uuidBytes(s string) any {
 type Stager struct {
 	txn    int32
 	seq    int32
-	staged map[uint32]*decode.Relation // relation shape already staged in this transaction
+	staged map[uint32]*decode.Relation // relation shape already staged in this batch
 	// registered: relation OID → the names of its registered columns (every
 	// generation's, key included). A relation not in it stages its key columns
 	// only: it is not registered, and materialization refuses its events.
@@ -178,11 +188,15 @@ func (s *Stager) Registered(oid uint32) bool {
 	return ok
 }
 
-// Reset starts a new source transaction, the txn-th of its batch (from 0).
+// NewBatch starts a new materialization batch: every relation shape is staged
+// again before its first use in it.
+func (s *Stager) NewBatch() { clear(s.staged) }
+
+// Reset starts a new source transaction, the txn-th of its batch (from 0). Shapes
+// staged earlier in the batch are not staged again (NewBatch).
 func (s *Stager) Reset(txn int32) {
 	s.txn = txn
 	s.seq = 0
-	clear(s.staged)
 }
 
 // Staged returns the number of rows staged in this transaction.
@@ -195,8 +209,9 @@ func (s *Stager) next() int32 {
 }
 
 // relation appends an 'R' row for rel unless this exact shape was already staged
-// in this transaction. A new Relation message for the same OID (DDL inside the
-// transaction) is a new shape and is staged again, so the SQL sees the drift.
+// in this batch. A new Relation message for the same OID (DDL in or between the
+// batch's transactions) is a new shape and is staged again, so the SQL sees the
+// drift.
 func (s *Stager) relation(out []StageRow, rel *decode.Relation) []StageRow {
 	if s.staged[rel.OID] == rel {
 		return out

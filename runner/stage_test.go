@@ -109,7 +109,7 @@ func TestRunnerStagerInsertEncodesValues(t *testing.T) {
 	require.Contains(t, string(i.NewRow), `"meta":{"b": [1, 2.50, null]}`, "json values are kept as sent")
 }
 
-func TestRunnerStagerRelationOncePerTransactionAndShape(t *testing.T) {
+func TestRunnerStagerRelationOncePerBatchAndShape(t *testing.T) {
 	t.Parallel()
 	s := testStager()
 	rel := testRelation()
@@ -139,17 +139,29 @@ func TestRunnerStagerRelationOncePerTransactionAndShape(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "RIIRI", kinds())
 
-	// The next transaction of the batch stages its relation again, restarts seq
-	// and carries its own index.
+	// The next transaction of the batch restarts seq and carries its own index; a
+	// shape staged earlier in the batch is not staged again, a new one is.
 	require.Equal(t, int32(0), out[0].Txn)
 	s.Reset(1)
+	out, err = s.Row(out[:0], 0, ins(0, &changed))
+	require.NoError(t, err)
+	require.Equal(t, "I", kinds())
+	require.Equal(t, int32(0), out[0].Seq)
+	require.Equal(t, int32(1), out[0].Txn)
+	out, err = s.Row(out, 1, ins(1, rel))
+	require.NoError(t, err)
+	require.Equal(t, "IRI", kinds(), "the first shape again: a new Relation message")
+
+	// A new batch stages every shape again before its first use.
+	s.NewBatch()
+	s.Reset(0)
 	out, err = s.Row(out[:0], 0, ins(0, rel))
 	require.NoError(t, err)
 	require.Equal(t, "RI", kinds())
 	require.Equal(t, int32(0), out[0].Seq)
 	require.Equal(t, int32(1), out[1].Seq)
-	require.Equal(t, int32(1), out[0].Txn)
-	require.Equal(t, int32(1), out[1].Txn)
+	require.Equal(t, int32(0), out[0].Txn)
+	require.Equal(t, int32(0), out[1].Txn)
 }
 
 func TestRunnerStagerUpdateDeleteToastAndOldImages(t *testing.T) {

@@ -26,18 +26,20 @@ BEGIN
   -- registered key, registered columns with their registered types).
   -- Every Relation message counts, not only the first of a relid: a relation whose
   -- shape changes inside one transaction (ALTER TABLE between two writes) is staged
-  -- again with its new shape.
+  -- again with its new shape. The runner stages a shape once per batch:
+  -- synchro._stage_relations also gives the shapes staged before this transaction
+  -- that its events use (a transaction alone in its batch, as when the runner re-runs
+  -- a failed batch to quarantine one, has only its own, in staging order).
   FOR rel IN
     SELECT s.relid, s.nspname, s.relname, s.replident, s.col_names, s.col_types, s.col_keys,
            r.relation_id, r, reg.columns, reg.column_types
-      FROM (SELECT * FROM pg_temp.synchro_stage s0 WHERE s0.txn = _mat_check_relations.t) s
+      FROM synchro._stage_relations(_mat_check_relations.t, _mat_check_relations.t) s
       LEFT JOIN synchro.relation r ON r.relid = s.relid
       LEFT JOIN LATERAL (
         SELECT g.columns, g.column_types FROM synchro.registration g
          WHERE g.relation_id = r.relation_id AND g.generation <= coalesce(reg_end, 0)
          ORDER BY g.generation DESC LIMIT 1) reg ON true
-     WHERE s.kind = 'R'
-     ORDER BY s.seq
+     ORDER BY s.txn, s.seq
   LOOP
     IF rel.relation_id IS NULL OR rel.columns IS NULL THEN
       RAISE EXCEPTION 'poison: unknown_relation' USING ERRCODE = 'SYP04';

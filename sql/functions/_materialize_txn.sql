@@ -138,8 +138,11 @@ BEGIN
   SELECT w.relation_id INTO bad FROM pg_temp.synchro_w_rows w
    WHERE w.relation_id IS NULL
       OR NOT EXISTS (SELECT 1 FROM synchro.registration g WHERE g.generation = w.reg_gen AND g.relation_id = w.relation_id)
-      OR NOT EXISTS (SELECT 1 FROM (SELECT * FROM pg_temp.synchro_stage s0 WHERE s0.txn = _materialize_txn.t) s JOIN synchro.relation r ON r.relid = s.relid
-                      WHERE s.kind = 'R' AND r.relation_id = w.relation_id)
+      -- A relation whose shape was never staged for this transaction (in it, or
+      -- earlier in the batch: synchro._stage_relations). NOT IN, not a correlated
+      -- NOT EXISTS: the set is read once, not once per row event.
+      OR w.relation_id NOT IN (SELECT r.relation_id FROM synchro._stage_relations(_materialize_txn.t, _materialize_txn.t) s
+                                 JOIN synchro.relation r ON r.relid = s.relid)
    LIMIT 1;
   IF FOUND THEN
     RAISE EXCEPTION 'poison: unknown_relation' USING ERRCODE = 'SYP04', DETAIL = format('relation_id=%s', bad.relation_id);
