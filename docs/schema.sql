@@ -1554,6 +1554,7 @@ DECLARE
   outcomes text[];
   n_new   int;
   multi   boolean;
+  more    boolean;
 BEGIN
   SELECT * INTO p FROM synchro.progress FOR UPDATE;
   IF NOT FOUND OR p.stream_generation <> gen OR p.registry_generation IS NULL THEN
@@ -1722,9 +1723,11 @@ BEGIN
   -- One statement per relation of the run (each has its own image SQL). The image is
   -- measured once here (image_bytes of the projection and the effects: OFFSET 0 keeps
   -- the subquery, so the image expression is not evaluated twice).
+  multi := false;
   FOR rel IN SELECT DISTINCT w.relation_id FROM pg_temp.synchro_b_rows w LOOP
     EXECUTE format(
-      'INSERT INTO pg_temp.synchro_b_links (t, relation_id, pk, pk_int, table_id, key_type, op, version,
+      'WITH ins AS (
+       INSERT INTO pg_temp.synchro_b_links (t, relation_id, pk, pk_int, table_id, key_type, op, version,
                                             event_ordinal, image, image_bytes, link, last)
        SELECT y.t, y.relation_id, y.pk, y.pk_int, y.table_id, y.key_type, y.op, y.version, y.event_ordinal,
               y.image, pg_catalog.octet_length(y.image::pg_catalog.text), y.link, y.last
@@ -1735,18 +1738,21 @@ BEGIN
                       x.t = max(x.t) OVER (PARTITION BY x.pk COLLATE "C") AS last
                  FROM (SELECT DISTINCT ON (w.pk COLLATE "C", w.t) w.* FROM pg_temp.synchro_b_rows w
                         WHERE w.relation_id = $1 ORDER BY w.pk COLLATE "C", w.t, w.seq DESC) x
-               OFFSET 0) y',
+               OFFSET 0) y
+       RETURNING link)
+       SELECT coalesce(max(ins.link), 0) > 1 FROM ins',
       synchro._image_sql(rel.relation_id, reg, 'x.new_row', false))
-    USING rel.relation_id, 'string', 'delete';
+    INTO more USING rel.relation_id, 'string', 'delete';
+    multi := multi OR more;
   END LOOP;
   IF big THEN
     ANALYZE pg_temp.synchro_b_links;
   END IF;
-  -- Whether some row has more than one link (it changed in more than one transaction
-  -- of the run): when none has, the effects below skip the join that finds a link's
-  -- previous one (a one-time filter: 14 of the effect statement's 62 ms for a
-  -- 1,000-row transaction, which has one link per row).
-  multi := EXISTS (SELECT 1 FROM pg_temp.synchro_b_links l WHERE l.link > 1);
+  -- multi: some row has more than one link (it changed in more than one transaction
+  -- of the run; read from the links as they are written, not by another scan). When
+  -- none has, the effects below skip the join that finds a link's previous one (a
+  -- one-time filter: 14 of the effect statement's 62 ms for a 1,000-row transaction,
+  -- which has one link per row).
 
   -- The memberships the run's rows held before it, read once (each row's first link):
   -- the delete effects of first links, and the membership changes at the end, come
@@ -1796,8 +1802,9 @@ BEGIN
   END IF;
 
   -- Each link's scopes under the generation's rules, from its own image (direct
-  -- rules) and the unchanged dependency projections (via rules), with each distinct
-  -- scope's hash computed once for the run (the effects and memberships store it).
+  -- rules) and the unchanged dependency projections (via rules), each with its hash,
+  -- computed here once for the effects and the memberships that store it (hashing
+  -- each distinct scope once and joining it back cost more than hashing every row).
   WITH vals AS MATERIALIZED (
     SELECT l.t, l.relation_id, l.pk, r.scope_prefix, r.via_relation_id, r.via_match, r.via_scope,
            l.image ->> r.column_name::text AS value
@@ -1812,11 +1819,9 @@ BEGIN
     SELECT x.t, x.relation_id, x.pk, x.scope_prefix || s.value
       FROM vals x
       CROSS JOIN LATERAL synchro._via_scope_values(x.via_relation_id, x.via_match, x.via_scope, x.value) AS s(value)
-     WHERE x.via_relation_id IS NOT NULL),
-  h AS (
-    SELECT d.scope, synchro._scope_hash(d.scope) AS scope_hash FROM (SELECT DISTINCT sc.scope FROM sc) d)
+     WHERE x.via_relation_id IS NOT NULL)
   INSERT INTO pg_temp.synchro_b_scopes (t, relation_id, pk, scope, scope_hash)
-  SELECT sc.t, sc.relation_id, sc.pk, sc.scope, h.scope_hash FROM sc JOIN h ON h.scope = sc.scope;
+  SELECT sc.t, sc.relation_id, sc.pk, sc.scope, synchro._scope_hash(sc.scope) FROM sc;
   IF big THEN
     ANALYZE pg_temp.synchro_b_scopes;
   END IF;

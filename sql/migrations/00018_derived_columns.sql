@@ -4,8 +4,8 @@
 -- scope: effect and membership) and image_bytes (the image rendered to text and
 -- measured: effect and projection). Generated, each row paid both again in every table:
 -- about 2.5 us per effect, 1.4 per membership and 1 per projection, a twentieth of a
--- row event's materialization. Materialization now hashes each distinct scope of a run
--- once and measures each image once (synchro._materialize_run); the other writers
+-- row event's materialization. Materialization now hashes each scope of a row once for
+-- both tables and measures each image once (synchro._materialize_run); the other writers
 -- compute them with the same expressions (synchro._scope_hash, octet_length(image::text)).
 --
 -- DROP EXPRESSION keeps every stored value and the NOT NULL of scope_hash; no rewrite.
