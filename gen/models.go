@@ -189,7 +189,7 @@ type SynchroProjection struct {
 	PkInt      *int64
 	Version    string
 	Image      []byte
-	ImageBytes *int32
+	ImageBytes int32
 }
 
 type SynchroPushContext struct {
