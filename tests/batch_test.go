@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/synchro/synchro/runner"
 	"github.com/synchro/synchro/tests/testdb"
 )
 
@@ -281,16 +282,25 @@ func TestBatchPoisonInTheMiddle(t *testing.T) {
 		mustExec(t, db, `INSERT INTO items (id, owner) VALUES ($1, 'a')`, i)
 	}
 
+	requireQuarantinedInBatch(t, db, cfg, "fence_mismatch", before, lo, hi)
+}
+
+// requireQuarantinedInBatch starts a runner with large batches over a backlog of 30
+// transactions (items 100..129), one poison of class class committed between lo and hi,
+// and 10 more: the poison is quarantined alone with its own commit LSN, the 30 before
+// it are materialized, nothing after it, and the batch fell back to one at a time.
+func requireQuarantinedInBatch(t *testing.T, db *testdb.DB, cfg runner.Config, class string, before int, lo, hi string) {
+	t.Helper()
 	cfg.BatchTxns = 10000
 	cfg.BatchDelay = time.Hour
-	rr = startRunner(t, cfg)
+	rr := startRunner(t, cfg)
 	var q []quarantineRow
-	eventually(t, 20*time.Second, "a quarantine record", func() bool {
+	eventually(t, 30*time.Second, "a quarantine record", func() bool {
 		q = quarantines(t, db)
 		return len(q) > 0
 	})
 	require.Len(t, q, 1)
-	require.Equal(t, "fence_mismatch", q[0].Class)
+	require.Equal(t, class, q[0].Class)
 	require.NotNil(t, q[0].RelationID)
 	require.Equal(t, itemsRelationID(t, db), *q[0].RelationID)
 	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.quarantine
@@ -391,24 +401,7 @@ func TestBatchDriftInTheMiddle(t *testing.T) {
 			mustExec(t, db, `INSERT INTO items (id, owner) VALUES ($1, 'a')`, i)
 		}
 
-		cfg.BatchTxns = 10000
-		cfg.BatchDelay = time.Hour
-		rr = startRunner(t, cfg)
-		var q []quarantineRow
-		eventually(t, 30*time.Second, "a quarantine record", func() bool {
-			q = quarantines(t, db)
-			return len(q) > 0
-		})
-		require.Len(t, q, 1)
-		require.Equal(t, "relation_drift", q[0].Class)
-		require.NotNil(t, q[0].RelationID)
-		require.Equal(t, itemsRelationID(t, db), *q[0].RelationID)
-		require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.quarantine
-			WHERE commit_lsn > $1::pg_lsn AND commit_lsn < $2::pg_lsn`, lo, hi), "quarantined with its own commit LSN")
-		require.Equal(t, before+30, countOf(t, db, `SELECT count(*) FROM synchro.txn`), "every transaction before it materialized")
-		require.Equal(t, 30, countOf(t, db, `SELECT count(*) FROM synchro.effect WHERE pk::int8 BETWEEN 100 AND 129`))
-		requireBlockedAt(t, db, q[0])
-		require.GreaterOrEqual(t, rr.counter(t, "synchro_runner_batch_fallbacks_total"), float64(1), "the batch fell back")
+		requireQuarantinedInBatch(t, db, cfg, "relation_drift", before, lo, hi)
 	})
 }
 

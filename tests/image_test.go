@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/synchro/synchro/tests/testdb"
 )
 
 // Row images are rendered from the registered shape without running any code of the
@@ -30,31 +32,37 @@ SELECT synchro.register_table('public.kinds', 'kinds');
 SELECT synchro.add_scope_rule('kinds', 'all:', 't');
 SELECT synchro.activate_registry();`
 
+// requireImages requires every projected row of public.<table> (table_id table, key id)
+// to have the image want, an SQL expression over the live row k.
+func requireImages(t *testing.T, db *testdb.DB, what, table, want string) {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(), `
+		SELECT k.id, p.image = `+want+`, p.image::text, (`+want+`)::text
+		  FROM public.`+table+` k JOIN synchro.projection p ON p.pk = k.id::text
+		 WHERE p.relation_id = (SELECT relation_id FROM synchro.relation WHERE table_id = $1)
+		 ORDER BY k.id`, table)
+	require.NoError(t, err)
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var id int64
+		var eq bool
+		var got, exp string
+		require.NoError(t, rows.Scan(&id, &eq, &got, &exp))
+		require.True(t, eq, "%s: %s row %d\n got: %s\nwant: %s", what, table, id, got, exp)
+		n++
+	}
+	require.NoError(t, rows.Err())
+	require.Positive(t, n, what)
+}
+
 func TestImageRendersEveryKindLikeToJSONB(t *testing.T) {
 	t.Parallel()
 	e := newSyncEnvSchema(t, imageSchema)
 	db := e.db
-	ctx := context.Background()
 	same := func(what string) {
 		t.Helper()
-		rows, err := db.Pool.Query(ctx, `
-			SELECT k.id, p.image = to_jsonb(k), p.image::text, to_jsonb(k)::text
-			  FROM public.kinds k JOIN synchro.projection p ON p.pk = k.id::text
-			 WHERE p.relation_id = (SELECT relation_id FROM synchro.relation WHERE table_id = 'kinds')
-			 ORDER BY k.id`)
-		require.NoError(t, err)
-		defer rows.Close()
-		n := 0
-		for rows.Next() {
-			var id int64
-			var eq bool
-			var got, want string
-			require.NoError(t, rows.Scan(&id, &eq, &got, &want))
-			require.True(t, eq, "%s: row %d\n got: %s\nwant: %s", what, id, got, want)
-			n++
-		}
-		require.NoError(t, rows.Err())
-		require.Positive(t, n, what)
+		requireImages(t, db, what, "kinds", "to_jsonb(k)")
 	}
 	same("baseline")
 
@@ -131,32 +139,10 @@ SELECT synchro.activate_registry();
 SELECT synchro.set_columns((SELECT relation_id FROM synchro.relation WHERE table_id = 'full_ri'), ARRAY['owner', 'n']);
 SELECT synchro.activate_registry();`)
 	db := e.db
-	ctx := context.Background()
-	same := func(what, table, want string) {
-		t.Helper()
-		rows, err := db.Pool.Query(ctx, `
-			SELECT k.id, p.image = `+want+`, p.image::text, (`+want+`)::text
-			  FROM public.`+table+` k JOIN synchro.projection p ON p.pk = k.id::text
-			 WHERE p.relation_id = (SELECT relation_id FROM synchro.relation WHERE table_id = $1)
-			 ORDER BY k.id`, table)
-		require.NoError(t, err)
-		defer rows.Close()
-		n := 0
-		for rows.Next() {
-			var id int64
-			var eq bool
-			var got, want string
-			require.NoError(t, rows.Scan(&id, &eq, &got, &want))
-			require.True(t, eq, "%s: %s row %d\n got: %s\nwant: %s", what, table, id, got, want)
-			n++
-		}
-		require.NoError(t, rows.Err())
-		require.Positive(t, n, what)
-	}
 	check := func(what string) {
 		t.Helper()
-		same(what, "plain", "to_jsonb(k)")
-		same(what, "full_ri", "to_jsonb(k) - 'secret'")
+		requireImages(t, db, what, "plain", "to_jsonb(k)")
+		requireImages(t, db, what, "full_ri", "to_jsonb(k) - 'secret'")
 	}
 	check("baseline")
 	write(t, db, `
