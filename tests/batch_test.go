@@ -12,7 +12,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/synchro/synchro/runner"
 	"github.com/synchro/synchro/tests/testdb"
 )
 
@@ -258,6 +257,21 @@ func TestBatchInvariant(t *testing.T) {
 // quarantined with its own identity and class; nothing after it is materialized.
 func TestBatchPoisonInTheMiddle(t *testing.T) {
 	t.Parallel()
+	// A row event whose fence trigger was bypassed: no fence, a blocking mismatch.
+	requireQuarantinedInBatch(t, "fence_mismatch", `BEGIN;
+		ALTER TABLE items DISABLE TRIGGER synchro_fence_insert;
+		INSERT INTO items (id, owner) VALUES (999, 'a');
+		ALTER TABLE items ENABLE TRIGGER synchro_fence_insert;
+		COMMIT;`)
+}
+
+// requireQuarantinedInBatch writes, with the runner stopped, a backlog of 30
+// transactions (items 100..129), the poison statements (of class class), and 10 more,
+// then starts a runner with large batches: the poison is quarantined alone with its
+// own commit LSN, the 30 before it are materialized, nothing after it, and the batch
+// fell back to one at a time.
+func requireQuarantinedInBatch(t *testing.T, class string, poison ...string) {
+	t.Helper()
 	db := runnerSetup(t)
 	cfg := testRunnerConfig(t, db)
 	rr := startRunner(t, cfg)
@@ -271,29 +285,17 @@ func TestBatchPoisonInTheMiddle(t *testing.T) {
 	}
 	var lo, hi string
 	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT pg_current_wal_lsn()::text`).Scan(&lo))
-	// A row event whose fence trigger was bypassed: no fence, a blocking mismatch.
-	mustExec(t, db, `BEGIN;
-		ALTER TABLE items DISABLE TRIGGER synchro_fence_insert;
-		INSERT INTO items (id, owner) VALUES (999, 'a');
-		ALTER TABLE items ENABLE TRIGGER synchro_fence_insert;
-		COMMIT;`)
+	for _, sql := range poison {
+		mustExec(t, db, sql)
+	}
 	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT pg_current_wal_lsn()::text`).Scan(&hi))
 	for i := 200; i < 210; i++ {
 		mustExec(t, db, `INSERT INTO items (id, owner) VALUES ($1, 'a')`, i)
 	}
 
-	requireQuarantinedInBatch(t, db, cfg, "fence_mismatch", before, lo, hi)
-}
-
-// requireQuarantinedInBatch starts a runner with large batches over a backlog of 30
-// transactions (items 100..129), one poison of class class committed between lo and hi,
-// and 10 more: the poison is quarantined alone with its own commit LSN, the 30 before
-// it are materialized, nothing after it, and the batch fell back to one at a time.
-func requireQuarantinedInBatch(t *testing.T, db *testdb.DB, cfg runner.Config, class string, before int, lo, hi string) {
-	t.Helper()
 	cfg.BatchTxns = 10000
 	cfg.BatchDelay = time.Hour
-	rr := startRunner(t, cfg)
+	rr = startRunner(t, cfg)
 	var q []quarantineRow
 	eventually(t, 30*time.Second, "a quarantine record", func() bool {
 		q = quarantines(t, db)
@@ -381,27 +383,8 @@ func TestBatchDriftInTheMiddle(t *testing.T) {
 			t.Skip("wal2json reads the replica identity at session start: docs/decoders.md")
 		}
 		t.Parallel()
-		db := runnerSetup(t)
-		cfg := testRunnerConfig(t, db)
-		rr := startRunner(t, cfg)
-		waitStream(t, db)
-		require.NoError(t, rr.stop(t))
-		waitRunnerGone(t, db)
-		before := countOf(t, db, `SELECT count(*) FROM synchro.txn`)
-
-		for i := 100; i < 130; i++ {
-			mustExec(t, db, `INSERT INTO items (id, owner) VALUES ($1, 'a')`, i)
-		}
-		var lo, hi string
-		require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT pg_current_wal_lsn()::text`).Scan(&lo))
-		mustExec(t, db, `ALTER TABLE items REPLICA IDENTITY FULL`)
-		mustExec(t, db, `UPDATE items SET v = 42 WHERE id = 100`)
-		require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT pg_current_wal_lsn()::text`).Scan(&hi))
-		for i := 200; i < 210; i++ {
-			mustExec(t, db, `INSERT INTO items (id, owner) VALUES ($1, 'a')`, i)
-		}
-
-		requireQuarantinedInBatch(t, db, cfg, "relation_drift", before, lo, hi)
+		requireQuarantinedInBatch(t, "relation_drift",
+			`ALTER TABLE items REPLICA IDENTITY FULL`, `UPDATE items SET v = 42 WHERE id = 100`)
 	})
 }
 
