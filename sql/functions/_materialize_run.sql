@@ -55,6 +55,21 @@ BEGIN
   -- the probe a per-row index lookup: planned as an anti join, it read every ledger
   -- row of the stream generation for each transaction, so its cost grew with the
   -- ledger).
+  --
+  -- Hash joins only, from here to the end of the run. The work tables have no
+  -- statistics (a batch is analyzed only past 1,000 row events), and the planner,
+  -- guessing a few rows, chose nested loops that rescan one work table per row of
+  -- another: the generic plan PL/pgSQL keeps after five calls joined the transactions
+  -- to their counts that way (27 ms for 250 one-row transactions, so larger batches got
+  -- slower per transaction), and the membership and effect statements anti-joined
+  -- b_old and b_scopes by a sequential scan per link (an update backlog: 3.5 times the
+  -- apply time of the same inserts). A hash join is linear in the run. Lateral probes
+  -- of the permanent tables (OFFSET 0) stay nested loops: they have no other plan.
+  -- Restored before every return: the batch's later transactions may take the
+  -- per-transaction path.
+  nestloop := current_setting('enable_nestloop');
+  mergejoin := current_setting('enable_mergejoin');
+  PERFORM set_config('enable_nestloop', 'off', true), set_config('enable_mergejoin', 'off', true);
   WITH c AS (
     SELECT s.txn, count(*) FILTER (WHERE s.kind IN ('I', 'U', 'D', 'T'))::int AS n,
            count(*) FILTER (WHERE s.kind = 'M' AND s.prefix = 'synchro.fence')::int AS f
@@ -71,6 +86,7 @@ BEGIN
     RETURNING n_events, n_fences)
   SELECT count(*), coalesce(sum(ins.n_events), 0), coalesce(sum(ins.n_fences), 0) INTO n_new, n_ev, n_fence FROM ins;
   IF n_new = 0 THEN
+    PERFORM set_config('enable_nestloop', nestloop, true), set_config('enable_mergejoin', mergejoin, true);
     RETURN array_fill('duplicate'::text, ARRAY[t_last - t_first + 1]);
   END IF;
 
@@ -136,10 +152,8 @@ BEGIN
   -- The planner cannot estimate this join of two derived sets: guessing a few rows, it
   -- chose a nested loop, or a merge join on (txn, relation) alone with the key as a
   -- filter, quadratic in a transaction's rows (1.9 s for one 1,000-row transaction).
-  -- A hash join on all four keys is linear: the other two are off for this statement.
-  nestloop := current_setting('enable_nestloop');
-  mergejoin := current_setting('enable_mergejoin');
-  PERFORM set_config('enable_nestloop', 'off', true), set_config('enable_mergejoin', 'off', true);
+  -- A hash join on all four keys is linear (nested loops and merge joins are off: see
+  -- the first statement of the run).
   WITH ev AS (
     SELECT x.*, row_number() OVER (PARTITION BY x.t, x.relation_id, x.pk ORDER BY x.seq) AS grp_rank
       FROM (SELECT s.txn AS t, s.seq, s.event_ordinal,
@@ -177,7 +191,6 @@ BEGIN
            ELSE fr.old_key = ev.pk AND fr.new_key IS NULL END
      AND fr.version IS NOT NULL AND fr.fid IS NOT NULL;
   GET DIAGNOSTICS n_rows = ROW_COUNT;
-  PERFORM set_config('enable_nestloop', nestloop, true), set_config('enable_mergejoin', mergejoin, true);
   big := n_rows > 1000;
   IF big THEN
     -- Temp tables have no statistics: give the planner real ones for the joins below.
@@ -400,6 +413,7 @@ BEGIN
   DELETE FROM pg_temp.synchro_b_links;
   DELETE FROM pg_temp.synchro_b_scopes;
   DELETE FROM pg_temp.synchro_b_old;
+  PERFORM set_config('enable_nestloop', nestloop, true), set_config('enable_mergejoin', mergejoin, true);
   RETURN outcomes;
 END
 $$;

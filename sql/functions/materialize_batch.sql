@@ -30,6 +30,12 @@ SET "TimeZone" TO 'UTC'
 SET "DateStyle" TO 'ISO'
 SET "IntervalStyle" TO 'postgres'
 SET extra_float_digits TO 3
+-- No JIT: its compilation is paid per statement, and every statement here is short. The
+-- cost estimates that would trigger it are not real ones: synchro._materialize_run turns
+-- nested loops off, and a lateral probe that can only be a nested loop then carries
+-- the planner's disable cost (1e10), far above jit_above_cost: one second of
+-- compilation for a 1,000-row transaction.
+SET jit TO off
 AS $$
 DECLARE
   n        int := coalesce(cardinality(commit_lsns), 0);
