@@ -5088,6 +5088,7 @@ CREATE FUNCTION synchro.materialize_batch(stream_generation bigint, commit_lsns 
     SET "IntervalStyle" TO 'postgres'
     SET extra_float_digits TO '3'
     SET jit TO 'off'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
   n        int := coalesce(cardinality(commit_lsns), 0);

@@ -36,6 +36,12 @@ SET extra_float_digits TO 3
 -- the planner's disable cost (1e10), far above jit_above_cost: one second of
 -- compilation for a 1,000-row transaction.
 SET jit TO off
+-- Each statement planned once per session. PL/pgSQL kept re-planning most of them on
+-- every call (custom plans: the planner's generic estimates were no cheaper): a third
+-- of a one-transaction batch's apply time was the planner (perf), and the lag and
+-- headroom benchmarks are made of such batches. The generic plans are safe to keep:
+-- the set-based run's joins of work tables are hash joins (synchro._materialize_run).
+SET plan_cache_mode TO force_generic_plan
 AS $$
 DECLARE
   n        int := coalesce(cardinality(commit_lsns), 0);
