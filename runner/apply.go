@@ -58,9 +58,9 @@ type applier struct {
 	// tx is the database transaction of the batch being staged, opened lazily at
 	// its first use of the connection (COPY, reload, materialize: ensureTx), so
 	// that a batch staged while another is in flight stays in memory.
-	tx pgx.Tx
-	hdr        collate.TxnHeader
-	inTxn      bool // a source transaction is being staged
+	tx    pgx.Tx
+	hdr   collate.TxnHeader
+	inTxn bool // a source transaction is being staged
 
 	txns       []pendingTxn // complete source transactions of the open batch
 	events     int          // their row events
