@@ -643,7 +643,13 @@ func (a *applier) run(ctx, stop context.Context, items <-chan item) error {
 	// backstop that keeps one from outliving the session whatever happens.
 	defer a.abortInflight(ctx)
 	for {
-		a.beat()
+		if a.fl == nil {
+			// While a call is in flight, the loop coming round (a tick) is no
+			// progress: taking an item or the call's completion is, and a call
+			// blocked by a lock must still make the applier stuck (/livez;
+			// refreshApplier counts a backend that works).
+			a.beat()
+		}
 		select {
 		case <-ctx.Done():
 			a.abort(ctx)
@@ -666,6 +672,9 @@ func (a *applier) run(ctx, stop context.Context, items <-chan item) error {
 				}
 			}
 		case it, ok := <-items:
+			if ok && it.kind == itemData {
+				a.beat() // a keepalive's idle boundary is no progress while a call waits
+			}
 			if ok && a.budget != nil {
 				a.budget.release(it.size())
 			}

@@ -217,6 +217,10 @@ func TestBatchPipelineStopWhileInFlight(t *testing.T) {
 
 			mustExec(t, db, `DROP TRIGGER hold_row_500 ON synchro.effect`)
 			rr = startRunner(t, cfg)
+			eventually(t, 30*time.Second, "the next session to stream", func() bool {
+				return countOf(t, db, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+					AND application_name = 'synchro-runner-replication'`) > 0
+			})
 			requireEachOnce(t, db, from)
 			waitAcked(t, db)
 			require.NoError(t, rr.stop(t))
