@@ -30,6 +30,14 @@ const (
 // also the only writer of durable progress in a session (materialize,
 // runner_idle, runner_ack, runner_poison all run here, serially), so they never
 // contend.
+//
+// At most one batch is in flight: its materialize_batch call and COMMIT run in a
+// goroutine of their own (inflight) while the applier goes on decoding and
+// staging the next batch in memory, so the apply backend is not idle while Go
+// prepares the next batch. The connection has one user at a time: every other use
+// of it (COPY, BEGIN, runner_columns, runner_idle, runner_ack, runner_poison,
+// rollback) first joins the call in flight (join), and the in-flight batch's
+// outcome (frontier, metrics, fault points) is handled on the applier goroutine.
 type applier struct {
 	dec      decode.Decoder // the session's decoder (its plugin's)
 	cfg      *Config
@@ -47,9 +55,12 @@ type applier struct {
 	batch      []StageRow // staged rows not yet sent by COPY
 	batchBytes int64      // row data in batch (Config.BatchBytes)
 	copyBuf    []byte     // the COPY encoder's buffer, kept across flushes
-	tx         pgx.Tx     // the open materialization batch, nil between batches
-	hdr        collate.TxnHeader
-	inTxn      bool // a source transaction is being staged
+	// tx is the database transaction of the batch being staged, opened lazily at
+	// its first use of the connection (COPY, reload, materialize: ensureTx), so
+	// that a batch staged while another is in flight stays in memory.
+	tx    pgx.Tx
+	hdr   collate.TxnHeader
+	inTxn bool // a source transaction is being staged
 
 	txns       []pendingTxn // complete source transactions of the open batch
 	events     int          // their row events
@@ -77,6 +88,39 @@ type applier struct {
 	// transaction is visible, so it sees every registration the transaction
 	// made, and any number of (forged) activation messages cost one query.
 	reloaded bool
+
+	// fl is the batch whose materialization call is in flight (nil: none);
+	// failed is one whose call failed, until fail takes it over.
+	fl, failed *inflight
+}
+
+// inflight is a closed batch whose materialize_batch call and COMMIT run in their
+// own goroutine on the apply connection (run). Only that goroutine touches tx
+// until done delivers the result; everything else belongs to the applier.
+type inflight struct {
+	tx         pgx.Tx
+	txns       []pendingTxn
+	events     int
+	setBased   bool
+	batchStart time.Time
+	callStart  time.Time
+	outcomes   []string   // set by run before it sends on done
+	err        error      // the call's or the COMMIT's failure, set by finish
+	done       chan error // buffered: run never blocks on it
+}
+
+// run materializes and commits the batch and reports the outcome on done.
+func (f *inflight) run(ctx context.Context, faults *fault.Injector, p gen.MaterializeBatchParams) {
+	outcomes, err := gen.New(f.tx).MaterializeBatch(ctx, p)
+	if err == nil && len(outcomes) != len(f.txns) {
+		err = fmt.Errorf("synchro: materialize_batch returned %d outcomes for %d transactions", len(outcomes), len(f.txns))
+	}
+	if err == nil {
+		faults.Reach(fault.BeforeCommit)
+		err = f.tx.Commit(ctx)
+	}
+	f.outcomes = outcomes
+	f.done <- err
 }
 
 // pendingTxn is one complete source transaction staged in the open batch.
@@ -132,6 +176,9 @@ func (a *applier) maybeReload(ctx context.Context, e collate.Event) error {
 		return nil
 	}
 	a.reloaded = true
+	if err := a.ensureTx(ctx); err != nil {
+		return err
+	}
 	xid := int64(a.hdr.Xid)
 	return a.loadRegistered(ctx, a.tx, &xid)
 }
@@ -175,14 +222,10 @@ func (a *applier) Ignored(reason collate.IgnoreReason) {
 	a.cfg.Metrics.ignoredMessages(string(reason), 1)
 }
 
-// Begin starts staging one source transaction, opening a batch when none is open.
-func (a *applier) Begin(ctx context.Context, h collate.TxnHeader) error {
-	if a.tx == nil {
-		tx, err := a.conn.Begin(ctx)
-		if err != nil {
-			return err
-		}
-		a.tx = tx
+// Begin starts staging one source transaction, starting a batch when none is
+// being staged. The batch's database transaction opens later (ensureTx).
+func (a *applier) Begin(_ context.Context, h collate.TxnHeader) error {
+	if len(a.txns) == 0 && a.tx == nil {
 		a.batchStart = time.Now()
 		a.stager.NewBatch()
 	}
@@ -223,8 +266,76 @@ func (a *applier) Event(ctx context.Context, e collate.Event) error {
 	for i := from; i < len(a.batch); i++ {
 		a.batchBytes += a.batch[i].size()
 	}
-	if len(a.batch) >= a.cfg.BatchRows || a.batchBytes >= a.cfg.BatchBytes {
+	// While a batch is in flight the rows stay in memory up to BatchBytes (a COPY
+	// would have to wait for the call), so the overlap covers a whole batch.
+	if a.batchBytes >= a.cfg.BatchBytes || (a.fl == nil && len(a.batch) >= a.cfg.BatchRows) {
 		return a.flush(ctx)
+	}
+	return nil
+}
+
+// ensureTx joins the batch in flight, then opens the staged batch's database
+// transaction if it is not open yet.
+func (a *applier) ensureTx(ctx context.Context) error {
+	if err := a.join(); err != nil {
+		return err
+	}
+	if a.tx != nil {
+		return nil
+	}
+	tx, err := a.conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	a.tx = tx
+	return nil
+}
+
+// join waits for the batch in flight, if any, and handles its outcome (finish).
+// The call runs under the session's context, so it returns once that is
+// cancelled: join never waits for ever, and no call outlives its session.
+func (a *applier) join() error {
+	if a.fl == nil {
+		return nil
+	}
+	return a.finish(<-a.fl.done)
+}
+
+// inflightDone is the channel the batch in flight reports on; nil (never ready)
+// when none is.
+func (a *applier) inflightDone() <-chan error {
+	if a.fl == nil {
+		return nil
+	}
+	return a.fl.done
+}
+
+// finish handles the outcome of the batch in flight, on the applier goroutine: on
+// success the end LSN of its last source transaction becomes the durable processed
+// boundary; a failure is kept (failed) for fail, which attributes it to that batch.
+func (a *applier) finish(err error) error {
+	f := a.fl
+	a.fl = nil
+	if err != nil {
+		f.err = err
+		a.failed = f
+		return err
+	}
+	a.beat()
+	a.lastCall = time.Since(f.callStart)
+	n := len(f.txns)
+	last := f.txns[n-1].trailer
+	a.cfg.faults.Reach(fault.AfterCommit)
+	now := time.Now()
+	for i, t := range f.txns {
+		a.cfg.Metrics.materialized(f.outcomes[i], t.trailer.EndLSN, t.trailer.RowEvents, t.trailer.CommitTime, now)
+	}
+	a.cfg.Metrics.batch(n)
+	a.log.Debug("batch materialized", "transactions", n, "row_events", f.events,
+		"first_commit_lsn", f.txns[0].trailer.CommitLSN, "last_end_lsn", last.EndLSN,
+		"set_based", f.setBased, "stage_time", f.callStart.Sub(f.batchStart), "total_time", time.Since(f.batchStart))
+	if a.frontier.Materialized(last.EndLSN) {
+		a.wake()
 	}
 	return nil
 }
@@ -232,6 +343,9 @@ func (a *applier) Event(ctx context.Context, e collate.Event) error {
 func (a *applier) flush(ctx context.Context) error {
 	if len(a.batch) == 0 {
 		return nil
+	}
+	if err := a.ensureTx(ctx); err != nil {
+		return err
 	}
 	// Binary COPY encoded by the stager (stagecopy.go), not pgx.CopyFrom: the fault
 	// point still fires with half the rows encoded, while the COPY is in progress.
@@ -270,23 +384,33 @@ func (a *applier) serial() bool {
 // one transaction at a time, at the transaction and row-event bounds, or once it
 // has been open as long as the last materialization call took (capped by
 // BatchDelay): while one batch is materialized the next one gathers, as in a
-// group commit.
+// group commit. While a batch is in flight only the hard bounds close the next
+// one (it could not start before the call returns anyway); the call's completion
+// closes it otherwise (run).
 func (a *applier) closeBatch(idle bool) bool {
-	if a.inTxn || a.tx == nil || len(a.txns) == 0 {
+	if a.inTxn || len(a.txns) == 0 {
 		return false
 	}
-	return idle || a.serial() || a.cfg.PerTransaction ||
-		len(a.txns) >= a.cfg.BatchTxns || a.events >= a.cfg.BatchEvents ||
-		time.Since(a.batchStart) >= min(a.cfg.BatchDelay, a.lastCall)
+	hard := a.serial() || a.cfg.PerTransaction ||
+		len(a.txns) >= a.cfg.BatchTxns || a.events >= a.cfg.BatchEvents
+	if a.fl != nil {
+		return hard
+	}
+	return hard || idle || time.Since(a.batchStart) >= min(a.cfg.BatchDelay, a.lastCall)
 }
 
-// materialize materializes the open batch and commits it; the end LSN of its
-// last source transaction then becomes the durable processed boundary.
+// materialize closes the staged batch: it joins the batch in flight, sends the
+// rows still in memory (COPY) and starts the batch's materialize_batch call and
+// COMMIT in a goroutine (inflight.run); the call's outcome is handled by join or
+// by run's loop. A serial re-run or a PerTransaction batch is not pipelined: it
+// is joined before materialize returns.
 func (a *applier) materialize(ctx context.Context) error {
 	if err := a.flush(ctx); err != nil {
 		return err
 	}
-	staged := time.Since(a.batchStart)
+	if err := a.ensureTx(ctx); err != nil { // a batch without staged rows
+		return err
+	}
 	n := len(a.txns)
 	p := gen.MaterializeBatchParams{
 		StreamGeneration: a.gen,
@@ -302,46 +426,30 @@ func (a *applier) materialize(ctx context.Context) error {
 		p.Xids[i] = int64(t.xid)
 		p.CommitTimes[i] = t.trailer.CommitTime
 	}
-	callStart := time.Now()
-	outcomes, err := gen.New(a.tx).MaterializeBatch(ctx, p)
-	if err != nil {
-		return err
-	}
-	a.beat()
-	if len(outcomes) != n {
-		return fmt.Errorf("synchro: materialize_batch returned %d outcomes for %d transactions", len(outcomes), n)
-	}
-	a.cfg.faults.Reach(fault.BeforeCommit)
-	if err := a.tx.Commit(ctx); err != nil {
-		return err
-	}
+	f := &inflight{tx: a.tx, txns: a.txns, events: a.events, setBased: p.SetBased,
+		batchStart: a.batchStart, callStart: time.Now(), done: make(chan error, 1)}
 	a.tx = nil
-	a.lastCall = time.Since(callStart)
-	last := a.txns[n-1].trailer
-	a.cfg.faults.Reach(fault.AfterCommit)
-	now := time.Now()
-	for i, t := range a.txns {
-		a.cfg.Metrics.materialized(outcomes[i], t.trailer.EndLSN, t.trailer.RowEvents, t.trailer.CommitTime, now)
-	}
-	a.cfg.Metrics.batch(n)
-	a.log.Debug("batch materialized", "transactions", n, "row_events", a.events,
-		"first_commit_lsn", a.txns[0].trailer.CommitLSN, "last_end_lsn", last.EndLSN,
-		"set_based", p.SetBased, "stage_time", staged, "total_time", time.Since(a.batchStart))
-	clear(a.txns)
-	a.txns, a.events = a.txns[:0], 0
-	if a.frontier.Materialized(last.EndLSN) {
-		a.wake()
+	a.txns, a.events = make([]pendingTxn, 0, cap(f.txns)), 0
+	a.fl = f
+	go f.run(ctx, a.cfg.faults, p)
+	if !p.SetBased {
+		return a.join()
 	}
 	return nil
 }
 
-// abort rolls back an open database transaction after a failure.
+// abort rolls back an open database transaction after a failure: the staged
+// batch's and a failed in-flight one's, after joining the call in flight.
 func (a *applier) abort(ctx context.Context) {
-	if a.tx != nil {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
-		_ = a.tx.Rollback(cctx)
-		cancel()
+	_ = a.join() // its failure is the session's end either way
+	for _, tx := range []pgx.Tx{a.tx, a.failedTx()} {
+		if tx != nil {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+			_ = tx.Rollback(cctx)
+			cancel()
+		}
 	}
+	a.failed = nil
 	a.tx, a.inTxn = nil, false
 	clear(a.batch)
 	a.batch = a.batch[:0]
@@ -350,9 +458,19 @@ func (a *applier) abort(ctx context.Context) {
 	a.txns, a.events = a.txns[:0], 0
 }
 
-// maybeIdle records an offered idle boundary when allowed and not throttled.
+// failedTx is the transaction of a failed in-flight batch, nil if none.
+func (a *applier) failedTx() pgx.Tx {
+	if a.failed == nil {
+		return nil
+	}
+	return a.failed.tx
+}
+
+// maybeIdle records an offered idle boundary when allowed and not throttled:
+// only when no batch is in flight, open or staged (an idle boundary comes after
+// every transaction received before it).
 func (a *applier) maybeIdle(ctx context.Context) error {
-	if a.tx != nil || time.Since(a.lastIdle) < a.cfg.IdleInterval {
+	if a.fl != nil || a.tx != nil || a.inTxn || len(a.txns) > 0 || time.Since(a.lastIdle) < a.cfg.IdleInterval {
 		return nil
 	}
 	b, ok := a.frontier.TakeIdle(false)
@@ -378,11 +496,11 @@ func (a *applier) maybeIdle(ctx context.Context) error {
 
 // maybeRecordAck records the acknowledgement once the slot shows the boundary
 // the reader sent. Only between batches: runner_ack must not join a
-// materialization transaction. Called on every poll tick and, when a tick came
-// while a batch was open (ackDue), right after the next batch commits: at most
-// one slot query per poll interval.
+// materialization transaction nor wait for one in flight. Called on every poll
+// tick and, when a tick came while a batch was open or in flight (ackDue), right
+// after the next batch commits: at most one slot query per poll interval.
 func (a *applier) maybeRecordAck(ctx context.Context) error {
-	if a.tx != nil {
+	if a.tx != nil || a.fl != nil {
 		return nil
 	}
 	a.ackDue = false
@@ -425,7 +543,18 @@ func (a *applier) recordAck(ctx context.Context, lsn pglogrepl.LSN) error {
 // materialized, and the failing one is quarantined with its own identity and
 // the class the reference path gives it. Otherwise a poison is quarantined
 // here. It returns the error the session ends with.
+//
+// A batch in flight is earlier in commit order than the one being staged: fail
+// joins it first, and if it failed, the failure is its own (the staged batch is
+// discarded: it comes again from the slot in the next session).
 func (a *applier) fail(ctx context.Context, err error, walStart pglogrepl.LSN) error {
+	_ = a.join() // a failure is kept in a.failed
+	if f := a.failed; f != nil {
+		a.failed = nil
+		a.discardStaged(ctx)
+		a.tx, a.txns, a.events, a.inTxn = f.tx, f.txns, f.events, false
+		err, walStart = f.err, 0
+	}
 	// The failing source transaction: the one being staged, else the batch's.
 	commitLSN := walStart
 	switch {
@@ -470,6 +599,22 @@ func (a *applier) fail(ctx context.Context, err error, walStart pglogrepl.LSN) e
 	return err
 }
 
+// discardStaged drops the batch being staged behind a failed in-flight one (its
+// transaction, if any, is rolled back).
+func (a *applier) discardStaged(ctx context.Context) {
+	if a.tx != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+		_ = a.tx.Rollback(cctx)
+		cancel()
+		a.tx = nil
+	}
+	clear(a.batch)
+	a.batch = a.batch[:0]
+	a.batchBytes = 0
+	clear(a.txns)
+	a.txns, a.events, a.inTxn = a.txns[:0], 0, false
+}
+
 func (a *applier) recordPoison(ctx context.Context, commitLSN pglogrepl.LSN, v Verdict) error {
 	err := gen.New(a.conn).RunnerPoison(ctx, gen.RunnerPoisonParams{
 		StreamGeneration: a.gen,
@@ -494,17 +639,49 @@ func (a *applier) run(ctx, stop context.Context, items <-chan item) error {
 	coll := collate.New(a)
 	tick := time.NewTicker(a.cfg.PollInterval)
 	defer tick.Stop()
+	// Every path below joins the call in flight before it returns; this is the
+	// backstop that keeps one from outliving the session whatever happens.
+	defer a.abortInflight(ctx)
 	for {
-		a.beat()
+		if a.fl == nil {
+			// While a call is in flight, the loop coming round (a tick) is no
+			// progress: taking an item or the call's completion is, and a call
+			// blocked by a lock must still make the applier stuck (/livez;
+			// refreshApplier counts a backend that works).
+			a.beat()
+		}
 		select {
 		case <-ctx.Done():
 			a.abort(ctx)
 			return ctx.Err()
+		case err := <-a.inflightDone():
+			// The batch in flight committed (or failed): record a due
+			// acknowledgement while no batch transaction is open, then start the
+			// batch that gathered meanwhile.
+			if err := a.finish(err); err != nil {
+				return a.fail(ctx, err, 0)
+			}
+			if a.ackDue {
+				if err := a.maybeRecordAck(ctx); err != nil {
+					return err
+				}
+			}
+			if a.closeBatch(true) {
+				if err := a.startBatch(ctx, 0, false); err != nil {
+					return err
+				}
+			}
 		case it, ok := <-items:
+			if ok && it.kind == itemData {
+				a.beat() // a keepalive's idle boundary is no progress while a call waits
+			}
 			if ok && a.budget != nil {
 				a.budget.release(it.size())
 			}
 			if !ok {
+				if err := a.join(); err != nil {
+					return a.fail(ctx, err, 0)
+				}
 				if a.inTxn {
 					// The reader only stops between transactions; anything else
 					// is a broken session.
@@ -512,8 +689,8 @@ func (a *applier) run(ctx, stop context.Context, items <-chan item) error {
 					return errors.New("synchro: replication ended inside a source transaction")
 				}
 				if a.closeBatch(true) {
-					if err := a.materialize(ctx); err != nil {
-						return a.fail(ctx, err, 0)
+					if err := a.startBatch(ctx, 0, true); err != nil {
+						return err
 					}
 				}
 				return nil
@@ -531,17 +708,19 @@ func (a *applier) run(ctx, stop context.Context, items <-chan item) error {
 			case itemIdle:
 				a.frontier.OfferIdle(it.walStart)
 			}
-			if a.closeBatch(len(items) == 0 || stop.Err() != nil) {
-				if err := a.materialize(ctx); err != nil {
+			stopping := stop.Err() != nil
+			if stopping {
+				// Finish the transaction in hand, without a batch in flight.
+				if err := a.join(); err != nil {
 					return a.fail(ctx, err, it.walStart)
 				}
-				if a.ackDue {
-					if err := a.maybeRecordAck(ctx); err != nil {
-						return err
-					}
+			}
+			if a.closeBatch(len(items) == 0 || stopping) {
+				if err := a.startBatch(ctx, it.walStart, stopping); err != nil {
+					return err
 				}
 			}
-			if stop.Err() != nil && !a.inTxn && a.tx == nil {
+			if stopping && !a.inTxn && len(a.txns) == 0 && a.tx == nil && a.fl == nil {
 				// Finish the transaction in hand, not everything buffered.
 				return errStopped
 			}
@@ -552,8 +731,8 @@ func (a *applier) run(ctx, stop context.Context, items <-chan item) error {
 			}
 		case <-tick.C:
 			if a.closeBatch(len(items) == 0) {
-				if err := a.materialize(ctx); err != nil {
-					return a.fail(ctx, err, 0)
+				if err := a.startBatch(ctx, 0, false); err != nil {
+					return err
 				}
 			}
 			if err := a.maybeIdle(ctx); err != nil {
@@ -564,6 +743,45 @@ func (a *applier) run(ctx, stop context.Context, items <-chan item) error {
 				return err
 			}
 		}
+	}
+}
+
+// startBatch closes the staged batch and starts its materialization (wait: and
+// waits for it). A batch still in flight is joined first, and a due
+// acknowledgement is recorded between the two, while no batch transaction is
+// open: under a backlog the next batch often closes on a hard bound before the
+// call in flight returns, and the acknowledgement must not wait for a gap that
+// never comes. It returns the error the session ends with.
+func (a *applier) startBatch(ctx context.Context, walStart pglogrepl.LSN, wait bool) error {
+	if a.fl != nil {
+		if err := a.join(); err != nil {
+			return a.fail(ctx, err, walStart)
+		}
+		if a.ackDue {
+			if err := a.maybeRecordAck(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	if err := a.materialize(ctx); err != nil {
+		return a.fail(ctx, err, walStart)
+	}
+	if wait {
+		if err := a.join(); err != nil {
+			return a.fail(ctx, err, walStart)
+		}
+	}
+	if a.ackDue {
+		return a.maybeRecordAck(ctx) // does nothing while the batch is in flight
+	}
+	return nil
+}
+
+// abortInflight waits for a call still in flight and rolls back its transaction
+// if it failed; nothing to do when run joined it (every path does).
+func (a *applier) abortInflight(ctx context.Context) {
+	if a.fl != nil || a.failed != nil {
+		a.abort(ctx)
 	}
 }
 

@@ -47,7 +47,8 @@ type Config struct {
 	// BackoffMin and BackoffMax bound the exponential backoff after a transient
 	// failure (defaults 100ms and 10s).
 	BackoffMin, BackoffMax time.Duration
-	// BatchRows is the most staged rows per COPY (default 1000).
+	// BatchRows is the most staged rows per COPY (default 1000) while no
+	// materialization call is in flight (BatchBytes bounds them otherwise).
 	BatchRows int
 	// BatchTxns is the most source transactions materialized in one database
 	// transaction (default 1000). A batch also closes as soon as nothing more is
@@ -58,7 +59,8 @@ type Config struct {
 	BatchEvents int
 	// BatchDelay closes a batch that has been open this long while source
 	// transactions keep arriving (default 100ms). A batch closes earlier, once it
-	// has been open as long as the last materialization call took.
+	// has been open as long as the last materialization call took, and while the
+	// previous batch's call is in flight it closes when that call returns.
 	BatchDelay time.Duration
 	// PerTransaction materializes every source transaction alone through the
 	// reference per-transaction path (synchro._materialize_txn), never set-based:
@@ -67,6 +69,9 @@ type Config struct {
 	// BatchBytes bounds a COPY batch of staged rows by their row data (default
 	// 8 MiB): a batch is sent once it reaches this many bytes, so it holds at most
 	// this plus the row that crossed it (a row larger than the bound goes alone).
+	// While the previous batch's materialization call is in flight, staged rows
+	// stay in memory up to this bound (BatchRows does not send them: the COPY
+	// would wait for the call), so the bound on the runner's memory is unchanged.
 	BatchBytes int64
 	// BufferBytes bounds the replication payloads received and not yet taken by
 	// materialization (default 64 MiB), next to the count bound of 4,096

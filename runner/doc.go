@@ -13,7 +13,11 @@
 // keepalives with the durable boundary while the applier materializes, so a
 // transaction of any size never trips wal_sender_timeout. The applier is the only
 // writer of durable progress in a session (materialize, runner_idle, runner_ack,
-// runner_poison), on one connection, serially.
+// runner_poison), on one connection, one use at a time. At most one batch is in
+// flight: its materialize_batch call and COMMIT run in a goroutine while the
+// applier decodes and stages the next batch in memory, and every other use of the
+// connection first joins that call; its outcome (durable boundary, metrics, a
+// failure that belongs to it) is handled on the applier goroutine.
 //
 // Acknowledgement follows ADR 001: the processed boundary is made durable by
 // the materialization commit (or runner_idle); only then is it reported to the

@@ -33,7 +33,9 @@ type loopClock struct{ last atomic.Int64 }
 
 // liveness tracks the last progress of each loop. A loop that runs and has not
 // made progress for longer than bound is stuck. Progress is recorded per
-// receive (reader), per item, COPY batch and materialization call (applier),
+// receive (reader), per item, COPY batch and materialization call (applier;
+// while a call is in flight only a data item or the call's end counts, not a
+// keepalive or a tick),
 // per heartbeat attempt and per iteration or backoff of the session loop. A
 // materialization call that is still running counts as progress while its
 // backend works (pg_stat_activity shows it active and not waiting for a lock):

@@ -601,10 +601,16 @@ type catchUp struct {
 // batch into the staged state.
 func (c *catchUp) materialize(ctx context.Context) error {
 	a := c.ap
-	if a.tx == nil || len(a.txns) == 0 {
+	if len(a.txns) == 0 {
 		return nil
 	}
 	if err := a.flush(ctx); err != nil {
+		a.abort(ctx)
+		return err
+	}
+	// The batch's transaction opens at its first COPY (ensureTx): a batch whose
+	// rows all fit in memory opens it here. The catch-up never has a call in flight.
+	if err := a.ensureTx(ctx); err != nil {
 		a.abort(ctx)
 		return err
 	}

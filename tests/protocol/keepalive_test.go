@@ -67,8 +67,11 @@ func TestKeepaliveInsideTransaction(t *testing.T) {
 		PollInterval:      20 * time.Millisecond,
 		BackoffMax:        300 * time.Millisecond,
 		BufferBytes:       64 << 10,
-		Logger:            slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Metrics:           runner.NewMetrics(reg),
+		// While A's call is in flight the applier stages what follows in memory up
+		// to BatchBytes before it waits: a small bound keeps the buffer full.
+		BatchBytes: 64 << 10,
+		Logger:     slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Metrics:    runner.NewMetrics(reg),
 	})
 	require.NoError(t, err)
 	rctx, stop := context.WithCancel(ctx)

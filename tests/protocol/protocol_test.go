@@ -216,7 +216,9 @@ func TestWalSenderTimeoutDuringLongMaterialization(t *testing.T) {
 	// status updates further apart than the timeout, a slow machine could otherwise
 	// time out again and again).
 	exec(t, db, fmt.Sprintf(`ALTER DATABASE %q SET wal_sender_timeout = '1s'`, db.Name))
-	p := run(t, bin, db.URL, db, "--buffer-bytes", "65536", "--standby-interval", "5s", "--receive-timeout", "60s")
+	// --batch-bytes: while the first transaction's call is in flight the applier
+	// stages what follows in memory up to this bound before it waits for the call.
+	p := run(t, bin, db.URL, db, "--buffer-bytes", "65536", "--batch-bytes", "65536", "--standby-interval", "5s", "--receive-timeout", "60s")
 	// The runner's walsenders, as they come and go.
 	walsenders := map[int]bool{}
 	seen := func() {
