@@ -43,7 +43,7 @@ const bootstrapVersionChunk = 2000
 // reset open it only allocates the row versions (the reset's baseline needs them;
 // its activation subsumes the bootstrap).
 func (r *Runner) serveBootstrap(work context.Context, resetOpen bool) (err error) {
-	conn, err := connect(work, r.cfg.DatabaseURL, "synchro-runner-bootstrap")
+	conn, err := connect(work, r.cfg.DatabaseURL, "synchro-runner-bootstrap", applyParams[:]...)
 	if err != nil {
 		return err
 	}

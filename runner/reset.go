@@ -103,7 +103,7 @@ func (r *Runner) serveReset(work, stop context.Context) (handled bool, err error
 	}
 	r.setState(stateResetting)
 	log := r.log.With("reset_id", rs.ResetID)
-	conn, err := connect(work, r.cfg.DatabaseURL, "synchro-runner-reset")
+	conn, err := connect(work, r.cfg.DatabaseURL, "synchro-runner-reset", applyParams[:]...)
 	if err != nil {
 		return true, err
 	}

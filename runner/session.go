@@ -32,7 +32,7 @@ const finalAckBudget = 5 * time.Second
 // apply concurrently until a clean stop (nil), a poison (*PoisonError) or a
 // failure.
 func (r *Runner) session(work, stop context.Context) error {
-	apply, err := connect(work, r.cfg.DatabaseURL, "synchro-runner-apply")
+	apply, err := connect(work, r.cfg.DatabaseURL, "synchro-runner-apply", applyParams[:]...)
 	if err != nil {
 		return err
 	}
