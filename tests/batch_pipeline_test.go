@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/stretchr/testify/require"
 
+	"github.com/synchro/synchro/runner"
 	"github.com/synchro/synchro/tests/testdb"
 )
 
@@ -134,15 +135,9 @@ func requireEachOnce(t *testing.T, db *testdb.DB, from pglogrepl.LSN) {
 // the wrong transaction.
 func TestBatchPipelineFailureBelongsToTheBatchInFlight(t *testing.T) {
 	t.Parallel()
-	db := runnerSetup(t)
-	cfg := testRunnerConfig(t, db)
-	cfg.BatchBytes = 16 << 10 // the 2,000-row transaction crosses it while staged
-	cfg.BatchTxns = 10000
-	cfg.BatchDelay = time.Hour
-	rr := startRunner(t, cfg)
-	waitStream(t, db)
-	release := holdAtRow500(t, db, true)
-	from := currentLSN(t, db)
+	db, _, rr, release, from := startPipeline(t, true, func(cfg *runner.Config) {
+		cfg.BatchBytes = 16 << 10 // the 2,000-row transaction crosses it while staged
+	})
 
 	lo, hi, end := pipelineWorkload(t, db)
 	waitHeldInFlight(t, db, rr, end)
@@ -187,15 +182,9 @@ func TestBatchPipelineStopWhileInFlight(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			db := runnerSetup(t)
-			cfg := testRunnerConfig(t, db)
-			cfg.BatchTxns = 10000
-			cfg.BatchDelay = time.Hour
-			cfg.ShutdownTimeout = tc.shutdown
-			rr := startRunner(t, cfg)
-			waitStream(t, db)
-			release := holdAtRow500(t, db, false)
-			from := currentLSN(t, db)
+			db, cfg, rr, release, from := startPipeline(t, false, func(cfg *runner.Config) {
+				cfg.ShutdownTimeout = tc.shutdown
+			})
 
 			_, _, end := pipelineWorkload(t, db)
 			waitHeldInFlight(t, db, rr, end)
@@ -227,4 +216,21 @@ func TestBatchPipelineStopWhileInFlight(t *testing.T) {
 			waitRunnerGone(t, db)
 		})
 	}
+}
+
+// startPipeline starts a runner whose batches close only at their bounds (no time
+// bound, 10,000 transactions), with row 500's materialization held (holdAtRow500;
+// fail: it fails once released), and returns the WAL position before the workload.
+func startPipeline(t *testing.T, fail bool, configure func(*runner.Config)) (*testdb.DB, runner.Config, *runningRunner,
+	func(), pglogrepl.LSN) {
+	t.Helper()
+	db := runnerSetup(t)
+	cfg := testRunnerConfig(t, db)
+	cfg.BatchTxns = 10000
+	cfg.BatchDelay = time.Hour
+	configure(&cfg)
+	rr := startRunner(t, cfg)
+	waitStream(t, db)
+	release := holdAtRow500(t, db, fail)
+	return db, cfg, rr, release, currentLSN(t, db)
 }
