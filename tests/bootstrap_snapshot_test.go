@@ -61,6 +61,22 @@ func requireBootstrapDeath(t *testing.T, p *runproc.Proc, point fault.Point) {
 	require.Equal(t, point, p.FaultReached())
 }
 
+// bootstrapKilledAt registers a table filled with n rows (owner: a SQL expression
+// of the row number i) on a stream served by a runner that dies by SIGKILL at
+// point of the bootstrap the activation starts, and returns the dead runner.
+func bootstrapKilledAt(t *testing.T, bin string, db *testdb.DB, n int, owner string, point fault.Point) *runproc.Proc {
+	t.Helper()
+	mustExec(t, db, fmt.Sprintf(`CREATE TABLE filled (id int8 PRIMARY KEY, owner text);
+		INSERT INTO filled SELECT i, %s FROM generate_series(1, %d) i;`, owner, n))
+	p := startProc(t, bin, db, fault.Spec{Point: point, N: 1}.String())
+	waitStream(t, db)
+	mustExec(t, db, `SELECT synchro.register_table('filled', 'filled');
+		SELECT synchro.add_scope_rule('filled', 'owner:', 'owner');
+		SELECT synchro.activate_registry();`)
+	requireBootstrapDeath(t, p, point)
+	return p
+}
+
 // TestBootstrapSnapshotBoundary: a write held open across the slot's creation commits
 // before the consistent point; a write committed while the staging transaction holds
 // its snapshot open does not wait for it and commits after the point; a push accepted
@@ -179,14 +195,7 @@ func TestBootstrapRunnerKilled(t *testing.T) {
 	eachDecoder(t, func(t *testing.T) {
 		t.Parallel()
 		db := runnerSetup(t)
-		mustExec(t, db, `CREATE TABLE filled (id int8 PRIMARY KEY, owner text);
-			INSERT INTO filled SELECT i, 'o' || (i % 3) FROM generate_series(1, 3000) i;`)
-		p := startProc(t, bin, db, fault.Spec{Point: fault.BootstrapStaging, N: 1}.String())
-		waitStream(t, db)
-		mustExec(t, db, `SELECT synchro.register_table('filled', 'filled');
-			SELECT synchro.add_scope_rule('filled', 'owner:', 'owner');
-			SELECT synchro.activate_registry();`)
-		requireBootstrapDeath(t, p, fault.BootstrapStaging)
+		p := bootstrapKilledAt(t, bin, db, 3000, `'o' || (i % 3)`, fault.BootstrapStaging)
 		require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM synchro.bootstrap_row`), "the stage rolled back")
 		require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.bootstrap WHERE phase = 'staging' AND attempt = 1`))
 		eventually(t, 60*time.Second, "the temporary slot gone with its connection", func() bool {
@@ -228,14 +237,7 @@ func TestBootstrapStageVerified(t *testing.T) {
 	t.Parallel()
 	bin := runproc.BuildT(t, runproc.FaultTag)
 	db := runnerSetup(t)
-	mustExec(t, db, `CREATE TABLE filled (id int8 PRIMARY KEY, owner text);
-		INSERT INTO filled SELECT i, 'o1' FROM generate_series(1, 100) i;`)
-	p := startProc(t, bin, db, fault.Spec{Point: fault.BootstrapStaged, N: 1}.String())
-	waitStream(t, db)
-	mustExec(t, db, `SELECT synchro.register_table('filled', 'filled');
-		SELECT synchro.add_scope_rule('filled', 'owner:', 'owner');
-		SELECT synchro.activate_registry();`)
-	requireBootstrapDeath(t, p, fault.BootstrapStaged)
+	p := bootstrapKilledAt(t, bin, db, 100, `'o1'`, fault.BootstrapStaged)
 	// Same count, another version: only the digest tells.
 	mustExec(t, db, `UPDATE synchro.bootstrap_row SET version = 'forged' WHERE pk = '7'`)
 	mustExec(t, db, `INSERT INTO filled VALUES (101, 'o1')`)
@@ -258,14 +260,7 @@ func TestBootstrapSubsumedByReset(t *testing.T) {
 	// every transaction of the cluster that holds an xid.
 	bin := runproc.BuildT(t, runproc.FaultTag)
 	db := runnerSetup(t)
-	mustExec(t, db, `CREATE TABLE filled (id int8 PRIMARY KEY, owner text);
-		INSERT INTO filled SELECT i, 'o' || (i % 2) FROM generate_series(1, 500) i;`)
-	p := startProc(t, bin, db, fault.Spec{Point: fault.BootstrapStaged, N: 1}.String())
-	waitStream(t, db)
-	mustExec(t, db, `SELECT synchro.register_table('filled', 'filled');
-		SELECT synchro.add_scope_rule('filled', 'owner:', 'owner');
-		SELECT synchro.activate_registry();`)
-	requireBootstrapDeath(t, p, fault.BootstrapStaged)
+	p := bootstrapKilledAt(t, bin, db, 500, `'o' || (i % 2)`, fault.BootstrapStaged)
 	require.Equal(t, 500, countOf(t, db, `SELECT count(*) FROM synchro.bootstrap_row`))
 	waitRunnerGone(t, db)
 
