@@ -697,13 +697,15 @@ func (a *applier) run(ctx, stop context.Context, items <-chan item) error {
 			}
 			switch it.kind {
 			case itemData:
-				msgs, err := dec.Decode(it.walStart, it.data)
-				a.cfg.faults.Reach(fault.Decode)
-				if err == nil {
-					err = coll.Feed(ctx, it.walStart, msgs)
-				}
-				if err != nil {
-					return a.fail(ctx, err, it.walStart)
+				for _, p := range it.payloads {
+					msgs, err := dec.Decode(p.walStart, p.data)
+					a.cfg.faults.Reach(fault.Decode)
+					if err == nil {
+						err = coll.Feed(ctx, p.walStart, msgs)
+					}
+					if err != nil {
+						return a.fail(ctx, err, p.walStart)
+					}
 				}
 			case itemIdle:
 				a.frontier.OfferIdle(it.walStart)
