@@ -11,7 +11,10 @@
 //
 // The reader and the applier run concurrently: the reader answers the server's
 // keepalives with the durable boundary while the applier materializes, so a
-// transaction of any size never trips wal_sender_timeout. The applier is the only
+// transaction of any size never trips wal_sender_timeout. The reader waits under
+// a socket read deadline (a wake moves it to now) and hands payloads over in
+// items that close at their transaction's commit: one hand-off per small
+// transaction, not per message. The applier is the only
 // writer of durable progress in a session (materialize, runner_idle, runner_ack,
 // runner_poison), on one connection, one use at a time. At most one batch is in
 // flight: its materialize_batch call and COMMIT run in a goroutine while the
