@@ -1655,8 +1655,12 @@ BEGIN
 
   IF n_ev > 1000 THEN
     -- Temp tables have no statistics: without them the pairing join below can be
-    -- planned as a nested loop, quadratic in the run's row events.
-    ANALYZE pg_temp.synchro_stage;
+    -- planned as a nested loop, quadratic in the run's row events. Here and below,
+    -- only the columns the plans join, group and filter on: analyzing whole rows
+    -- (their jsonb images and arrays included) cost 110-160 ms of a 20,000-event
+    -- 1,000-row backlog's ~2,000 ms in materialize_batch (pg_stat_statements); these
+    -- columns, 10-25 ms.
+    ANALYZE pg_temp.synchro_stage (txn, seq, kind, relid, prefix, f_relation_id, f_op, f_old_key, f_new_key, f_ordinal);
   END IF;
 
   -- Row events, each ranked within its row identity in its own transaction and paired
@@ -1710,7 +1714,7 @@ BEGIN
   big := n_rows > 1000;
   IF big THEN
     -- Temp tables have no statistics: give the planner real ones for the joins below.
-    ANALYZE pg_temp.synchro_b_rows;
+    ANALYZE pg_temp.synchro_b_rows (t, seq, relation_id, pk, op, grp_rank);
   END IF;
   IF n_rows <> n_ev
      OR EXISTS (SELECT 1 FROM pg_temp.synchro_b_rows w
@@ -1759,7 +1763,7 @@ BEGIN
     multi := multi OR more;
   END LOOP;
   IF big THEN
-    ANALYZE pg_temp.synchro_b_links;
+    ANALYZE pg_temp.synchro_b_links (t, relation_id, pk, op, link, last);
   END IF;
   -- multi: some row has more than one link (it changed in more than one transaction
   -- of the run; read from the links as they are written, not by another scan). When
@@ -1836,7 +1840,7 @@ BEGIN
   INSERT INTO pg_temp.synchro_b_scopes (t, relation_id, pk, scope, scope_hash)
   SELECT sc.t, sc.relation_id, sc.pk, sc.scope, synchro._scope_hash(sc.scope) FROM sc;
   IF big THEN
-    ANALYZE pg_temp.synchro_b_scopes;
+    ANALYZE pg_temp.synchro_b_scopes (t, relation_id, pk, scope);
   END IF;
 
   -- Net pull effects per link: upsert in every scope the row is in after the link (it
@@ -1986,8 +1990,9 @@ BEGIN
     FROM (SELECT * FROM pg_temp.synchro_stage s0 WHERE s0.txn = _materialize_txn.t) s;
   IF n_events > 1000 THEN
     -- Big transactions: give the planner real statistics for the joins below (temp
-    -- tables have none, and nested loops over thousands of rows cost seconds).
-    ANALYZE pg_temp.synchro_stage;
+    -- tables have none, and nested loops over thousands of rows cost seconds), for
+    -- the columns they join and filter on only (see synchro._materialize_run).
+    ANALYZE pg_temp.synchro_stage (txn, seq, kind, relid, prefix, f_relation_id, f_op, f_old_key, f_new_key, f_ordinal);
   END IF;
 
   -- Messages: only the documented synchro prefixes exist.
@@ -2050,7 +2055,7 @@ BEGIN
     LEFT JOIN synchro.relation r ON r.relid = s.relid
    WHERE s.kind IN ('I', 'U', 'D');
   IF n_events > 1000 THEN
-    ANALYZE pg_temp.synchro_w_rows;
+    ANALYZE pg_temp.synchro_w_rows (seq, relation_id, pk, op, grp_rank);
   END IF;
 
   SELECT w.relation_id INTO bad FROM pg_temp.synchro_w_rows w
@@ -2086,7 +2091,7 @@ BEGIN
     FROM pg_temp.synchro_w_rows w
    ORDER BY w.relation_id, w.pk, w.seq DESC;
   IF n_events > 1000 THEN
-    ANALYZE pg_temp.synchro_w_final;
+    ANALYZE pg_temp.synchro_w_final (relation_id, pk, op);
   END IF;
 
   -- Unchanged TOAST values come from the row's previous image: an earlier event of
@@ -6823,11 +6828,13 @@ BEGIN
     t int, seq int, event_ordinal int, op text, relation_id bigint, table_id text, key_column name,
     key_type text, pk text, new_row jsonb, old_pk text, grp_rank int, fence_id uuid, version text
   ) ON COMMIT PRESERVE ROWS;
-  -- One link per (transaction, row): the row's last event in that transaction.
+  -- One link per (transaction, row): the row's last event in that transaction. No
+  -- index: every join of the run over it is a hash join, and the statement that
+  -- writes it makes (relation_id, pk, t) unique (DISTINCT ON), so a primary key
+  -- only cost an index insertion per link.
   CREATE TEMP TABLE synchro_b_links (
     t int, relation_id bigint, pk text, pk_int bigint, table_id text, key_type text, op text,
-    version text, event_ordinal int, image jsonb, image_bytes int, link int, last boolean,
-    PRIMARY KEY (relation_id, pk, t)
+    version text, event_ordinal int, image jsonb, image_bytes int, link int, last boolean
   ) ON COMMIT PRESERVE ROWS;
   -- The row-image SQL of each (relation, registry generation, source), made once per
   -- session by synchro._image_sql: registrations in effect never change.

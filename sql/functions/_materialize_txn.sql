@@ -68,8 +68,9 @@ BEGIN
     FROM (SELECT * FROM pg_temp.synchro_stage s0 WHERE s0.txn = _materialize_txn.t) s;
   IF n_events > 1000 THEN
     -- Big transactions: give the planner real statistics for the joins below (temp
-    -- tables have none, and nested loops over thousands of rows cost seconds).
-    ANALYZE pg_temp.synchro_stage;
+    -- tables have none, and nested loops over thousands of rows cost seconds), for
+    -- the columns they join and filter on only (see synchro._materialize_run).
+    ANALYZE pg_temp.synchro_stage (txn, seq, kind, relid, prefix, f_relation_id, f_op, f_old_key, f_new_key, f_ordinal);
   END IF;
 
   -- Messages: only the documented synchro prefixes exist.
@@ -132,7 +133,7 @@ BEGIN
     LEFT JOIN synchro.relation r ON r.relid = s.relid
    WHERE s.kind IN ('I', 'U', 'D');
   IF n_events > 1000 THEN
-    ANALYZE pg_temp.synchro_w_rows;
+    ANALYZE pg_temp.synchro_w_rows (seq, relation_id, pk, op, grp_rank);
   END IF;
 
   SELECT w.relation_id INTO bad FROM pg_temp.synchro_w_rows w
@@ -168,7 +169,7 @@ BEGIN
     FROM pg_temp.synchro_w_rows w
    ORDER BY w.relation_id, w.pk, w.seq DESC;
   IF n_events > 1000 THEN
-    ANALYZE pg_temp.synchro_w_final;
+    ANALYZE pg_temp.synchro_w_final (relation_id, pk, op);
   END IF;
 
   -- Unchanged TOAST values come from the row's previous image: an earlier event of

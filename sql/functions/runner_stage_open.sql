@@ -102,11 +102,13 @@ BEGIN
     t int, seq int, event_ordinal int, op text, relation_id bigint, table_id text, key_column name,
     key_type text, pk text, new_row jsonb, old_pk text, grp_rank int, fence_id uuid, version text
   ) ON COMMIT PRESERVE ROWS;
-  -- One link per (transaction, row): the row's last event in that transaction.
+  -- One link per (transaction, row): the row's last event in that transaction. No
+  -- index: every join of the run over it is a hash join, and the statement that
+  -- writes it makes (relation_id, pk, t) unique (DISTINCT ON), so a primary key
+  -- only cost an index insertion per link.
   CREATE TEMP TABLE synchro_b_links (
     t int, relation_id bigint, pk text, pk_int bigint, table_id text, key_type text, op text,
-    version text, event_ordinal int, image jsonb, image_bytes int, link int, last boolean,
-    PRIMARY KEY (relation_id, pk, t)
+    version text, event_ordinal int, image jsonb, image_bytes int, link int, last boolean
   ) ON COMMIT PRESERVE ROWS;
   -- The row-image SQL of each (relation, registry generation, source), made once per
   -- session by synchro._image_sql: registrations in effect never change.
