@@ -1656,11 +1656,11 @@ BEGIN
   IF n_ev > 1000 THEN
     -- Temp tables have no statistics: without them the pairing join below can be
     -- planned as a nested loop, quadratic in the run's row events. Here and below,
-    -- only the columns the plans join, group and filter on: analyzing whole rows
-    -- (their jsonb images and arrays included) cost 110-160 ms of a 20,000-event
-    -- 1,000-row backlog's ~2,000 ms in materialize_batch (pg_stat_statements); these
-    -- columns, 10-25 ms.
-    ANALYZE pg_temp.synchro_stage (txn, seq, kind, relid, prefix, f_relation_id, f_op, f_old_key, f_new_key, f_ordinal);
+    -- what the plans need is the row counts (their joins are hash joins whatever the
+    -- estimates), so only a few narrow columns are analyzed: whole rows (their jsonb
+    -- images and arrays included) cost 110-160 ms of a 20,000-event 1,000-row
+    -- backlog's ~2,000 ms in materialize_batch (pg_stat_statements).
+    ANALYZE pg_temp.synchro_stage (txn, kind);
   END IF;
 
   -- Row events, each ranked within its row identity in its own transaction and paired
@@ -1714,7 +1714,7 @@ BEGIN
   big := n_rows > 1000;
   IF big THEN
     -- Temp tables have no statistics: give the planner real ones for the joins below.
-    ANALYZE pg_temp.synchro_b_rows (t, seq, relation_id, pk, op, grp_rank);
+    ANALYZE pg_temp.synchro_b_rows (t, relation_id);
   END IF;
   IF n_rows <> n_ev
      OR EXISTS (SELECT 1 FROM pg_temp.synchro_b_rows w
@@ -1763,7 +1763,7 @@ BEGIN
     multi := multi OR more;
   END LOOP;
   IF big THEN
-    ANALYZE pg_temp.synchro_b_links (t, relation_id, pk, op, link, last);
+    ANALYZE pg_temp.synchro_b_links (t, relation_id, link);
   END IF;
   -- multi: some row has more than one link (it changed in more than one transaction
   -- of the run; read from the links as they are written, not by another scan). When
@@ -1840,7 +1840,7 @@ BEGIN
   INSERT INTO pg_temp.synchro_b_scopes (t, relation_id, pk, scope, scope_hash)
   SELECT sc.t, sc.relation_id, sc.pk, sc.scope, synchro._scope_hash(sc.scope) FROM sc;
   IF big THEN
-    ANALYZE pg_temp.synchro_b_scopes (t, relation_id, pk, scope);
+    ANALYZE pg_temp.synchro_b_scopes (t, relation_id);
   END IF;
 
   -- Net pull effects per link: upsert in every scope the row is in after the link (it
