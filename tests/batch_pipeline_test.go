@@ -34,11 +34,13 @@ type pipelineMarks struct{ lo, hi, poisonLo, poisonHi, end pglogrepl.LSN }
 // pipelineWorkload is what every pipeline test writes with the runner attached:
 // single-row transactions 100..109 (pipelineHead), row 500 alone (the one whose
 // materialization waits), a 2,000-row transaction (1000..2999), the poison
-// statements if any, and single-row transactions 200..209 (pipelineTail).
+// statements if any, and single-row transactions 200..209 (pipelineTail). What
+// follows row 500 is written once its batch waits for the lock, so that it is
+// never in that batch.
 func pipelineWorkload(t *testing.T, db *testdb.DB, poison ...string) pipelineMarks {
 	t.Helper()
 	pipelineHead(t, db)
-	return pipelineTail(t, db, poison...)
+	return pipelineTail(t, db, true, poison...)
 }
 
 func pipelineHead(t *testing.T, db *testdb.DB) {
@@ -48,11 +50,16 @@ func pipelineHead(t *testing.T, db *testdb.DB) {
 	}
 }
 
-func pipelineTail(t *testing.T, db *testdb.DB, poison ...string) (m pipelineMarks) {
+// pipelineTail writes the workload from row 500 on; attached: a runner is attached
+// and what follows row 500 waits until row 500's batch waits for the lock.
+func pipelineTail(t *testing.T, db *testdb.DB, attached bool, poison ...string) (m pipelineMarks) {
 	t.Helper()
 	m.lo = currentLSN(t, db)
 	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (500, 'a')`)
 	m.hi = currentLSN(t, db)
+	if attached {
+		eventually(t, 30*time.Second, "row 500's batch to wait for the lock", func() bool { return heldAt(t, db, 500) != 0 })
+	}
 	mustExec(t, db, `INSERT INTO items (id, owner, note) SELECT g, 'a', repeat('x', 100) FROM generate_series(1000, 2999) g`)
 	m.poisonLo = currentLSN(t, db)
 	for _, sql := range poison {
@@ -212,6 +219,98 @@ func (d durablePositions) requireBeforeNext(t *testing.T, db *testdb.DB, m pipel
 	require.Less(t, d.slot, next, "the slot was before the first transaction not durable")
 }
 
+// A batch that fails while the next one is staged behind it: the failure is the
+// in-flight batch's (its transactions are re-run alone and row 500's is quarantined
+// with its own commit LSN, not the staged transaction's), nothing after it is
+// materialized or acknowledged, and after a repair and a retry every transaction of
+// the workload is materialized exactly once. Attributing the failure to the batch
+// being staged (a 2,000-row transaction cut at BatchBytes, still open) quarantines
+// the wrong transaction.
+func TestBatchPipelineFailureBelongsToTheBatchInFlight(t *testing.T) {
+	t.Parallel()
+	db, _, rr, release, from := startPipeline(t, true, func(cfg *runner.Config) {
+		cfg.BatchBytes = 16 << 10 // the 2,000-row transaction crosses it while staged
+	})
+
+	m := pipelineWorkload(t, db)
+	waitHeldInFlight(t, db, rr, m.end)
+	release()
+
+	var q []quarantineRow
+	eventually(t, 30*time.Second, "a quarantine record", func() bool {
+		q = quarantines(t, db)
+		return len(q) > 0
+	})
+	require.Len(t, q, 1)
+	require.Equal(t, "materialize_p0001", q[0].Class)
+	at := lsnOf(t, &q[0].CommitLSN)
+	require.True(t, at > m.lo && at < m.hi, "row 500's transaction is quarantined with its own commit LSN (%s, not in %s..%s)", at, m.lo, m.hi)
+	requireBlockedAt(t, db, q[0])
+	require.Equal(t, 10, countOf(t, db, `SELECT count(*) FROM synchro.effect WHERE pk::int8 BETWEEN 100 AND 109`),
+		"the transactions before it are materialized")
+	require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM synchro.effect WHERE pk::int8 >= 200 AND pk <> '500'`),
+		"nothing after it is")
+	require.GreaterOrEqual(t, rr.counter(t, "synchro_runner_batch_fallbacks_total"), float64(1), "the batch fell back")
+
+	mustExec(t, db, `DROP TRIGGER hold_row_500 ON synchro.effect`)
+	mustExec(t, db, `SELECT synchro.retry_poison()`)
+	requireEachOnce(t, db, from)
+	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.effect WHERE pk = '500' AND commit_lsn = $1::pg_lsn`, q[0].CommitLSN),
+		"the retried transaction keeps its replay identity")
+}
+
+// A stop while a batch is in flight and the next one staged: the runner finishes the
+// call in flight (it commits once the lock is released), then the batch in hand, and
+// stops cleanly; a cancellation of its work under a call in flight (the shutdown
+// timeout passes) rolls it back instead. Either way the next session resumes without
+// losing or repeating a transaction, and nothing outlives the session (the runner
+// returns, its sessions end).
+func TestBatchPipelineStopWhileInFlight(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		shutdown time.Duration
+	}{
+		{"clean", 30 * time.Second},
+		{"timeout", 200 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			db, cfg, rr, release, from := startPipeline(t, false, func(cfg *runner.Config) {
+				cfg.ShutdownTimeout = tc.shutdown
+			})
+
+			m := pipelineWorkload(t, db)
+			waitHeldInFlight(t, db, rr, m.end)
+			rr.cancel() // the stop (rr.stop without its wait)
+			if tc.shutdown > time.Second {
+				time.Sleep(300 * time.Millisecond) // the stop arrives while the call waits
+			} else {
+				time.Sleep(tc.shutdown + time.Second) // the shutdown timeout cancels the call
+			}
+			release()
+			err := rr.wait(t, 30*time.Second)
+			if tc.shutdown > time.Second {
+				require.NoError(t, err)
+				require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.effect WHERE pk = '500'`),
+					"the batch in flight committed")
+			}
+			waitRunnerGone(t, db)
+			require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM (SELECT pk FROM synchro.effect GROUP BY pk HAVING count(*) > 1) d`))
+
+			mustExec(t, db, `DROP TRIGGER hold_row_500 ON synchro.effect`)
+			rr = startRunner(t, cfg)
+			eventually(t, 30*time.Second, "the next session to stream", func() bool {
+				return countOf(t, db, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+					AND application_name = 'synchro-runner-replication'`) > 0
+			})
+			requireEachOnce(t, db, from)
+			waitAcked(t, db)
+			require.NoError(t, rr.stop(t))
+			waitRunnerGone(t, db)
+		})
+	}
+}
+
 // The batch in flight commits, then the batch staged behind it dies in its COPY
 // (a real `synchro run` killed by its own fault point, SIGKILL): at the moment of
 // the death row 500's transaction is durable and nothing after it, and no
@@ -241,7 +340,7 @@ func TestBatchPipelineNextBatchDiesInCopy(t *testing.T) {
 	require.NoError(t, p.Stop(10*time.Second))
 	waitRunnerGone(t, db)
 
-	m := pipelineTail(t, db)
+	m := pipelineTail(t, db, false)
 	p = startProc(t, bin, db, fault.Spec{Point: fault.Copy, N: 2}.String(), args...)
 	eventually(t, 30*time.Second, "row 500's batch to wait for the lock", func() bool { return heldAt(t, db, 500) != 0 })
 	time.Sleep(500 * time.Millisecond) // the staged batch reaches BatchBytes and joins (nothing asserts on it)
@@ -337,99 +436,8 @@ func TestBatchPipelineNextBatchPoisoned(t *testing.T) {
 	require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM synchro.effect WHERE pk::int8 BETWEEN 200 AND 209 OR pk = '999'`),
 		"nothing from the poison on")
 	require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM synchro.txn WHERE commit_lsn >= $1::pg_lsn`, q[0].CommitLSN))
-	require.GreaterOrEqual(t, rr.counter(t, "synchro_runner_batch_fallbacks_total"), float64(1), "the batch fell back")
-}
-
-// A batch that fails while the next one is staged behind it: the failure is the
-// in-flight batch's (its transactions are re-run alone and row 500's is quarantined
-// with its own commit LSN, not the staged transaction's), nothing after it is
-// materialized or acknowledged, and after a repair and a retry every transaction of
-// the workload is materialized exactly once. Attributing the failure to the batch
-// being staged (a 2,000-row transaction cut at BatchBytes, still open) quarantines
-// the wrong transaction.
-func TestBatchPipelineFailureBelongsToTheBatchInFlight(t *testing.T) {
-	t.Parallel()
-	db, _, rr, release, from := startPipeline(t, true, func(cfg *runner.Config) {
-		cfg.BatchBytes = 16 << 10 // the 2,000-row transaction crosses it while staged
-	})
-
-	m := pipelineWorkload(t, db)
-	waitHeldInFlight(t, db, rr, m.end)
-	release()
-
-	var q []quarantineRow
-	eventually(t, 30*time.Second, "a quarantine record", func() bool {
-		q = quarantines(t, db)
-		return len(q) > 0
-	})
-	require.Len(t, q, 1)
-	require.Equal(t, "materialize_p0001", q[0].Class)
-	at := lsnOf(t, &q[0].CommitLSN)
-	require.True(t, at > m.lo && at < m.hi, "row 500's transaction is quarantined with its own commit LSN (%s, not in %s..%s)", at, m.lo, m.hi)
-	requireBlockedAt(t, db, q[0])
-	require.Equal(t, 10, countOf(t, db, `SELECT count(*) FROM synchro.effect WHERE pk::int8 BETWEEN 100 AND 109`),
-		"the transactions before it are materialized")
-	require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM synchro.effect WHERE pk::int8 >= 200 AND pk <> '500'`),
-		"nothing after it is")
-	require.GreaterOrEqual(t, rr.counter(t, "synchro_runner_batch_fallbacks_total"), float64(1), "the batch fell back")
-
-	mustExec(t, db, `DROP TRIGGER hold_row_500 ON synchro.effect`)
-	mustExec(t, db, `SELECT synchro.retry_poison()`)
-	requireEachOnce(t, db, from)
-	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.effect WHERE pk = '500' AND commit_lsn = $1::pg_lsn`, q[0].CommitLSN),
-		"the retried transaction keeps its replay identity")
-}
-
-// A stop while a batch is in flight and the next one staged: the runner finishes the
-// call in flight (it commits once the lock is released), then the batch in hand, and
-// stops cleanly; a cancellation of its work under a call in flight (the shutdown
-// timeout passes) rolls it back instead. Either way the next session resumes without
-// losing or repeating a transaction, and nothing outlives the session (the runner
-// returns, its sessions end).
-func TestBatchPipelineStopWhileInFlight(t *testing.T) {
-	for _, tc := range []struct {
-		name     string
-		shutdown time.Duration
-	}{
-		{"clean", 30 * time.Second},
-		{"timeout", 200 * time.Millisecond},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			db, cfg, rr, release, from := startPipeline(t, false, func(cfg *runner.Config) {
-				cfg.ShutdownTimeout = tc.shutdown
-			})
-
-			m := pipelineWorkload(t, db)
-			waitHeldInFlight(t, db, rr, m.end)
-			rr.cancel() // the stop (rr.stop without its wait)
-			if tc.shutdown > time.Second {
-				time.Sleep(300 * time.Millisecond) // the stop arrives while the call waits
-			} else {
-				time.Sleep(tc.shutdown + time.Second) // the shutdown timeout cancels the call
-			}
-			release()
-			err := rr.wait(t, 30*time.Second)
-			if tc.shutdown > time.Second {
-				require.NoError(t, err)
-				require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.effect WHERE pk = '500'`),
-					"the batch in flight committed")
-			}
-			waitRunnerGone(t, db)
-			require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM (SELECT pk FROM synchro.effect GROUP BY pk HAVING count(*) > 1) d`))
-
-			mustExec(t, db, `DROP TRIGGER hold_row_500 ON synchro.effect`)
-			rr = startRunner(t, cfg)
-			eventually(t, 30*time.Second, "the next session to stream", func() bool {
-				return countOf(t, db, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
-					AND application_name = 'synchro-runner-replication'`) > 0
-			})
-			requireEachOnce(t, db, from)
-			waitAcked(t, db)
-			require.NoError(t, rr.stop(t))
-			waitRunnerGone(t, db)
-		})
-	}
+	require.Equal(t, float64(1), rr.counter(t, "synchro_runner_batch_fallbacks_total"),
+		"the staged batch fell back once: its failure is its own (blamed on the batch committed before it, that one is re-run first)")
 }
 
 // startPipeline starts a runner whose batches close only at their bounds (no time
