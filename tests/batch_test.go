@@ -257,13 +257,16 @@ func TestBatchInvariant(t *testing.T) {
 // quarantined with its own identity and class; nothing after it is materialized.
 func TestBatchPoisonInTheMiddle(t *testing.T) {
 	t.Parallel()
-	// A row event whose fence trigger was bypassed: no fence, a blocking mismatch.
-	requireQuarantinedInBatch(t, "fence_mismatch", `BEGIN;
-		ALTER TABLE items DISABLE TRIGGER synchro_fence_insert;
-		INSERT INTO items (id, owner) VALUES (999, 'a');
-		ALTER TABLE items ENABLE TRIGGER synchro_fence_insert;
-		COMMIT;`)
+	requireQuarantinedInBatch(t, "fence_mismatch", bypassedFence)
 }
+
+// bypassedFence is a poison: a row event (item 999) whose fence trigger was
+// bypassed, so it has no fence: a blocking fence_mismatch.
+const bypassedFence = `BEGIN;
+	ALTER TABLE items DISABLE TRIGGER synchro_fence_insert;
+	INSERT INTO items (id, owner) VALUES (999, 'a');
+	ALTER TABLE items ENABLE TRIGGER synchro_fence_insert;
+	COMMIT;`
 
 // requireQuarantinedInBatch writes, with the runner stopped, a backlog of 30
 // transactions (items 100..129), the poison statements (of class class), and 10 more,

@@ -20,11 +20,12 @@ import (
 // dead process runs after the point: no deferred cleanup, no release, no final ack.
 
 // startProc runs `synchro run` on db's slot, armed with spec ("" for none), decoding
-// with the decoder eachDecoder chose (SYNCHRO_DECODER; pgoutput outside it).
-func startProc(t *testing.T, bin string, db *testdb.DB, spec string) *runproc.Proc {
+// with the decoder eachDecoder chose (SYNCHRO_DECODER; pgoutput outside it), with
+// extra flags args.
+func startProc(t *testing.T, bin string, db *testdb.DB, spec string, args ...string) *runproc.Proc {
 	t.Helper()
 	return runproc.StartT(t, runproc.Options{Bin: bin, DatabaseURL: db.URL, Slot: runnerSlot(db), Fault: spec,
-		Env: []string{"SYNCHRO_DECODER=" + decoderOf(t)}})
+		Args: args, Env: []string{"SYNCHRO_DECODER=" + decoderOf(t)}})
 }
 
 // requireStreamPlugin checks the output plugin the stream recorded at its creation.
