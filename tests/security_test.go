@@ -731,6 +731,55 @@ func TestRunnerStageRefusesSessionTables(t *testing.T) {
 	requireSQLState(t, err, "42501")
 }
 
+// synchro._mat_links_fn keeps each relation's links statement in a function of the
+// session's temporary schema, so that its plan is kept. The runner's role may create
+// temporary functions too: one it made under that name and signature first is never
+// called with the owner's rights (the run falls back, SYB01); in a clean session the
+// function is the owner's, created once and reused.
+func TestMaterializeRefusesSessionFunction(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	role := "runner_" + randomSuffix()
+	ident := pgx.Identifier{role}.Sanitize()
+	mustExec(t, db, `CREATE ROLE `+ident+` LOGIN IN ROLE synchro_runner`)
+	t.Cleanup(func() {
+		_, _ = db.Pool.Exec(context.Background(), `DROP OWNED BY `+ident)
+		_, _ = db.Pool.Exec(context.Background(), `DROP ROLE `+ident)
+	})
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `SET ROLE `+ident+`;
+		SELECT synchro.runner_stage_open();
+		CREATE TEMP TABLE hit (who text);
+		CREATE FUNCTION pg_temp.synchro_links_7_3(rid bigint, OUT more boolean, OUT gone boolean)
+		LANGUAGE plpgsql AS $f$ BEGIN INSERT INTO pg_temp.hit VALUES (current_user); more := false; gone := false; END $f$;
+		RESET ROLE`)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `SELECT synchro._mat_links_fn(7, 3)`)
+	requireSQLState(t, err, "SYB01")
+	var hits int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM pg_temp.hit`).Scan(&hits))
+	require.Zero(t, hits, "the session's own function never ran")
+
+	clean, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	defer clean.Close(ctx)
+	_, err = clean.Exec(ctx, `SELECT synchro.runner_stage_open()`)
+	require.NoError(t, err)
+	var first, second string
+	require.NoError(t, clean.QueryRow(ctx, `SELECT synchro._mat_links_fn(7, 3)`).Scan(&first))
+	require.NoError(t, clean.QueryRow(ctx, `SELECT synchro._mat_links_fn(7, 3)`).Scan(&second))
+	require.Equal(t, first, second)
+	var n int
+	var ownerIsCaller bool
+	require.NoError(t, clean.QueryRow(ctx, `SELECT count(*), bool_and(p.proowner = (SELECT oid FROM pg_roles WHERE rolname = current_user))
+		FROM pg_proc p WHERE p.pronamespace = pg_my_temp_schema() AND p.proname = 'synchro_links_7_3'`).Scan(&n, &ownerIsCaller))
+	require.Equal(t, 1, n, "created once")
+	require.True(t, ownerIsCaller)
+}
+
 // Open (issue 13, item 4, materialize.sql and runner_baseline.sql are changed there):
 // materialization renders row images with to_jsonb(jsonb_populate_record(NULL::<table>,
 // ...)) with the owner's rights, so a cast to json of the application's own enum type

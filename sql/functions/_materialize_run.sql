@@ -224,30 +224,15 @@ BEGIN
   -- Links: each row's last event in each transaction, numbered along the run, with
   -- its row image rendered once, in the same statement: the registered columns in the
   -- registered shape (synchro._image_sql), as the per-transaction path renders them.
-  -- One statement per relation of the run (each has its own image SQL). The image is
-  -- measured once here (image_bytes of the projection and the effects: OFFSET 0 keeps
-  -- the subquery, so the image expression is not evaluated twice).
+  -- One statement per relation of the run (each has its own image SQL), in a session
+  -- function that keeps its plan (synchro._mat_links_fn says why and why it is
+  -- safe). The image is measured once there (image_bytes of the projection and the
+  -- effects).
   multi := false;
   deletes := false;
   FOR rel IN SELECT DISTINCT w.relation_id FROM pg_temp.synchro_b_rows w LOOP
-    EXECUTE format(
-      'WITH ins AS (
-       INSERT INTO pg_temp.synchro_b_links (t, relation_id, pk, pk_int, table_id, key_type, op, version,
-                                            event_ordinal, image, image_bytes, link, last)
-       SELECT y.t, y.relation_id, y.pk, y.pk_int, y.table_id, y.key_type, y.op, y.version, y.event_ordinal,
-              y.image, pg_catalog.octet_length(y.image::pg_catalog.text), y.link, y.last
-         FROM (SELECT x.t, x.relation_id, x.pk, CASE WHEN x.key_type <> $2 THEN x.pk::bigint END AS pk_int,
-                      x.table_id, x.key_type, x.op, x.version, x.event_ordinal,
-                      CASE WHEN x.op <> $3 THEN %s END AS image,
-                      row_number() OVER (PARTITION BY x.pk COLLATE "C" ORDER BY x.t) AS link,
-                      x.t = max(x.t) OVER (PARTITION BY x.pk COLLATE "C") AS last
-                 FROM (SELECT DISTINCT ON (w.pk COLLATE "C", w.t) w.* FROM pg_temp.synchro_b_rows w
-                        WHERE w.relation_id = $1 ORDER BY w.pk COLLATE "C", w.t, w.seq DESC) x
-               OFFSET 0) y
-       RETURNING link, last AND op = $3 AS gone)
-       SELECT coalesce(max(ins.link), 0) > 1, coalesce(bool_or(ins.gone), false) FROM ins',
-      synchro._image_sql(rel.relation_id, reg, 'x.new_row', false))
-    INTO more, dropped USING rel.relation_id, 'string', 'delete';
+    EXECUTE format('SELECT x.more, x.gone FROM %s($1) x', synchro._mat_links_fn(rel.relation_id, reg))
+      INTO more, dropped USING rel.relation_id;
     multi := multi OR more;
     deletes := deletes OR dropped;
   END LOOP;

@@ -1,0 +1,64 @@
+-- A phase of synchro._materialize_run, in a function of its own: the session function
+-- that writes the run's links of relation rid (registry generation gen) and renders
+-- their row images; returns its name, to be called as
+--   SELECT x.more, x.gone FROM <name>(rid) x
+-- (more: some row of the relation has more than one link; gone: some row's last link
+-- deletes it).
+--
+-- Why a session function. Each relation's links statement embeds its own image SQL
+-- (synchro._image_sql), so it was run by EXECUTE: parsed, analyzed and planned again
+-- on every run, ~170 us of planning alone (pg_stat_statements, track_planning) in a
+-- small batch's ~2 ms. A PL/pgSQL function keeps its plan for the session: the
+-- statement is planned once per session, relation and registry generation
+-- (registrations in effect never change).
+--
+-- Why it is safe. The function is created here, by the pack's owner (this runs inside
+-- synchro.materialize_batch, SECURITY DEFINER), in the session's temporary schema,
+-- which only the owner of an object can alter or drop in: the runner's role cannot
+-- replace it. A function of the same name and signature the session made first (the
+-- runner's role can create temporary functions) is never called: anything not owned
+-- by the current user is refused with SYB01 batch_fallback, and the runner re-runs the
+-- batch through the reference path, which uses no session function.
+CREATE OR REPLACE FUNCTION synchro._mat_links_fn(rid bigint, gen bigint) RETURNS text
+LANGUAGE plpgsql
+-- No SET clause: called only from synchro._materialize_run, under the pinned
+-- search_path and row-image settings of synchro.materialize_batch.
+AS $$
+DECLARE
+  name  text := format('synchro_links_%s_%s', rid, gen);
+  fn    regprocedure := pg_catalog.to_regprocedure(format('pg_temp.%I(bigint)', name));
+  owner oid;
+BEGIN
+  IF fn IS NULL THEN
+    EXECUTE format(
+      $f$CREATE FUNCTION pg_temp.%I(rid bigint, OUT more boolean, OUT gone boolean) LANGUAGE plpgsql AS %L$f$,
+      name, format(
+        $b$BEGIN
+  WITH ins AS (
+    INSERT INTO pg_temp.synchro_b_links (t, relation_id, pk, pk_int, table_id, key_type, op, version,
+                                         event_ordinal, image, image_bytes, link, last)
+    SELECT y.t, y.relation_id, y.pk, y.pk_int, y.table_id, y.key_type, y.op, y.version, y.event_ordinal,
+           y.image, pg_catalog.octet_length(y.image::pg_catalog.text), y.link, y.last
+      FROM (SELECT x.t, x.relation_id, x.pk, CASE WHEN x.key_type <> 'string' THEN x.pk::bigint END AS pk_int,
+                   x.table_id, x.key_type, x.op, x.version, x.event_ordinal,
+                   CASE WHEN x.op <> 'delete' THEN %s END AS image,
+                   pg_catalog.row_number() OVER (PARTITION BY x.pk COLLATE "C" ORDER BY x.t) AS link,
+                   x.t = pg_catalog.max(x.t) OVER (PARTITION BY x.pk COLLATE "C") AS last
+              FROM (SELECT DISTINCT ON (w.pk COLLATE "C", w.t) w.* FROM pg_temp.synchro_b_rows w
+                     WHERE w.relation_id = rid ORDER BY w.pk COLLATE "C", w.t, w.seq DESC) x
+            OFFSET 0) y
+    RETURNING link, last AND op = 'delete' AS dropped)
+  SELECT coalesce(pg_catalog.max(ins.link), 0) > 1, coalesce(pg_catalog.bool_or(ins.dropped), false)
+    INTO more, gone FROM ins;
+END$b$, synchro._image_sql(rid, gen, 'x.new_row', false)));
+    fn := pg_catalog.to_regprocedure(format('pg_temp.%I(bigint)', name));
+  END IF;
+  SELECT p.proowner INTO owner FROM pg_catalog.pg_proc p WHERE p.oid = fn;
+  IF owner IS DISTINCT FROM (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user) THEN
+    RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'a session function the pack did not create';
+  END IF;
+  RETURN format('pg_temp.%I', name);
+END
+$$;
+
+REVOKE ALL ON FUNCTION synchro._mat_links_fn(bigint, bigint) FROM PUBLIC;
