@@ -180,6 +180,17 @@ func requireEachOnce(t *testing.T, db *testdb.DB, from pglogrepl.LSN) {
 // identity), and that the stream is blocked there (requireBlockedAt).
 func requireQuarantinedBetween(t *testing.T, db *testdb.DB, class string, lo, hi pglogrepl.LSN) quarantineRow {
 	t.Helper()
+	q := waitOneQuarantine(t, db, class)
+	at := lsnOf(t, &q.CommitLSN)
+	require.True(t, at > lo && at < hi, "quarantined with its own commit LSN (%s, not in %s..%s)", at, lo, hi)
+	requireBlockedAt(t, db, q)
+	return q
+}
+
+// waitOneQuarantine waits for the stream's quarantine record and checks that it is
+// the only one and of class.
+func waitOneQuarantine(t *testing.T, db *testdb.DB, class string) quarantineRow {
+	t.Helper()
 	var q []quarantineRow
 	eventually(t, 60*time.Second, "a quarantine record", func() bool {
 		q = quarantines(t, db)
@@ -187,9 +198,6 @@ func requireQuarantinedBetween(t *testing.T, db *testdb.DB, class string, lo, hi
 	})
 	require.Len(t, q, 1)
 	require.Equal(t, class, q[0].Class)
-	at := lsnOf(t, &q[0].CommitLSN)
-	require.True(t, at > lo && at < hi, "quarantined with its own commit LSN (%s, not in %s..%s)", at, lo, hi)
-	requireBlockedAt(t, db, q[0])
 	return q[0]
 }
 

@@ -299,20 +299,14 @@ func requireQuarantinedInBatch(t *testing.T, class string, poison ...string) {
 	cfg.BatchTxns = 10000
 	cfg.BatchDelay = time.Hour
 	rr = startRunner(t, cfg)
-	var q []quarantineRow
-	eventually(t, 30*time.Second, "a quarantine record", func() bool {
-		q = quarantines(t, db)
-		return len(q) > 0
-	})
-	require.Len(t, q, 1)
-	require.Equal(t, class, q[0].Class)
-	require.NotNil(t, q[0].RelationID)
-	require.Equal(t, itemsRelationID(t, db), *q[0].RelationID)
+	q := waitOneQuarantine(t, db, class)
+	require.NotNil(t, q.RelationID)
+	require.Equal(t, itemsRelationID(t, db), *q.RelationID)
 	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.quarantine
 		WHERE commit_lsn > $1::pg_lsn AND commit_lsn < $2::pg_lsn`, lo, hi), "quarantined with its own commit LSN")
 	require.Equal(t, before+30, countOf(t, db, `SELECT count(*) FROM synchro.txn`), "every transaction before it materialized")
 	require.Equal(t, 30, countOf(t, db, `SELECT count(*) FROM synchro.effect WHERE pk::int8 BETWEEN 100 AND 129`))
-	requireBlockedAt(t, db, q[0])
+	requireBlockedAt(t, db, q)
 	require.GreaterOrEqual(t, rr.counter(t, "synchro_runner_batch_fallbacks_total"), float64(1), "the batch fell back")
 }
 

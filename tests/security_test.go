@@ -681,14 +681,8 @@ func TestRegistrationRefusesLookalikeKeyType(t *testing.T) {
 func TestRunnerStageRefusesSessionTables(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	role := "runner_" + randomSuffix()
-	ident := pgx.Identifier{role}.Sanitize()
-	mustExec(t, db, `CREATE ROLE `+ident+` LOGIN IN ROLE synchro_runner`)
-	t.Cleanup(func() {
-		_, _ = db.Pool.Exec(context.Background(), `DROP OWNED BY `+ident)
-		_, _ = db.Pool.Exec(context.Background(), `DROP ROLE `+ident)
-	})
 	ctx := context.Background()
+	ident := runnerRole(t, db)
 	conn, err := pgx.Connect(ctx, db.URL)
 	require.NoError(t, err)
 	defer conn.Close(ctx)
@@ -731,6 +725,19 @@ func TestRunnerStageRefusesSessionTables(t *testing.T) {
 	requireSQLState(t, err, "42501")
 }
 
+// runnerRole creates a login role in synchro_runner for the test and returns its
+// quoted name.
+func runnerRole(t *testing.T, db *testdb.DB) string {
+	t.Helper()
+	ident := pgx.Identifier{"runner_" + randomSuffix()}.Sanitize()
+	mustExec(t, db, `CREATE ROLE `+ident+` LOGIN IN ROLE synchro_runner`)
+	t.Cleanup(func() {
+		_, _ = db.Pool.Exec(context.Background(), `DROP OWNED BY `+ident)
+		_, _ = db.Pool.Exec(context.Background(), `DROP ROLE `+ident)
+	})
+	return ident
+}
+
 // synchro._mat_links_fn keeps each relation's links statement in a function of the
 // session's temporary schema, so that its plan is kept. The runner's role may create
 // temporary functions too: one it made under that name and signature first is never
@@ -739,14 +746,8 @@ func TestRunnerStageRefusesSessionTables(t *testing.T) {
 func TestMaterializeRefusesSessionFunction(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	role := "runner_" + randomSuffix()
-	ident := pgx.Identifier{role}.Sanitize()
-	mustExec(t, db, `CREATE ROLE `+ident+` LOGIN IN ROLE synchro_runner`)
-	t.Cleanup(func() {
-		_, _ = db.Pool.Exec(context.Background(), `DROP OWNED BY `+ident)
-		_, _ = db.Pool.Exec(context.Background(), `DROP ROLE `+ident)
-	})
 	ctx := context.Background()
+	ident := runnerRole(t, db)
 	conn, err := pgx.Connect(ctx, db.URL)
 	require.NoError(t, err)
 	defer conn.Close(ctx)
