@@ -682,13 +682,8 @@ func TestRunnerStageRefusesSessionTables(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	ctx := context.Background()
-	ident := runnerRole(t, db)
-	conn, err := pgx.Connect(ctx, db.URL)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, `SET ROLE `+ident)
-	require.NoError(t, err)
-	_, err = conn.Exec(ctx, `CREATE TEMP TABLE synchro_stage (seq int)`)
+	conn, ident := runnerSession(t, db)
+	_, err := conn.Exec(ctx, `CREATE TEMP TABLE synchro_stage (seq int)`)
 	require.NoError(t, err)
 	_, err = conn.Exec(ctx, `SELECT synchro.runner_stage_open()`)
 	requireSQLState(t, err, "42501")
@@ -725,17 +720,23 @@ func TestRunnerStageRefusesSessionTables(t *testing.T) {
 	requireSQLState(t, err, "42501")
 }
 
-// runnerRole creates a login role in synchro_runner for the test and returns its
-// quoted name.
-func runnerRole(t *testing.T, db *testdb.DB) string {
+// runnerSession creates a login role in synchro_runner for the test and returns a
+// session of its own under that role (SET ROLE), and the role's quoted name.
+func runnerSession(t *testing.T, db *testdb.DB) (*pgx.Conn, string) {
 	t.Helper()
+	ctx := context.Background()
 	ident := pgx.Identifier{"runner_" + randomSuffix()}.Sanitize()
 	mustExec(t, db, `CREATE ROLE `+ident+` LOGIN IN ROLE synchro_runner`)
 	t.Cleanup(func() {
 		_, _ = db.Pool.Exec(context.Background(), `DROP OWNED BY `+ident)
 		_, _ = db.Pool.Exec(context.Background(), `DROP ROLE `+ident)
 	})
-	return ident
+	conn, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	_, err = conn.Exec(ctx, `SET ROLE `+ident)
+	require.NoError(t, err)
+	return conn, ident
 }
 
 // synchro._mat_links_fn keeps each relation's links statement in a function of the
@@ -747,12 +748,8 @@ func TestMaterializeRefusesSessionFunction(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	ctx := context.Background()
-	ident := runnerRole(t, db)
-	conn, err := pgx.Connect(ctx, db.URL)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, `SET ROLE `+ident+`;
-		SELECT synchro.runner_stage_open();
+	conn, _ := runnerSession(t, db)
+	_, err := conn.Exec(ctx, `SELECT synchro.runner_stage_open();
 		CREATE TEMP TABLE hit (who text);
 		CREATE FUNCTION pg_temp.synchro_links_7_3(rid bigint, OUT more boolean, OUT gone boolean)
 		LANGUAGE plpgsql AS $f$ BEGIN INSERT INTO pg_temp.hit VALUES (current_user); more := false; gone := false; END $f$;
