@@ -1486,7 +1486,6 @@ CREATE FUNCTION synchro._mat_links_fn(rid bigint, gen bigint) RETURNS text
 DECLARE
   name  text := format('synchro_links_%s_%s', rid, gen);
   fn    regprocedure := pg_catalog.to_regprocedure(format('pg_temp.%I(bigint)', name));
-  owner oid;
 BEGIN
   IF fn IS NULL THEN
     EXECUTE format(
@@ -1510,10 +1509,14 @@ BEGIN
   SELECT coalesce(pg_catalog.max(ins.link), 0) > 1, coalesce(pg_catalog.bool_or(ins.dropped), false)
     INTO more, gone FROM ins;
 END$b$, synchro._image_sql(rid, gen, 'x.new_row', false)));
-    fn := pg_catalog.to_regprocedure(format('pg_temp.%I(bigint)', name));
+    EXECUTE format('REVOKE ALL ON FUNCTION pg_temp.%I(bigint) FROM PUBLIC', name);
   END IF;
-  SELECT p.proowner INTO owner FROM pg_catalog.pg_proc p WHERE p.oid = fn;
-  IF owner IS DISTINCT FROM (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user) THEN
+  -- Ours, and alone under its name: an overload the session made (another signature,
+  -- a default argument) could make the call ambiguous or pick it.
+  IF (SELECT count(*) <> 1 OR bool_or(p.proowner IS DISTINCT FROM
+                                      (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user))
+        FROM pg_catalog.pg_proc p
+       WHERE p.pronamespace = pg_catalog.pg_my_temp_schema() AND p.proname = name) THEN
     RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'a session function the pack did not create';
   END IF;
   RETURN format('pg_temp.%I', name);
@@ -5153,6 +5156,12 @@ BEGIN
     RAISE EXCEPTION 'materialize_batch: the batch arrays must be non-empty and of one length'
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
+  -- The session's work tables are the owner's own, checked on every call, not only when
+  -- the session opened them: a session can drop every temporary object it holds,
+  -- whoever owns it (DISCARD TEMP), then make synchro_ tables of its own with triggers
+  -- that the writes below would fire with the owner's rights. runner_stage_open refuses
+  -- such tables (42501) and recreates dropped ones.
+  PERFORM synchro.runner_stage_open();
   -- Every source transaction of the batch is visible first (synchro._await_visible):
   -- a transaction is decoded once its commit record is flushed, a moment before it
   -- leaves the proc array. Checked before the reset guard, which must see the

@@ -109,11 +109,12 @@ func newReader(cfg *Config, conn *pgconn.PgConn, f *Frontier, items chan<- item,
 func (r *reader) wake() {
 	r.wakeMu.Lock()
 	r.woken = true
-	fn := r.wakeFn
-	r.wakeMu.Unlock()
-	if fn != nil {
-		fn()
+	// Under the lock: once disarm returns, no interruption of an earlier receive can
+	// still move the read deadline (it only sets a deadline, which never blocks).
+	if r.wakeFn != nil {
+		r.wakeFn()
 	}
+	r.wakeMu.Unlock()
 	select {
 	case r.wakeCh <- struct{}{}:
 	default:
@@ -172,7 +173,10 @@ func (r *reader) run(ctx context.Context) error {
 	ctxWake := context.AfterFunc(ctx, r.wake)
 	defer ctxWake()
 	nc := r.conn.Conn()
-	defer nc.SetReadDeadline(time.Time{}) //nolint:errcheck // best effort: the connection is closed next
+	defer func() {
+		r.disarm() // no wake moves the deadline after this (wake holds wakeMu)
+		_ = nc.SetReadDeadline(time.Time{})
+	}()
 	interrupt := func() { _ = nc.SetReadDeadline(time.Now()) }
 
 	r.lastRecv = time.Now()

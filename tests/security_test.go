@@ -720,6 +720,38 @@ func TestRunnerStageRefusesSessionTables(t *testing.T) {
 	requireSQLState(t, err, "42501")
 }
 
+// A runner session can drop every temporary object it holds, the owner's work tables
+// included (DISCARD TEMP), and make synchro_ tables of its own with triggers:
+// materialize_batch checks the session's tables on every call, so such a trigger never
+// runs with the owner's rights (42501, nothing run). Red before the check: the trigger
+// ran as the owner on the first work-table insert.
+func TestMaterializeBatchRefusesDiscardedStage(t *testing.T) {
+	t.Parallel()
+	db := runnerSetup(t)
+	rr := startRunner(t, testRunnerConfig(t, db))
+	p := waitStream(t, db)
+	require.NoError(t, rr.stop(t))
+	ctx := context.Background()
+	conn, _ := runnerSession(t, db)
+	_, err := conn.Exec(ctx, `SELECT synchro.runner_stage_open();
+		DISCARD TEMP;
+		CREATE FUNCTION pg_temp.trg() RETURNS trigger LANGUAGE plpgsql
+		  AS $f$ BEGIN RAISE EXCEPTION 'trigger ran as %', current_user; END $f$;
+		CREATE TEMP TABLE synchro_stage (txn int, seq int, kind "char", event_ordinal int, relid oid, nspname text,
+		  relname text, replident "char", col_names text[], col_types oid[], col_keys boolean[], new_row jsonb,
+		  old_row jsonb, toast text[], truncated oid[], prefix text, f_kind text, f_relation_id bigint, f_schema text,
+		  f_table text, f_op text, f_old_key text, f_new_key text, f_version text, f_fence_id uuid, f_ordinal bigint,
+		  f_table_id text, a_generation bigint, a_previous bigint);
+		CREATE TEMP TABLE synchro_b_txn (t int PRIMARY KEY, commit_lsn pg_lsn, end_lsn pg_lsn, xid bigint,
+		  commit_time timestamptz, n_events int, n_fences int);
+		CREATE TRIGGER t BEFORE INSERT OR DELETE ON synchro_b_txn FOR EACH STATEMENT EXECUTE FUNCTION pg_temp.trg();
+		CREATE TRIGGER t BEFORE INSERT OR DELETE ON synchro_stage FOR EACH STATEMENT EXECUTE FUNCTION pg_temp.trg()`)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `SELECT synchro.materialize_batch($1, ARRAY['FF/1']::pg_lsn[], ARRAY['FF/2']::pg_lsn[],
+		ARRAY[1::bigint], ARRAY[now()], true)`, p.Generation)
+	requireSQLState(t, err, "42501")
+}
+
 // runnerSession creates a login role in synchro_runner for the test and returns a
 // session of its own under that role (SET ROLE), and the role's quoted name.
 func runnerSession(t *testing.T, db *testdb.DB) (*pgx.Conn, string) {
@@ -760,6 +792,17 @@ func TestMaterializeRefusesSessionFunction(t *testing.T) {
 	var hits int
 	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM pg_temp.hit`).Scan(&hits))
 	require.Zero(t, hits, "the session's own function never ran")
+
+	// An overload the session made (another signature) is refused too: the call could
+	// become ambiguous, or pick it.
+	other, _ := runnerSession(t, db)
+	_, err = other.Exec(ctx, `SELECT synchro.runner_stage_open();
+		CREATE FUNCTION pg_temp.synchro_links_7_3(rid int, OUT more boolean, OUT gone boolean)
+		LANGUAGE plpgsql AS $f$ BEGIN more := false; gone := false; END $f$;
+		RESET ROLE`)
+	require.NoError(t, err)
+	_, err = other.Exec(ctx, `SELECT synchro._mat_links_fn(7, 3)`)
+	requireSQLState(t, err, "SYB01")
 
 	clean, err := pgx.Connect(ctx, db.URL)
 	require.NoError(t, err)

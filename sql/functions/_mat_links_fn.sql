@@ -14,11 +14,12 @@
 --
 -- Why it is safe. The function is created here, by the pack's owner (this runs inside
 -- synchro.materialize_batch, SECURITY DEFINER), in the session's temporary schema,
--- which only the owner of an object can alter or drop in: the runner's role cannot
--- replace it. A function of the same name and signature the session made first (the
--- runner's role can create temporary functions) is never called: anything not owned
--- by the current user is refused with SYB01 batch_fallback, and the runner re-runs the
--- batch through the reference path, which uses no session function.
+-- where the runner's role cannot alter or replace an object it does not own. It can
+-- drop it (DISCARD TEMP drops every temporary object of the session) and make its
+-- own: a function under that name the pack did not create, or any other function of
+-- that name (an overload), is never called: the run is refused with SYB01
+-- batch_fallback, and the runner re-runs the batch through the reference path, which
+-- uses no session function.
 CREATE OR REPLACE FUNCTION synchro._mat_links_fn(rid bigint, gen bigint) RETURNS text
 LANGUAGE plpgsql
 -- No SET clause: called only from synchro._materialize_run, under the pinned
@@ -27,7 +28,6 @@ AS $$
 DECLARE
   name  text := format('synchro_links_%s_%s', rid, gen);
   fn    regprocedure := pg_catalog.to_regprocedure(format('pg_temp.%I(bigint)', name));
-  owner oid;
 BEGIN
   IF fn IS NULL THEN
     EXECUTE format(
@@ -51,10 +51,14 @@ BEGIN
   SELECT coalesce(pg_catalog.max(ins.link), 0) > 1, coalesce(pg_catalog.bool_or(ins.dropped), false)
     INTO more, gone FROM ins;
 END$b$, synchro._image_sql(rid, gen, 'x.new_row', false)));
-    fn := pg_catalog.to_regprocedure(format('pg_temp.%I(bigint)', name));
+    EXECUTE format('REVOKE ALL ON FUNCTION pg_temp.%I(bigint) FROM PUBLIC', name);
   END IF;
-  SELECT p.proowner INTO owner FROM pg_catalog.pg_proc p WHERE p.oid = fn;
-  IF owner IS DISTINCT FROM (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user) THEN
+  -- Ours, and alone under its name: an overload the session made (another signature,
+  -- a default argument) could make the call ambiguous or pick it.
+  IF (SELECT count(*) <> 1 OR bool_or(p.proowner IS DISTINCT FROM
+                                      (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user))
+        FROM pg_catalog.pg_proc p
+       WHERE p.pronamespace = pg_catalog.pg_my_temp_schema() AND p.proname = name) THEN
     RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'a session function the pack did not create';
   END IF;
   RETURN format('pg_temp.%I', name);

@@ -55,6 +55,12 @@ BEGIN
     RAISE EXCEPTION 'materialize_batch: the batch arrays must be non-empty and of one length'
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
+  -- The session's work tables are the owner's own, checked on every call, not only when
+  -- the session opened them: a session can drop every temporary object it holds,
+  -- whoever owns it (DISCARD TEMP), then make synchro_ tables of its own with triggers
+  -- that the writes below would fire with the owner's rights. runner_stage_open refuses
+  -- such tables (42501) and recreates dropped ones.
+  PERFORM synchro.runner_stage_open();
   -- Every source transaction of the batch is visible first (synchro._await_visible):
   -- a transaction is decoded once its commit record is flushed, a moment before it
   -- leaves the proc array. Checked before the reset guard, which must see the
