@@ -1513,8 +1513,7 @@ END$b$, synchro._image_sql(rid, gen, 'x.new_row', false)));
   END IF;
   -- Ours, and alone under its name: an overload the session made (another signature,
   -- a default argument) could make the call ambiguous or pick it.
-  IF (SELECT count(*) <> 1 OR bool_or(p.proowner IS DISTINCT FROM
-                                      (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user))
+  IF (SELECT count(*) <> 1 OR bool_or(p.proowner <> current_user::pg_catalog.regrole)
         FROM pg_catalog.pg_proc p
        WHERE p.pronamespace = pg_catalog.pg_my_temp_schema() AND p.proname = name) THEN
     RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'a session function the pack did not create';
