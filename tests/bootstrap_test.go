@@ -42,6 +42,7 @@ func waitBootstraps(t *testing.T, db *testdb.DB) {
 		if !t.Failed() {
 			return
 		}
+		logClusterActivity(t, db, "bootstrap diagnostics")
 		// What a stuck bootstrap waits for.
 		rows, err := db.Pool.Query(context.Background(), `SELECT b.table_id, b.phase, b.attempt, b.consistent_point::text,
 			p.materialized_commit_lsn::text, p.processed_end_lsn::text, p.registry_generation, b.generation

@@ -93,19 +93,8 @@ func groupsSetup(t *testing.T) *testdb.DB {
 		SELECT synchro.register_table('notes', 'notes');
 		SELECT synchro.activate_registry();`)
 	startRunner(t, testRunnerConfig(t, db))
-	waitStreamLong(t, db)
+	waitStream(t, db)
 	return db
-}
-
-// waitStreamLong waits for the runner's first start like waitStream, longer: creating
-// the slot waits for every transaction running in the cluster, and a loaded machine
-// running the whole suite in parallel takes more than waitStream's 10 s.
-func waitStreamLong(t *testing.T, db *testdb.DB) {
-	t.Helper()
-	eventually(t, 60*time.Second, "the stream to exist", func() bool {
-		_, ok := runnerState(t, db)
-		return ok
-	})
 }
 
 // waitChangeTxns waits until n source transactions carry changes.
@@ -657,7 +646,7 @@ func TestConsumerGroupLagMetrics(t *testing.T) {
 	cfg := testRunnerConfig(t, db)
 	cfg.MetricsInterval = 100 * time.Millisecond
 	rr := startRunner(t, cfg)
-	waitStreamLong(t, db)
+	waitStream(t, db)
 	mustExec(t, db, `SELECT synchro.create_consumer_group('metered')`)
 	for i := 10; i < 13; i++ {
 		mustExec(t, db, `INSERT INTO items (id, owner) VALUES ($1, 'a')`, i)

@@ -79,23 +79,7 @@ func (o *operator) waitPhase(t *testing.T, id, phase string) resetStatus {
 		if !t.Failed() {
 			return
 		}
-		rows, err := o.db.Pool.Query(context.Background(), `
-			SELECT coalesce(datname, '') || ' pid=' || pid || ' app=' || coalesce(application_name, '') || ' state=' ||
-			       coalesce(state, '') || ' xid=' || coalesce(backend_xid::text, '') || ' xmin=' || coalesce(backend_xmin::text, '') ||
-			       ' since=' || coalesce((now() - xact_start)::text, '') || ' wait=' || coalesce(wait_event, '') || ' ' ||
-			       left(coalesce(query, ''), 100)
-			  FROM pg_stat_activity WHERE backend_xid IS NOT NULL OR backend_xmin IS NOT NULL OR backend_type = 'walsender'`)
-		if err != nil {
-			t.Logf("reset diagnostics: %v", err)
-			return
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var line string
-			if rows.Scan(&line) == nil {
-				t.Logf("reset diagnostics: %s", line)
-			}
-		}
+		logClusterActivity(t, o.db, "reset diagnostics")
 		var st string
 		if o.db.Pool.QueryRow(context.Background(), `SELECT synchro.reset_status($1)::text`, id).Scan(&st) == nil {
 			t.Logf("reset diagnostics: status %s", st)

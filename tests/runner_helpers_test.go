@@ -271,12 +271,44 @@ func slotLSN(t *testing.T, db *testdb.DB) pglogrepl.LSN {
 	return l
 }
 
+// logClusterActivity logs what every session of the cluster that holds an xid or a
+// snapshot, and every walsender, is doing: what a stuck slot creation (which waits
+// for every xid-holding transaction of the cluster), a stuck materialization or a
+// stuck catch-up waits for. Only the pack's and the tests' statements appear, cut.
+func logClusterActivity(t *testing.T, db *testdb.DB, label string) {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(), `
+		SELECT coalesce(datname, '') || ' pid=' || pid || ' app=' || coalesce(application_name, '') || ' state=' ||
+		       coalesce(state, '') || ' xid=' || coalesce(backend_xid::text, '') || ' xmin=' || coalesce(backend_xmin::text, '') ||
+		       ' xact=' || coalesce((now() - xact_start)::text, '') || ' stmt=' || coalesce((now() - query_start)::text, '') ||
+		       ' wait=' || coalesce(wait_event_type || '/' || wait_event, '') || ' ' || left(coalesce(query, ''), 160)
+		  FROM pg_stat_activity
+		 WHERE backend_xid IS NOT NULL OR backend_xmin IS NOT NULL OR backend_type = 'walsender'
+		    OR datname = current_database()`)
+	if err != nil {
+		t.Logf("%s: %v", label, err)
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var line string
+		if rows.Scan(&line) == nil {
+			t.Logf("%s: %s", label, line)
+		}
+	}
+}
+
 // waitStream waits for the runner's first start (slot and baseline).
 func waitStream(t *testing.T, db *testdb.DB) progressRow {
 	t.Helper()
 	var p progressRow
 	// Slot creation waits for every transaction running in the cluster (parallel
-	// tests hold some), so this can take a while under load.
+	// tests hold some), so this can take a while under load; a timeout says which.
+	t.Cleanup(func() {
+		if t.Failed() {
+			logClusterActivity(t, db, "waiting for the stream")
+		}
+	})
 	eventually(t, 60*time.Second, "the stream to exist", func() bool {
 		var ok bool
 		p, ok = runnerState(t, db)

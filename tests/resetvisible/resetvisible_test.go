@@ -93,6 +93,7 @@ func TestResetRequestDecodedBeforeVisible(t *testing.T) {
 	})
 	_, err = db.Pool.Exec(ctx, `SELECT pg_reload_conf()`)
 	require.NoError(t, err)
+	waitSyncStandbyDefined(t, db)
 
 	// The operator's session waits for the standby after its commit record.
 	op, err := pgx.Connect(ctx, db.URL)
@@ -172,4 +173,57 @@ func TestResetRequestDecodedBeforeVisible(t *testing.T) {
 	})
 	_, err = db.Pool.Exec(ctx, `SELECT synchro.abort_reset($1::uuid)`, resetID)
 	require.NoError(t, err)
+}
+
+// waitSyncStandbyDefined returns once a commit waits for the synchronous standby. A
+// commit waits only once the checkpointer, on its own reload, has set the shared flag
+// that says a synchronous standby is named (SyncRepUpdateSyncStandbysDefined):
+// pg_reload_conf returns before that, and a commit in between returns at once (the
+// operator's commit did, on PostgreSQL 16 in CI). So a probe transaction commits until
+// one waits, and is then released by a cancel (committed locally, with a warning).
+func waitSyncStandbyDefined(t *testing.T, db *testdb.DB) {
+	t.Helper()
+	ctx := context.Background()
+	probe, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	defer probe.Close(context.Background())
+	_, err = probe.Exec(ctx, `SET synchronous_commit = on`)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS sync_probe (i int)`)
+	require.NoError(t, err)
+	var pid int
+	require.NoError(t, probe.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		done := make(chan error, 1)
+		go func() {
+			// Only a commit of a transaction that wrote WAL waits (an xid alone does not).
+			_, err := probe.Exec(ctx, `INSERT INTO sync_probe VALUES (1)`)
+			done <- err
+		}()
+		waiting := false
+		for !waiting {
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-time.After(5 * time.Millisecond):
+				var n int
+				require.NoError(t, db.Pool.QueryRow(ctx,
+					`SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND wait_event = 'SyncRep'`, pid).Scan(&n))
+				waiting = n == 1
+				continue
+			}
+			break // the commit returned without waiting: the flag is not set yet
+		}
+		if waiting {
+			_, err = db.Pool.Exec(ctx, `SELECT pg_cancel_backend($1)`, pid)
+			require.NoError(t, err)
+			require.NoError(t, <-done)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("timed out after 30s waiting for a commit to wait for the synchronous standby")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
