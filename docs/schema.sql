@@ -300,6 +300,15 @@ BEGIN
   END LOOP;
 
   IF cardinality(rels) > 0 THEN
+    -- Fresh statistics first, before any statement probes the merged rows. They also
+    -- make this session plan again every cached statement that reads these tables: a
+    -- plan cached while the projection was nearly empty probes it with a sequential
+    -- scan, and would scan the whole merged projection once per merged row (a CI run
+    -- spent minutes in synchro._evaluate_membership that way, holding back every slot
+    -- creation of the cluster; TestBootstrapMergeProbesProjection). Without them, stale
+    -- ones also made every later transaction's membership statement look millions of
+    -- rows big, each paying for a JIT compilation of half a second.
+    ANALYZE synchro.projection;
     -- Rule index of the merged relations, then the membership of every prefix whose
     -- rules name one of them, directly or as a via dependency, for every projected row.
     INSERT INTO synchro.rule_value (relation_id, column_name, value, pk)
@@ -310,12 +319,9 @@ BEGIN
     ON CONFLICT DO NOTHING;
     SELECT array_agg(DISTINCT s.scope_prefix) INTO changed FROM synchro.scope_rule s
      WHERE s.generation = reg AND (s.relation_id = ANY (rels) OR s.via_relation_id = ANY (rels));
+    ANALYZE synchro.rule_value; -- probed by via rules' membership, just below
     PERFORM synchro._rebuild_prefix_membership(reg, changed);
-    -- A large merge changes these tables' sizes by as much as it wants at once: fresh
-    -- statistics now, not at autovacuum's next visit (stale ones made every later
-    -- transaction's membership statement look millions of rows big, each paying for a
-    -- JIT compilation of half a second).
-    ANALYZE synchro.projection, synchro.rule_value, synchro.membership;
+    ANALYZE synchro.membership;
   END IF;
 
   IF t IS NULL THEN
@@ -365,6 +371,14 @@ BEGIN
       -- stage is incomplete, and a partial projection must not become the state.
       IF n <> b.row_count THEN
         RAISE EXCEPTION 'poison: bootstrap_incomplete' USING ERRCODE = 'SYP08', DETAIL = format('relation_id=%s', b.relation_id);
+      END IF;
+      -- Fresh statistics before the membership of these rows is evaluated
+      -- (synchro._reevaluate_prefixes): they make the session plan its cached
+      -- statements on the projection again, whose plans made while it was nearly
+      -- empty would scan all of it once per merged row (see synchro._bootstrap_catch_up).
+      -- Below a thousand rows that costs less than the ANALYZE.
+      IF n > 1000 THEN
+        ANALYZE synchro.projection;
       END IF;
       DELETE FROM synchro.bootstrap_row s WHERE s.generation = reg AND s.relation_id = b.relation_id;
     ELSE

@@ -38,12 +38,11 @@ func waitRegistry(t *testing.T, db *testdb.DB, g int64) {
 // waitBootstraps waits until no projection bootstrap is left to merge.
 func waitBootstraps(t *testing.T, db *testdb.DB) {
 	t.Helper()
-	t.Cleanup(func() {
-		if !t.Failed() {
-			return
-		}
-		logClusterActivity(t, db, "bootstrap diagnostics")
+	eventually(t, 120*time.Second, "projection bootstraps merged", func() bool {
+		return countOf(t, db, `SELECT count(*) FROM synchro.bootstrap WHERE merged_at IS NULL AND phase <> 'subsumed'`) == 0
+	}, func() {
 		// What a stuck bootstrap waits for.
+		logClusterActivity(t, db, "bootstrap diagnostics")
 		rows, err := db.Pool.Query(context.Background(), `SELECT b.table_id, b.phase, b.attempt, b.consistent_point::text,
 			p.materialized_commit_lsn::text, p.processed_end_lsn::text, p.registry_generation, b.generation
 			FROM synchro.bootstrap_status b, synchro.progress p`)
@@ -55,9 +54,6 @@ func waitBootstraps(t *testing.T, db *testdb.DB) {
 			v, _ := rows.Values()
 			t.Logf("bootstrap: %v", v)
 		}
-	})
-	eventually(t, 120*time.Second, "projection bootstraps merged", func() bool {
-		return countOf(t, db, `SELECT count(*) FROM synchro.bootstrap WHERE merged_at IS NULL AND phase <> 'subsumed'`) == 0
 	})
 }
 
@@ -564,4 +560,76 @@ func TestBootstrapRefusesCallerImageCache(t *testing.T) {
 	require.Equal(t, g, op.activate(t))
 	waitRegistry(t, db, g)
 	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.projection WHERE relation_id = $1 AND image = '{"id": 1, "team": "t1"}'::jsonb`, rid))
+}
+
+// TestBootstrapMergeProbesProjection: the merge of a projection bootstrap evaluates
+// the membership of each merged row with one index probe of synchro.projection, also
+// in an apply session that cached its plans while the projection was nearly empty
+// (where a sequential scan is the cheaper probe, and a cached plan is not made again
+// because the table grew). Found in CI: TestBootstrapFilledTable's merge of 100,000
+// rows ran for minutes in such a plan, one scan of the whole projection per merged
+// row, and its transaction held back every slot creation of the cluster meanwhile.
+// The sequential tuple reads of the projection during the merge say which plan ran:
+// about rows² with the stale plan, a small multiple of rows without it.
+func TestBootstrapMergeProbesProjection(t *testing.T) {
+	t.Parallel()
+	const rows = 3000
+	e := newSyncEnv(t, fmt.Sprintf(`CREATE TABLE docs (id int8 PRIMARY KEY, team text);
+		INSERT INTO docs SELECT i, 't' || (i %% 7) FROM generate_series(1, %d) i;
+		GRANT SELECT ON docs TO synchro_operator;`, rows))
+	db := e.db
+	write(t, db, `INSERT INTO tasks (id, project_id, owner, title) VALUES (1, 1, 'o1', 'one')`)
+	stats := func() (inserted, seqRead int64) {
+		t.Helper()
+		require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT n_tup_ins, coalesce(seq_tup_read, 0)
+			FROM pg_stat_user_tables WHERE relid = 'synchro.projection'::regclass`).Scan(&inserted, &seqRead))
+		return inserted, seqRead
+	}
+	// The runner's statistics of the write above are flushed (within a second or so of
+	// its apply session going idle): what follows is the merge's.
+	eventually(t, 60*time.Second, "the first write's statistics", func() bool {
+		n, _ := stats()
+		return n >= 1
+	})
+	ins0, seq0 := stats()
+	// Statistics of a nearly empty projection, as autovacuum leaves them on a young
+	// stream (a table never analyzed is assumed ten pages big, which favours the index).
+	mustExec(t, db, `ANALYZE synchro.projection`)
+
+	// A writer keeps committing, so that the merge happens in materialize_batch, at the
+	// first source transaction after the stage's consistent point (not at an idle
+	// boundary): the path whose plans are generic.
+	stop := make(chan struct{})
+	var writer sync.WaitGroup
+	writer.Go(func() {
+		for id := int64(100); ; id++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			if _, err := db.Pool.Exec(context.Background(),
+				`INSERT INTO tasks (id, project_id, owner, title) VALUES ($1, 1, 'o1', 'w')`, id); err != nil {
+				t.Errorf("writer: %v", err)
+				return
+			}
+		}
+	})
+	stopWriter := sync.OnceFunc(func() { close(stop); writer.Wait() })
+	defer stopWriter()
+	op := newOperator(t, db)
+	require.NoError(t, op.exec(`SELECT synchro.register_table('docs', 'docs')`))
+	require.NoError(t, op.exec(`SELECT synchro.add_scope_rule('docs', 'team:', 'team')`))
+	waitRegistry(t, db, op.activate(t))
+	stopWriter()
+	require.Equal(t, rows, countOf(t, db, `SELECT count(*) FROM synchro.membership WHERE scope LIKE 'team:%'`))
+
+	eventually(t, 60*time.Second, "the merge's statistics", func() bool {
+		n, _ := stats()
+		return n-ins0 >= rows
+	})
+	_, seq1 := stats()
+	t.Logf("sequential tuple reads of synchro.projection during the merge of %d rows: %d", rows, seq1-seq0)
+	require.Less(t, seq1-seq0, int64(20*rows),
+		"the merge scanned the projection once per merged row (a plan cached while it was nearly empty)")
 }

@@ -73,24 +73,20 @@ func (o *operator) exec(sql string, args ...any) error {
 func (o *operator) waitPhase(t *testing.T, id, phase string) resetStatus {
 	t.Helper()
 	var s resetStatus
-	// What a stuck reset waits for: the candidate slot's exported snapshot waits for
-	// every xid-holding transaction of the cluster, the runner's log says the rest.
-	t.Cleanup(func() {
-		if !t.Failed() {
-			return
-		}
-		logClusterActivity(t, o.db, "reset diagnostics")
-		var st string
-		if o.db.Pool.QueryRow(context.Background(), `SELECT synchro.reset_status($1)::text`, id).Scan(&st) == nil {
-			t.Logf("reset diagnostics: status %s", st)
-		}
-	})
 	eventually(t, 180*time.Second, "reset phase "+phase, func() bool {
 		s = o.status(t, id)
 		if s.Phase == "failed" && phase != "failed" {
 			t.Fatalf("reset failed: %v", s.Detail)
 		}
 		return s.Phase == phase
+	}, func() {
+		// What a stuck reset waits for: the candidate slot's exported snapshot waits for
+		// every xid-holding transaction of the cluster, the runner's log says the rest.
+		logClusterActivity(t, o.db, "reset diagnostics")
+		var st string
+		if o.db.Pool.QueryRow(context.Background(), `SELECT synchro.reset_status($1)::text`, id).Scan(&st) == nil {
+			t.Logf("reset diagnostics: status %s", st)
+		}
 	})
 	return s
 }

@@ -215,11 +215,14 @@ func startRunner(t *testing.T, cfg runner.Config) *runningRunner {
 }
 
 // eventually polls cond every 10ms until it holds or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool, diag ...func()) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
+			for _, d := range diag {
+				d() // what the wait was stuck on
+			}
 			t.Fatalf("timed out after %s waiting for %s", timeout, what)
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -304,16 +307,11 @@ func waitStream(t *testing.T, db *testdb.DB) progressRow {
 	var p progressRow
 	// Slot creation waits for every transaction running in the cluster (parallel
 	// tests hold some), so this can take a while under load; a timeout says which.
-	t.Cleanup(func() {
-		if t.Failed() {
-			logClusterActivity(t, db, "waiting for the stream")
-		}
-	})
 	eventually(t, 60*time.Second, "the stream to exist", func() bool {
 		var ok bool
 		p, ok = runnerState(t, db)
 		return ok
-	})
+	}, func() { logClusterActivity(t, db, "waiting for the stream") })
 	return p
 }
 

@@ -77,6 +77,15 @@ BEGIN
   END LOOP;
 
   IF cardinality(rels) > 0 THEN
+    -- Fresh statistics first, before any statement probes the merged rows. They also
+    -- make this session plan again every cached statement that reads these tables: a
+    -- plan cached while the projection was nearly empty probes it with a sequential
+    -- scan, and would scan the whole merged projection once per merged row (a CI run
+    -- spent minutes in synchro._evaluate_membership that way, holding back every slot
+    -- creation of the cluster; TestBootstrapMergeProbesProjection). Without them, stale
+    -- ones also made every later transaction's membership statement look millions of
+    -- rows big, each paying for a JIT compilation of half a second.
+    ANALYZE synchro.projection;
     -- Rule index of the merged relations, then the membership of every prefix whose
     -- rules name one of them, directly or as a via dependency, for every projected row.
     INSERT INTO synchro.rule_value (relation_id, column_name, value, pk)
@@ -87,12 +96,9 @@ BEGIN
     ON CONFLICT DO NOTHING;
     SELECT array_agg(DISTINCT s.scope_prefix) INTO changed FROM synchro.scope_rule s
      WHERE s.generation = reg AND (s.relation_id = ANY (rels) OR s.via_relation_id = ANY (rels));
+    ANALYZE synchro.rule_value; -- probed by via rules' membership, just below
     PERFORM synchro._rebuild_prefix_membership(reg, changed);
-    -- A large merge changes these tables' sizes by as much as it wants at once: fresh
-    -- statistics now, not at autovacuum's next visit (stale ones made every later
-    -- transaction's membership statement look millions of rows big, each paying for a
-    -- JIT compilation of half a second).
-    ANALYZE synchro.projection, synchro.rule_value, synchro.membership;
+    ANALYZE synchro.membership;
   END IF;
 
   IF t IS NULL THEN

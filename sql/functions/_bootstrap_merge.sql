@@ -36,6 +36,14 @@ BEGIN
       IF n <> b.row_count THEN
         RAISE EXCEPTION 'poison: bootstrap_incomplete' USING ERRCODE = 'SYP08', DETAIL = format('relation_id=%s', b.relation_id);
       END IF;
+      -- Fresh statistics before the membership of these rows is evaluated
+      -- (synchro._reevaluate_prefixes): they make the session plan its cached
+      -- statements on the projection again, whose plans made while it was nearly
+      -- empty would scan all of it once per merged row (see synchro._bootstrap_catch_up).
+      -- Below a thousand rows that costs less than the ANALYZE.
+      IF n > 1000 THEN
+        ANALYZE synchro.projection;
+      END IF;
       DELETE FROM synchro.bootstrap_row s WHERE s.generation = reg AND s.relation_id = b.relation_id;
     ELSE
       -- Nothing fences the relation any more (its triggers went at activation), and no
