@@ -424,3 +424,65 @@ func TestStageRelationsCarriesShapes(t *testing.T) {
 	require.Equal(t, "0:x1 0:z 1:y 3:x2", shapes(0, 5))
 	require.Equal(t, "", shapes(5, 5))
 }
+
+// TestMaterializePlansFollowGrowth: the apply session's cached plans follow the
+// growth of the pack's tables. Autovacuum analyzes a young stream's tables while they
+// are nearly empty, where a sequential scan is the cheaper probe; a plan cached then
+// is not made again because the table grew, and scanned all of it once per row: a
+// backlog of 8,000 one-row transactions read 28 million tuples of synchro.txn and 64
+// million of synchro.rule_value (5.5 s against 0.5 s). materialize_batch plans again
+// each time the session's work doubles. The sequential tuple reads of the pack's
+// tables during a backlog say which plans ran: a scan of a table per row reads about
+// n²/2 of its tuples (32 million here; 16 million of rule_value for n = 4,000), the
+// plans made again read about a million, while the tables hold a thousand rows or so,
+// and then nothing.
+func TestMaterializePlansFollowGrowth(t *testing.T) {
+	t.Parallel()
+	const n = 8000
+	e := newSyncEnv(t, ``)
+	db := e.db
+	ctx := context.Background()
+	write(t, db, `INSERT INTO tasks (id, project_id, owner, title) VALUES (1, 1, 'o1', 'one')`)
+	// The statistics autovacuum leaves on a young stream: nearly empty tables.
+	mustExec(t, db, `ANALYZE synchro.txn, synchro.event, synchro.projection, synchro.membership, synchro.rule_value,
+		synchro.effect, synchro.change, synchro.row_version`)
+	e.stopRunner(t)
+	for i := range n {
+		mustExec(t, db, `INSERT INTO tasks (id, project_id, owner, title) VALUES ($1, 1, $2, 'x')`,
+			10+i, fmt.Sprintf("o%d", i%50))
+	}
+	seqReads := func() map[string]int64 {
+		t.Helper()
+		rows, err := db.Pool.Query(ctx, `SELECT relname::text, coalesce(seq_tup_read, 0) FROM pg_stat_user_tables
+			WHERE schemaname = 'synchro' AND relname IN ('txn', 'event', 'projection', 'membership', 'rule_value', 'effect', 'change', 'row_version')`)
+		require.NoError(t, err)
+		defer rows.Close()
+		out := map[string]int64{}
+		for rows.Next() {
+			var k string
+			var v int64
+			require.NoError(t, rows.Scan(&k, &v))
+			out[k] = v
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+	before := seqReads()
+	e.startRunner(t)
+	eventually(t, 300*time.Second, "the backlog materialized", func() bool {
+		return countOf(t, db, `SELECT count(*) FROM synchro.projection`) == n+1
+	})
+	// The apply session's statistics are flushed within a second or so of its going
+	// idle: the ledger rows it inserted say when.
+	eventually(t, 60*time.Second, "the backlog's statistics", func() bool {
+		return countOf(t, db, `SELECT n_tup_ins FROM pg_stat_user_tables WHERE relid = 'synchro.txn'::regclass`) >= n+1
+	})
+	after := seqReads()
+	require.Len(t, after, 8)
+	for rel, v := range after {
+		t.Logf("sequential tuple reads of synchro.%s during a backlog of %d transactions: %d", rel, n, v-before[rel])
+	}
+	for rel, v := range after {
+		require.Less(t, v-before[rel], int64(n*n/16), "synchro.%s scanned about once per row: a plan cached while it was nearly empty", rel)
+	}
+}
