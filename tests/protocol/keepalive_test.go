@@ -145,7 +145,12 @@ func TestKeepaliveInsideTransaction(t *testing.T) {
 	require.NoError(t, err)
 	xidA, _ := commit(t, db, `INSERT INTO items SELECT g, 'a', 'A' FROM generate_series(1, 10) g`)
 	beforeB := currentLSN(t, db.Pool)
-	xb, beforeCommitB := commit(t, db, `INSERT INTO items SELECT g, 'b', repeat('k', 200) FROM generate_series(11, 10010) g`)
+	// B's output (about 40 MB) is larger than the kernel can buffer between the two
+	// ends (receive buffers autotune up to net.ipv4.tcp_rmem's maximum, 32 MB here, and
+	// send buffers to tcp_wmem's, 4 MB): the walsender is certainly held inside it. With
+	// 2.3 MB, a connection whose buffer had grown took all of B in, the walsender went
+	// on past B's commit, and no keepalive came inside B (seen once under load).
+	xb, beforeCommitB := commit(t, db, `INSERT INTO items SELECT g, 'b', repeat('k', 1500) FROM generate_series(11, 27010) g`)
 	xidB.Store(xb)
 	eventually(t, 3*time.Minute, "the runner to hold part of B", func() bool {
 		received := pglogrepl.LSN(gauge("synchro_runner_received_lsn"))
@@ -167,7 +172,7 @@ func TestKeepaliveInsideTransaction(t *testing.T) {
 	require.NoError(t, lock.Rollback(ctx))
 
 	exactlyOnce(t, db, xidA, 10)
-	exactlyOnce(t, db, xb, 10000)
+	exactlyOnce(t, db, xb, 27000)
 	stopSampling()
 	swg.Wait()
 
