@@ -5191,21 +5191,23 @@ BEGIN
   -- that the writes below would fire with the owner's rights. runner_stage_open refuses
   -- such tables (42501) and recreates dropped ones.
   PERFORM synchro.runner_stage_open();
-  -- The session plans its statements again each time the work it materialized has
-  -- doubled since it last did (past a thousand staged rows). A cached plan is made for
-  -- the sizes the ledger, projection, membership and rule-index tables had then, and is
-  -- not made again because a table grew: a probe planned as a sequential scan of a
+  -- The session plans its statements again when the work it materialized reaches a
+  -- thousand staged rows, then ten thousand, a hundred thousand... A cached plan is made
+  -- for the sizes the ledger, projection, membership and rule-index tables had then, and
+  -- is not made again because a table grew: a probe planned as a sequential scan of a
   -- nearly empty table (where that is the cheaper probe) then scans all of it once per
-  -- row. After autovacuum had analyzed those tables nearly empty, a backlog of 4,000
-  -- one-row transactions read 16 million tuples of synchro.rule_value, and one of 8,000
-  -- took 5.5 s instead of 0.5 s (TestMaterializePlansFollowGrowth). Statistics need not
-  -- be fresh for this: the planner scales them to a table's current size in pages. The
-  -- check comes before this batch's work, which its plans see none of; once the tables
-  -- hold a thousand rows the plans are index probes, and later rounds change nothing.
+  -- row. After autovacuum had analyzed those tables nearly empty, a backlog of 8,000
+  -- one-row transactions read 64 million tuples of synchro.rule_value and took 7.4 s
+  -- instead of 2.8 s (TestMaterializePlansFollowGrowth). Statistics need not be fresh:
+  -- the planner scales them to a table's current size in pages, and once the tables hold
+  -- a few thousand rows the plans probe by index whatever their growth. The check comes
+  -- before this batch's work, which its plans see none of. Planning every statement
+  -- again costs a few milliseconds: doubling instead of tenfold steps cost 5 % of a
+  -- 20,000-transaction backlog's time (synchro-bench materialize).
   work := synchro._session_counter('synchro.session_work');
   IF work >= greatest(synchro._session_counter('synchro.session_replan_at'), 1000) THEN
     DISCARD PLANS;
-    PERFORM pg_catalog.set_config('synchro.session_replan_at', (2 * work)::text, false);
+    PERFORM pg_catalog.set_config('synchro.session_replan_at', (10 * work)::text, false);
   END IF;
   PERFORM pg_catalog.set_config('synchro.session_work',
                                 (work + n + (SELECT count(*) FROM pg_temp.synchro_stage))::text, false);

@@ -430,15 +430,15 @@ func TestStageRelationsCarriesShapes(t *testing.T) {
 // are nearly empty, where a sequential scan is the cheaper probe; a plan cached then
 // is not made again because the table grew, and scanned all of it once per row: a
 // backlog of 8,000 one-row transactions read 28 million tuples of synchro.txn and 64
-// million of synchro.rule_value (5.5 s against 0.5 s). materialize_batch plans again
-// each time the session's work doubles. The sequential tuple reads of the pack's
-// tables during a backlog say which plans ran: a scan of a table per row reads about
-// n²/2 of its tuples (32 million here; 16 million of rule_value for n = 4,000), the
-// plans made again read about a million, while the tables hold a thousand rows or so,
-// and then nothing.
+// million of synchro.rule_value (7.4 s against 2.8 s). materialize_batch plans again
+// when the session's work reaches 1,000 staged rows, then 10,000, 100,000... The
+// sequential tuple reads of the pack's tables during a backlog say which plans ran: a
+// scan of a table per row reads about n²/2 of its tuples (72 million for n = 12,000),
+// the plans made again read about a million, while the tables are small, then nothing
+// more per row.
 func TestMaterializePlansFollowGrowth(t *testing.T) {
 	t.Parallel()
-	const n = 8000
+	const n = 12000
 	e := newSyncEnv(t, ``)
 	db := e.db
 	ctx := context.Background()
