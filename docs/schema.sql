@@ -300,15 +300,19 @@ BEGIN
   END LOOP;
 
   IF cardinality(rels) > 0 THEN
-    -- Fresh statistics first, before any statement probes the merged rows. They also
-    -- make this session plan again every cached statement that reads these tables: a
-    -- plan cached while the projection was nearly empty probes it with a sequential
-    -- scan, and would scan the whole merged projection once per merged row (a CI run
-    -- spent minutes in synchro._evaluate_membership that way, holding back every slot
-    -- creation of the cluster; TestBootstrapMergeProbesProjection). Without them, stale
-    -- ones also made every later transaction's membership statement look millions of
-    -- rows big, each paying for a JIT compilation of half a second.
-    ANALYZE synchro.projection;
+    -- Fresh statistics first, and this session's cached plans made again, before any
+    -- statement probes the merged rows: a plan cached while the projection was nearly
+    -- empty probes it with a sequential scan, and would scan the whole merged projection
+    -- once per merged row (a CI run spent minutes in synchro._evaluate_membership that
+    -- way, holding back every slot creation of the cluster;
+    -- TestBootstrapMergeProbesProjection). SKIP_LOCKED: a manual VACUUM or ANALYZE, or
+    -- an anti-wraparound autovacuum, of the table would otherwise hold the merge (and its
+    -- xid) until it ends; without fresh statistics the new plans still see the table's
+    -- size in pages. Stale statistics also made every later transaction's membership
+    -- statement look millions of rows big, each paying for a JIT compilation of half a
+    -- second.
+    ANALYZE (SKIP_LOCKED) synchro.projection;
+    DISCARD PLANS;
     -- Rule index of the merged relations, then the membership of every prefix whose
     -- rules name one of them, directly or as a via dependency, for every projected row.
     INSERT INTO synchro.rule_value (relation_id, column_name, value, pk)
@@ -319,9 +323,9 @@ BEGIN
     ON CONFLICT DO NOTHING;
     SELECT array_agg(DISTINCT s.scope_prefix) INTO changed FROM synchro.scope_rule s
      WHERE s.generation = reg AND (s.relation_id = ANY (rels) OR s.via_relation_id = ANY (rels));
-    ANALYZE synchro.rule_value; -- probed by via rules' membership, just below
+    ANALYZE (SKIP_LOCKED) synchro.rule_value; -- probed by via rules' membership, just below
     PERFORM synchro._rebuild_prefix_membership(reg, changed);
-    ANALYZE synchro.membership;
+    ANALYZE (SKIP_LOCKED) synchro.membership;
   END IF;
 
   IF t IS NULL THEN
@@ -352,8 +356,9 @@ CREATE FUNCTION synchro._bootstrap_merge(reg bigint) RETURNS void
     LANGUAGE plpgsql
     AS $$
 DECLARE
-  b record;
-  n bigint;
+  b      record;
+  n      bigint;
+  merged bigint := 0;
 BEGIN
   FOR b IN SELECT x.relation_id, x.kind, x.row_count FROM synchro.bootstrap x
             WHERE x.generation = reg AND x.merged_at IS NULL AND x.phase = 'staged' AND x.consistent_point IS NULL
@@ -372,14 +377,7 @@ BEGIN
       IF n <> b.row_count THEN
         RAISE EXCEPTION 'poison: bootstrap_incomplete' USING ERRCODE = 'SYP08', DETAIL = format('relation_id=%s', b.relation_id);
       END IF;
-      -- Fresh statistics before the membership of these rows is evaluated
-      -- (synchro._reevaluate_prefixes): they make the session plan its cached
-      -- statements on the projection again, whose plans made while it was nearly
-      -- empty would scan all of it once per merged row (see synchro._bootstrap_catch_up).
-      -- Below a thousand rows that costs less than the ANALYZE.
-      IF n > 1000 THEN
-        ANALYZE synchro.projection;
-      END IF;
+      merged := merged + n;
       DELETE FROM synchro.bootstrap_row s WHERE s.generation = reg AND s.relation_id = b.relation_id;
     ELSE
       -- Nothing fences the relation any more (its triggers went at activation), and no
@@ -398,6 +396,14 @@ BEGIN
     UPDATE synchro.bootstrap x SET merged_at = now(), phase = 'merged'
      WHERE x.generation = reg AND x.relation_id = b.relation_id;
   END LOOP;
+  -- Fresh statistics and this session's plans made again before the membership of the
+  -- merged rows is evaluated (synchro._reevaluate_prefixes): plans made while the
+  -- projection was nearly empty would scan all of it once per merged row (see
+  -- synchro._bootstrap_catch_up). Below a thousand rows in all that costs less than this.
+  IF merged > 1000 THEN
+    ANALYZE (SKIP_LOCKED) synchro.projection;
+    DISCARD PLANS;
+  END IF;
 END
 $$;
 
@@ -3606,6 +3612,36 @@ $$;
 ALTER FUNCTION synchro._render_kind(typ oid) OWNER TO postgres;
 
 --
+-- Name: _replan_if_grown(); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._replan_if_grown() RETURNS void
+    LANGUAGE plpgsql
+    AS $_$
+DECLARE
+  now_blocks bigint[];
+  planned    text := pg_catalog.current_setting('synchro.session_plan_blocks', true);
+  was        bigint[];
+BEGIN
+  SELECT array_agg(pg_catalog.pg_relation_size(u.rel) / 8192 ORDER BY u.o) INTO now_blocks
+    FROM unnest(ARRAY['synchro.txn', 'synchro.event', 'synchro.projection', 'synchro.membership',
+                      'synchro.rule_value', 'synchro.effect', 'synchro.change', 'synchro.row_version',
+                      'synchro.write_fence']::regclass[]) WITH ORDINALITY AS u(rel, o);
+  IF planned ~ '^\{[0-9]{1,15}(,[0-9]{1,15}){8}\}$' THEN
+    was := planned::bigint[];
+    IF NOT EXISTS (SELECT 1 FROM unnest(now_blocks, was) AS g(b, p) WHERE g.p < 64 AND g.b >= 8 AND g.b >= 4 * g.p) THEN
+      RETURN;
+    END IF;
+    DISCARD PLANS;
+  END IF;
+  PERFORM pg_catalog.set_config('synchro.session_plan_blocks', now_blocks::text, false);
+END
+$_$;
+
+
+ALTER FUNCTION synchro._replan_if_grown() OWNER TO postgres;
+
+--
 -- Name: _reset_digest(text, text); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -3883,21 +3919,6 @@ $$;
 
 
 ALTER FUNCTION synchro._scope_rule_generation(scope text) OWNER TO postgres;
-
---
--- Name: _session_counter(text); Type: FUNCTION; Schema: synchro; Owner: postgres
---
-
-CREATE FUNCTION synchro._session_counter(name text) RETURNS bigint
-    LANGUAGE sql STABLE
-    SET search_path TO 'pg_catalog'
-    AS $_$
-  SELECT CASE WHEN v ~ '^[0-9]{1,18}$' THEN v::bigint ELSE 0 END
-    FROM (SELECT pg_catalog.current_setting(name, true) AS v) s
-$_$;
-
-
-ALTER FUNCTION synchro._session_counter(name text) OWNER TO postgres;
 
 --
 -- Name: _setting_interval(text); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -5178,7 +5199,6 @@ DECLARE
   outcomes text[] := '{}';
   i        int := 0;
   j        int;
-  work     bigint;
 BEGIN
   IF n = 0 OR cardinality(end_lsns) IS DISTINCT FROM n OR cardinality(xids) IS DISTINCT FROM n
      OR cardinality(commit_times) IS DISTINCT FROM n OR set_based IS NULL THEN
@@ -5191,26 +5211,8 @@ BEGIN
   -- that the writes below would fire with the owner's rights. runner_stage_open refuses
   -- such tables (42501) and recreates dropped ones.
   PERFORM synchro.runner_stage_open();
-  -- The session plans its statements again when the work it materialized reaches a
-  -- thousand staged rows, then ten thousand, a hundred thousand... A cached plan is made
-  -- for the sizes the ledger, projection, membership and rule-index tables had then, and
-  -- is not made again because a table grew: a probe planned as a sequential scan of a
-  -- nearly empty table (where that is the cheaper probe) then scans all of it once per
-  -- row. After autovacuum had analyzed those tables nearly empty, a backlog of 8,000
-  -- one-row transactions read 64 million tuples of synchro.rule_value and took 7.4 s
-  -- instead of 2.8 s (TestMaterializePlansFollowGrowth). Statistics need not be fresh:
-  -- the planner scales them to a table's current size in pages, and once the tables hold
-  -- a few thousand rows the plans probe by index whatever their growth. The check comes
-  -- before this batch's work, which its plans see none of. Planning every statement
-  -- again costs a few milliseconds: doubling instead of tenfold steps cost 5 % of a
-  -- 20,000-transaction backlog's time (synchro-bench materialize).
-  work := synchro._session_counter('synchro.session_work');
-  IF work >= greatest(synchro._session_counter('synchro.session_replan_at'), 1000) THEN
-    DISCARD PLANS;
-    PERFORM pg_catalog.set_config('synchro.session_replan_at', (10 * work)::text, false);
-  END IF;
-  PERFORM pg_catalog.set_config('synchro.session_work',
-                                (work + n + (SELECT count(*) FROM pg_temp.synchro_stage))::text, false);
+  -- Plans cached by this session follow the growth of the tables they probe.
+  PERFORM synchro._replan_if_grown();
   -- Every source transaction of the batch is visible first (synchro._await_visible):
   -- a transaction is decoded once its commit record is flushed, a moment before it
   -- leaves the proc array. Checked before the reset guard, which must see the
@@ -8869,6 +8871,13 @@ REVOKE ALL ON FUNCTION synchro._render_kind(typ oid) FROM PUBLIC;
 
 
 --
+-- Name: FUNCTION _replan_if_grown(); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._replan_if_grown() FROM PUBLIC;
+
+
+--
 -- Name: FUNCTION _reset_digest(sch text, what text); Type: ACL; Schema: synchro; Owner: postgres
 --
 
@@ -8950,13 +8959,6 @@ REVOKE ALL ON FUNCTION synchro._scope_hash(v text) FROM PUBLIC;
 --
 
 REVOKE ALL ON FUNCTION synchro._scope_rule_generation(scope text) FROM PUBLIC;
-
-
---
--- Name: FUNCTION _session_counter(name text); Type: ACL; Schema: synchro; Owner: postgres
---
-
-REVOKE ALL ON FUNCTION synchro._session_counter(name text) FROM PUBLIC;
 
 
 --

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -431,7 +432,7 @@ func TestStageRelationsCarriesShapes(t *testing.T) {
 // is not made again because the table grew, and scanned all of it once per row: a
 // backlog of 8,000 one-row transactions read 28 million tuples of synchro.txn and 64
 // million of synchro.rule_value (7.4 s against 2.8 s). materialize_batch plans again
-// when the session's work reaches 1,000 staged rows, then 10,000, 100,000... The
+// when a young table it probes has grown fourfold (synchro._replan_if_grown). The
 // sequential tuple reads of the pack's tables during a backlog say which plans ran: a
 // scan of a table per row reads about n²/2 of its tuples (72 million for n = 12,000),
 // the plans made again read about a million, while the tables are small, then nothing
@@ -468,14 +469,19 @@ func TestMaterializePlansFollowGrowth(t *testing.T) {
 		return out
 	}
 	before := seqReads()
+	// Done once the last transaction is materialized: its commit is after this position.
+	// Polled on synchro.progress, not by counting rows of a table the test measures.
+	var last string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&last))
+	mustExec(t, db, `INSERT INTO tasks (id, project_id, owner, title) VALUES ($1, 1, 'o1', 'last')`, 10+n)
 	e.startRunner(t)
 	eventually(t, 300*time.Second, "the backlog materialized", func() bool {
-		return countOf(t, db, `SELECT count(*) FROM synchro.projection`) == n+1
+		return countOf(t, db, `SELECT count(*) FROM synchro.progress WHERE materialized_commit_lsn > $1::pg_lsn`, last) == 1
 	})
 	// The apply session's statistics are flushed within a second or so of its going
 	// idle: the ledger rows it inserted say when.
 	eventually(t, 60*time.Second, "the backlog's statistics", func() bool {
-		return countOf(t, db, `SELECT n_tup_ins FROM pg_stat_user_tables WHERE relid = 'synchro.txn'::regclass`) >= n+1
+		return countOf(t, db, `SELECT n_tup_ins FROM pg_stat_user_tables WHERE relid = 'synchro.txn'::regclass`) >= n+2
 	})
 	after := seqReads()
 	require.Len(t, after, 8)
@@ -484,5 +490,27 @@ func TestMaterializePlansFollowGrowth(t *testing.T) {
 	}
 	for rel, v := range after {
 		require.Less(t, v-before[rel], int64(n*n/16), "synchro.%s scanned about once per row: a plan cached while it was nearly empty", rel)
+	}
+}
+
+// TestReplanSettingTakesOnlyItsShape: the session setting that records the table
+// sizes the apply session last planned for (synchro._replan_if_grown) is taken only in
+// the shape the pack writes; anything else a runner session sets it to is replaced, and
+// never makes materialization fail.
+func TestReplanSettingTakesOnlyItsShape(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	conn, err := db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	shape := regexp.MustCompile(`^\{[0-9]+(,[0-9]+){8}\}$`)
+	for _, v := range []string{"", "{}", "{1,2,3}", "abc", "{a,b,c,d,e,f,g,h,i}", "{-1,0,0,0,0,0,0,0,0}",
+		"{99999999999999999999,0,0,0,0,0,0,0,0}", "{999999999999999,0,0,0,0,0,0,0,0}", "{0,0,0,0,0,0,0,0,0}"} {
+		var after string
+		require.NoError(t, conn.QueryRow(ctx, `SELECT set_config('synchro.session_plan_blocks', $1, false) IS NOT NULL`, v).Scan(new(bool)))
+		require.NoError(t, conn.QueryRow(ctx, `SELECT synchro._replan_if_grown()::text IS NULL,
+			current_setting('synchro.session_plan_blocks')`).Scan(new(bool), &after), "setting %q", v)
+		require.Regexp(t, shape, after, "setting %q", v)
 	}
 }

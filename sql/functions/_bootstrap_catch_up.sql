@@ -77,15 +77,19 @@ BEGIN
   END LOOP;
 
   IF cardinality(rels) > 0 THEN
-    -- Fresh statistics first, before any statement probes the merged rows. They also
-    -- make this session plan again every cached statement that reads these tables: a
-    -- plan cached while the projection was nearly empty probes it with a sequential
-    -- scan, and would scan the whole merged projection once per merged row (a CI run
-    -- spent minutes in synchro._evaluate_membership that way, holding back every slot
-    -- creation of the cluster; TestBootstrapMergeProbesProjection). Without them, stale
-    -- ones also made every later transaction's membership statement look millions of
-    -- rows big, each paying for a JIT compilation of half a second.
-    ANALYZE synchro.projection;
+    -- Fresh statistics first, and this session's cached plans made again, before any
+    -- statement probes the merged rows: a plan cached while the projection was nearly
+    -- empty probes it with a sequential scan, and would scan the whole merged projection
+    -- once per merged row (a CI run spent minutes in synchro._evaluate_membership that
+    -- way, holding back every slot creation of the cluster;
+    -- TestBootstrapMergeProbesProjection). SKIP_LOCKED: a manual VACUUM or ANALYZE, or
+    -- an anti-wraparound autovacuum, of the table would otherwise hold the merge (and its
+    -- xid) until it ends; without fresh statistics the new plans still see the table's
+    -- size in pages. Stale statistics also made every later transaction's membership
+    -- statement look millions of rows big, each paying for a JIT compilation of half a
+    -- second.
+    ANALYZE (SKIP_LOCKED) synchro.projection;
+    DISCARD PLANS;
     -- Rule index of the merged relations, then the membership of every prefix whose
     -- rules name one of them, directly or as a via dependency, for every projected row.
     INSERT INTO synchro.rule_value (relation_id, column_name, value, pk)
@@ -96,9 +100,9 @@ BEGIN
     ON CONFLICT DO NOTHING;
     SELECT array_agg(DISTINCT s.scope_prefix) INTO changed FROM synchro.scope_rule s
      WHERE s.generation = reg AND (s.relation_id = ANY (rels) OR s.via_relation_id = ANY (rels));
-    ANALYZE synchro.rule_value; -- probed by via rules' membership, just below
+    ANALYZE (SKIP_LOCKED) synchro.rule_value; -- probed by via rules' membership, just below
     PERFORM synchro._rebuild_prefix_membership(reg, changed);
-    ANALYZE synchro.membership;
+    ANALYZE (SKIP_LOCKED) synchro.membership;
   END IF;
 
   IF t IS NULL THEN

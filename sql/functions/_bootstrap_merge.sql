@@ -16,8 +16,9 @@ LANGUAGE plpgsql
 -- search_path of synchro.materialize_batch.
 AS $$
 DECLARE
-  b record;
-  n bigint;
+  b      record;
+  n      bigint;
+  merged bigint := 0;
 BEGIN
   FOR b IN SELECT x.relation_id, x.kind, x.row_count FROM synchro.bootstrap x
             WHERE x.generation = reg AND x.merged_at IS NULL AND x.phase = 'staged' AND x.consistent_point IS NULL
@@ -36,14 +37,7 @@ BEGIN
       IF n <> b.row_count THEN
         RAISE EXCEPTION 'poison: bootstrap_incomplete' USING ERRCODE = 'SYP08', DETAIL = format('relation_id=%s', b.relation_id);
       END IF;
-      -- Fresh statistics before the membership of these rows is evaluated
-      -- (synchro._reevaluate_prefixes): they make the session plan its cached
-      -- statements on the projection again, whose plans made while it was nearly
-      -- empty would scan all of it once per merged row (see synchro._bootstrap_catch_up).
-      -- Below a thousand rows that costs less than the ANALYZE.
-      IF n > 1000 THEN
-        ANALYZE synchro.projection;
-      END IF;
+      merged := merged + n;
       DELETE FROM synchro.bootstrap_row s WHERE s.generation = reg AND s.relation_id = b.relation_id;
     ELSE
       -- Nothing fences the relation any more (its triggers went at activation), and no
@@ -62,6 +56,14 @@ BEGIN
     UPDATE synchro.bootstrap x SET merged_at = now(), phase = 'merged'
      WHERE x.generation = reg AND x.relation_id = b.relation_id;
   END LOOP;
+  -- Fresh statistics and this session's plans made again before the membership of the
+  -- merged rows is evaluated (synchro._reevaluate_prefixes): plans made while the
+  -- projection was nearly empty would scan all of it once per merged row (see
+  -- synchro._bootstrap_catch_up). Below a thousand rows in all that costs less than this.
+  IF merged > 1000 THEN
+    ANALYZE (SKIP_LOCKED) synchro.projection;
+    DISCARD PLANS;
+  END IF;
 END
 $$;
 

@@ -49,7 +49,6 @@ DECLARE
   outcomes text[] := '{}';
   i        int := 0;
   j        int;
-  work     bigint;
 BEGIN
   IF n = 0 OR cardinality(end_lsns) IS DISTINCT FROM n OR cardinality(xids) IS DISTINCT FROM n
      OR cardinality(commit_times) IS DISTINCT FROM n OR set_based IS NULL THEN
@@ -62,26 +61,8 @@ BEGIN
   -- that the writes below would fire with the owner's rights. runner_stage_open refuses
   -- such tables (42501) and recreates dropped ones.
   PERFORM synchro.runner_stage_open();
-  -- The session plans its statements again when the work it materialized reaches a
-  -- thousand staged rows, then ten thousand, a hundred thousand... A cached plan is made
-  -- for the sizes the ledger, projection, membership and rule-index tables had then, and
-  -- is not made again because a table grew: a probe planned as a sequential scan of a
-  -- nearly empty table (where that is the cheaper probe) then scans all of it once per
-  -- row. After autovacuum had analyzed those tables nearly empty, a backlog of 8,000
-  -- one-row transactions read 64 million tuples of synchro.rule_value and took 7.4 s
-  -- instead of 2.8 s (TestMaterializePlansFollowGrowth). Statistics need not be fresh:
-  -- the planner scales them to a table's current size in pages, and once the tables hold
-  -- a few thousand rows the plans probe by index whatever their growth. The check comes
-  -- before this batch's work, which its plans see none of. Planning every statement
-  -- again costs a few milliseconds: doubling instead of tenfold steps cost 5 % of a
-  -- 20,000-transaction backlog's time (synchro-bench materialize).
-  work := synchro._session_counter('synchro.session_work');
-  IF work >= greatest(synchro._session_counter('synchro.session_replan_at'), 1000) THEN
-    DISCARD PLANS;
-    PERFORM pg_catalog.set_config('synchro.session_replan_at', (10 * work)::text, false);
-  END IF;
-  PERFORM pg_catalog.set_config('synchro.session_work',
-                                (work + n + (SELECT count(*) FROM pg_temp.synchro_stage))::text, false);
+  -- Plans cached by this session follow the growth of the tables they probe.
+  PERFORM synchro._replan_if_grown();
   -- Every source transaction of the batch is visible first (synchro._await_visible):
   -- a transaction is decoded once its commit record is flushed, a moment before it
   -- leaves the proc array. Checked before the reset guard, which must see the
