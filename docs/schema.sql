@@ -3612,17 +3612,23 @@ $$;
 ALTER FUNCTION synchro._render_kind(typ oid) OWNER TO postgres;
 
 --
--- Name: _replan_if_grown(); Type: FUNCTION; Schema: synchro; Owner: postgres
+-- Name: _replan_if_grown(integer); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
-CREATE FUNCTION synchro._replan_if_grown() RETURNS void
+CREATE FUNCTION synchro._replan_if_grown(txns integer) RETURNS void
     LANGUAGE plpgsql
     AS $_$
 DECLARE
   now_blocks bigint[];
   planned    text := pg_catalog.current_setting('synchro.session_plan_blocks', true);
   was        bigint[];
+  calls      text := pg_catalog.current_setting('synchro.session_plan_calls', true);
 BEGIN
+  IF txns < 64 AND calls ~ '^[0-9]{1,2}$' AND calls::int < 63 THEN
+    PERFORM pg_catalog.set_config('synchro.session_plan_calls', (calls::int + 1)::text, false);
+    RETURN;
+  END IF;
+  PERFORM pg_catalog.set_config('synchro.session_plan_calls', '0', false);
   SELECT array_agg(pg_catalog.pg_relation_size(u.rel) / 8192 ORDER BY u.o) INTO now_blocks
     FROM unnest(ARRAY['synchro.txn', 'synchro.event', 'synchro.projection', 'synchro.membership',
                       'synchro.rule_value', 'synchro.effect', 'synchro.change', 'synchro.row_version',
@@ -3639,7 +3645,7 @@ END
 $_$;
 
 
-ALTER FUNCTION synchro._replan_if_grown() OWNER TO postgres;
+ALTER FUNCTION synchro._replan_if_grown(txns integer) OWNER TO postgres;
 
 --
 -- Name: _reset_digest(text, text); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -5212,7 +5218,7 @@ BEGIN
   -- such tables (42501) and recreates dropped ones.
   PERFORM synchro.runner_stage_open();
   -- Plans cached by this session follow the growth of the tables they probe.
-  PERFORM synchro._replan_if_grown();
+  PERFORM synchro._replan_if_grown(n);
   -- Every source transaction of the batch is visible first (synchro._await_visible):
   -- a transaction is decoded once its commit record is flushed, a moment before it
   -- leaves the proc array. Checked before the reset guard, which must see the
@@ -8871,10 +8877,10 @@ REVOKE ALL ON FUNCTION synchro._render_kind(typ oid) FROM PUBLIC;
 
 
 --
--- Name: FUNCTION _replan_if_grown(); Type: ACL; Schema: synchro; Owner: postgres
+-- Name: FUNCTION _replan_if_grown(txns integer); Type: ACL; Schema: synchro; Owner: postgres
 --
 
-REVOKE ALL ON FUNCTION synchro._replan_if_grown() FROM PUBLIC;
+REVOKE ALL ON FUNCTION synchro._replan_if_grown(txns integer) FROM PUBLIC;
 
 
 --

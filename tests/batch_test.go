@@ -493,10 +493,10 @@ func TestMaterializePlansFollowGrowth(t *testing.T) {
 	}
 }
 
-// TestReplanSettingTakesOnlyItsShape: the session setting that records the table
-// sizes the apply session last planned for (synchro._replan_if_grown) is taken only in
-// the shape the pack writes; anything else a runner session sets it to is replaced, and
-// never makes materialization fail.
+// TestReplanSettingTakesOnlyItsShape: the session settings that record the table sizes
+// the apply session last planned for and the calls since it last looked
+// (synchro._replan_if_grown) are taken only in the shape the pack writes; anything else
+// a runner session sets them to is replaced, and never makes materialization fail.
 func TestReplanSettingTakesOnlyItsShape(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -509,8 +509,14 @@ func TestReplanSettingTakesOnlyItsShape(t *testing.T) {
 		"{99999999999999999999,0,0,0,0,0,0,0,0}", "{999999999999999,0,0,0,0,0,0,0,0}", "{0,0,0,0,0,0,0,0,0}"} {
 		var after string
 		require.NoError(t, conn.QueryRow(ctx, `SELECT set_config('synchro.session_plan_blocks', $1, false) IS NOT NULL`, v).Scan(new(bool)))
-		require.NoError(t, conn.QueryRow(ctx, `SELECT synchro._replan_if_grown()::text IS NULL,
+		require.NoError(t, conn.QueryRow(ctx, `SELECT synchro._replan_if_grown(64)::text IS NULL,
 			current_setting('synchro.session_plan_blocks')`).Scan(new(bool), &after), "setting %q", v)
 		require.Regexp(t, shape, after, "setting %q", v)
+		// The count of calls between two looks, set to the same: never a failure.
+		var calls string
+		require.NoError(t, conn.QueryRow(ctx, `SELECT set_config('synchro.session_plan_calls', $1, false) IS NOT NULL`, v).Scan(new(bool)))
+		require.NoError(t, conn.QueryRow(ctx, `SELECT synchro._replan_if_grown(1)::text IS NULL,
+			current_setting('synchro.session_plan_calls')`).Scan(new(bool), &calls), "calls %q", v)
+		require.Regexp(t, `^[0-9]{1,2}$`, calls, "calls %q", v)
 	}
 }

@@ -62,7 +62,7 @@ BEGIN
   -- such tables (42501) and recreates dropped ones.
   PERFORM synchro.runner_stage_open();
   -- Plans cached by this session follow the growth of the tables they probe.
-  PERFORM synchro._replan_if_grown();
+  PERFORM synchro._replan_if_grown(n);
   -- Every source transaction of the batch is visible first (synchro._await_visible):
   -- a transaction is decoded once its commit record is flushed, a moment before it
   -- leaves the proc array. Checked before the reset guard, which must see the
