@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/synchro/synchro/tests/testdb"
@@ -317,11 +318,8 @@ func requireQuarantinedInBatch(t *testing.T, class string, poison ...string) {
 // batch that finds the table over 1 MB truncates it, and so does a NULL count.
 func TestStageResetGivesSpaceBack(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	conn := freshSession(t)
 	ctx := context.Background()
-	conn, err := db.Pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer conn.Release()
 	exec := func(sql string, args ...any) {
 		t.Helper()
 		_, err := conn.Exec(ctx, sql, args...)
@@ -393,12 +391,9 @@ func TestBatchDriftInTheMiddle(t *testing.T) {
 // nothing.
 func TestStageRelationsCarriesShapes(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	conn := freshSession(t)
 	ctx := context.Background()
-	conn, err := db.Pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer conn.Release()
-	_, err = conn.Exec(ctx, `SELECT synchro.runner_stage_open()`)
+	_, err := conn.Exec(ctx, `SELECT synchro.runner_stage_open()`)
 	require.NoError(t, err)
 	// x: relid 100 (shape "x1", then "x2" from transaction 3), y: relid 200, z: 300.
 	_, err = conn.Exec(ctx, `INSERT INTO pg_temp.synchro_stage (txn, seq, kind, relid, relname, truncated) VALUES
@@ -499,11 +494,8 @@ func TestMaterializePlansFollowGrowth(t *testing.T) {
 // a runner session sets them to is replaced, and never makes materialization fail.
 func TestReplanSettingTakesOnlyItsShape(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	conn := freshSession(t)
 	ctx := context.Background()
-	conn, err := db.Pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer conn.Release()
 	shape := regexp.MustCompile(`^\{[0-9]+(,[0-9]+){8}\}$`)
 	for _, v := range []string{"", "{}", "{1,2,3}", "abc", "{a,b,c,d,e,f,g,h,i}", "{-1,0,0,0,0,0,0,0,0}",
 		"{99999999999999999999,0,0,0,0,0,0,0,0}", "{999999999999999,0,0,0,0,0,0,0,0}", "{0,0,0,0,0,0,0,0,0}"} {
@@ -519,4 +511,14 @@ func TestReplanSettingTakesOnlyItsShape(t *testing.T) {
 			current_setting('synchro.session_plan_calls')`).Scan(new(bool), &calls), "calls %q", v)
 		require.Regexp(t, `^[0-9]{1,2}$`, calls, "calls %q", v)
 	}
+}
+
+// freshSession is one session of a fresh database, for tests of what lives in a
+// session (settings, temporary tables).
+func freshSession(t *testing.T) *pgxpool.Conn {
+	t.Helper()
+	conn, err := testdb.New(t).Pool.Acquire(context.Background())
+	require.NoError(t, err)
+	t.Cleanup(conn.Release)
+	return conn
 }
