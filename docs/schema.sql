@@ -3612,42 +3612,6 @@ $$;
 ALTER FUNCTION synchro._render_kind(typ oid) OWNER TO postgres;
 
 --
--- Name: _replan_if_grown(integer); Type: FUNCTION; Schema: synchro; Owner: postgres
---
-
-CREATE FUNCTION synchro._replan_if_grown(txns integer) RETURNS void
-    LANGUAGE plpgsql
-    AS $_$
-DECLARE
-  now_blocks bigint[];
-  planned    text := pg_catalog.current_setting('synchro.session_plan_blocks', true);
-  was        bigint[];
-  calls      text := pg_catalog.current_setting('synchro.session_plan_calls', true);
-BEGIN
-  IF txns < 64 AND calls ~ '^[0-9]{1,2}$' AND calls::int < 63 THEN
-    PERFORM pg_catalog.set_config('synchro.session_plan_calls', (calls::int + 1)::text, false);
-    RETURN;
-  END IF;
-  PERFORM pg_catalog.set_config('synchro.session_plan_calls', '0', false);
-  SELECT array_agg(pg_catalog.pg_relation_size(u.rel) / 8192 ORDER BY u.o) INTO now_blocks
-    FROM unnest(ARRAY['synchro.txn', 'synchro.event', 'synchro.projection', 'synchro.membership',
-                      'synchro.rule_value', 'synchro.effect', 'synchro.change', 'synchro.row_version',
-                      'synchro.write_fence']::regclass[]) WITH ORDINALITY AS u(rel, o);
-  IF planned ~ '^\{[0-9]{1,15}(,[0-9]{1,15}){8}\}$' THEN
-    was := planned::bigint[];
-    IF NOT EXISTS (SELECT 1 FROM unnest(now_blocks, was) AS g(b, p) WHERE g.p < 64 AND g.b >= 8 AND g.b >= 4 * g.p) THEN
-      RETURN;
-    END IF;
-    DISCARD PLANS;
-  END IF;
-  PERFORM pg_catalog.set_config('synchro.session_plan_blocks', now_blocks::text, false);
-END
-$_$;
-
-
-ALTER FUNCTION synchro._replan_if_grown(txns integer) OWNER TO postgres;
-
---
 -- Name: _reset_digest(text, text); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -5198,6 +5162,7 @@ CREATE FUNCTION synchro.materialize_batch(stream_generation bigint, commit_lsns 
     SET extra_float_digits TO '3'
     SET jit TO 'off'
     SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
     AS $$
 DECLARE
   n        int := coalesce(cardinality(commit_lsns), 0);
@@ -5217,8 +5182,6 @@ BEGIN
   -- that the writes below would fire with the owner's rights. runner_stage_open refuses
   -- such tables (42501) and recreates dropped ones.
   PERFORM synchro.runner_stage_open();
-  -- Plans cached by this session follow the growth of the tables they probe.
-  PERFORM synchro._replan_if_grown(n);
   -- Every source transaction of the batch is visible first (synchro._await_visible):
   -- a transaction is decoded once its commit record is flushed, a moment before it
   -- leaves the proc array. Checked before the reset guard, which must see the
@@ -8874,13 +8837,6 @@ REVOKE ALL ON FUNCTION synchro._relation_drifted(nspname text, relname text, rep
 --
 
 REVOKE ALL ON FUNCTION synchro._render_kind(typ oid) FROM PUBLIC;
-
-
---
--- Name: FUNCTION _replan_if_grown(txns integer); Type: ACL; Schema: synchro; Owner: postgres
---
-
-REVOKE ALL ON FUNCTION synchro._replan_if_grown(txns integer) FROM PUBLIC;
 
 
 --

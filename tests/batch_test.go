@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"math/rand"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -421,17 +420,17 @@ func TestStageRelationsCarriesShapes(t *testing.T) {
 	require.Equal(t, "", shapes(5, 5))
 }
 
-// TestMaterializePlansFollowGrowth: the apply session's cached plans follow the
-// growth of the pack's tables. Autovacuum analyzes a young stream's tables while they
-// are nearly empty, where a sequential scan is the cheaper probe; a plan cached then
-// is not made again because the table grew, and scanned all of it once per row: a
+// TestMaterializePlansFollowGrowth: the apply session's probes of the pack's tables stay
+// index probes as the tables grow. Autovacuum analyzes a young stream's tables while
+// they are nearly empty, where a sequential scan is the cheaper probe; a plan cached
+// then is not made again because the table grew, and scanned all of it once per row: a
 // backlog of 8,000 one-row transactions read 28 million tuples of synchro.txn and 64
-// million of synchro.rule_value (7.4 s against 2.8 s). materialize_batch plans again
-// when a young table it probes has grown fourfold (synchro._replan_if_grown). The
-// sequential tuple reads of the pack's tables during a backlog say which plans ran: a
-// scan of a table per row reads about n²/2 of its tuples (72 million for n = 12,000),
-// the plans made again read about a million, while the tables are small, then nothing
-// more per row.
+// million of synchro.rule_value (7.4 s against 2.8 s). Plans made again as the tables
+// grew (an earlier fix) were not enough on a loaded machine, whose batches are small:
+// 78 million reads of rule_value for 12,000 transactions. materialize_batch runs with
+// enable_seqscan off. The sequential tuple reads of the pack's tables during a backlog
+// say which plans ran: a scan of a table per row reads about n²/2 of its tuples (72
+// million for n = 12,000), index probes none.
 func TestMaterializePlansFollowGrowth(t *testing.T) {
 	t.Parallel()
 	const n = 12000
@@ -485,31 +484,6 @@ func TestMaterializePlansFollowGrowth(t *testing.T) {
 	}
 	for rel, v := range after {
 		require.Less(t, v-before[rel], int64(n*n/16), "synchro.%s scanned about once per row: a plan cached while it was nearly empty", rel)
-	}
-}
-
-// TestReplanSettingTakesOnlyItsShape: the session settings that record the table sizes
-// the apply session last planned for and the calls since it last looked
-// (synchro._replan_if_grown) are taken only in the shape the pack writes; anything else
-// a runner session sets them to is replaced, and never makes materialization fail.
-func TestReplanSettingTakesOnlyItsShape(t *testing.T) {
-	t.Parallel()
-	conn := freshSession(t)
-	ctx := context.Background()
-	shape := regexp.MustCompile(`^\{[0-9]+(,[0-9]+){8}\}$`)
-	for _, v := range []string{"", "{}", "{1,2,3}", "abc", "{a,b,c,d,e,f,g,h,i}", "{-1,0,0,0,0,0,0,0,0}",
-		"{99999999999999999999,0,0,0,0,0,0,0,0}", "{999999999999999,0,0,0,0,0,0,0,0}", "{0,0,0,0,0,0,0,0,0}"} {
-		var after string
-		require.NoError(t, conn.QueryRow(ctx, `SELECT set_config('synchro.session_plan_blocks', $1, false) IS NOT NULL`, v).Scan(new(bool)))
-		require.NoError(t, conn.QueryRow(ctx, `SELECT synchro._replan_if_grown(64)::text IS NULL,
-			current_setting('synchro.session_plan_blocks')`).Scan(new(bool), &after), "setting %q", v)
-		require.Regexp(t, shape, after, "setting %q", v)
-		// The count of calls between two looks, set to the same: never a failure.
-		var calls string
-		require.NoError(t, conn.QueryRow(ctx, `SELECT set_config('synchro.session_plan_calls', $1, false) IS NOT NULL`, v).Scan(new(bool)))
-		require.NoError(t, conn.QueryRow(ctx, `SELECT synchro._replan_if_grown(1)::text IS NULL,
-			current_setting('synchro.session_plan_calls')`).Scan(new(bool), &calls), "calls %q", v)
-		require.Regexp(t, `^[0-9]{1,2}$`, calls, "calls %q", v)
 	}
 }
 

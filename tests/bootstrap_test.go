@@ -571,9 +571,7 @@ func TestBootstrapRefusesCallerImageCache(t *testing.T) {
 // row, and its transaction held back every slot creation of the cluster meanwhile.
 // The sequential tuple reads of the projection during the merge say which plan ran:
 // about rows² with the stale plan (9,027,025 with the merge's ANALYZE after the
-// membership rebuild, as it was), a small multiple of rows without it. The session's
-// own replanning as its tables grow (synchro._replan_if_grown) does not cover this: it
-// looks before a batch, and the rows arrive inside the batch that merges them.
+// membership rebuild, as it was), a small multiple of rows without it.
 func TestBootstrapMergeProbesProjection(t *testing.T) {
 	t.Parallel()
 	const rows = 3000

@@ -42,6 +42,14 @@ SET jit TO off
 -- headroom benchmarks are made of such batches. The generic plans are safe to keep:
 -- the set-based run's joins of work tables are hash joins (synchro._materialize_run).
 SET plan_cache_mode TO force_generic_plan
+-- Every read of a permanent table here is an index probe by design: no sequential scan
+-- where an index serves, whatever the statistics say. A plan made while a table was
+-- nearly empty (or analyzed so) took a sequential scan as the cheaper probe and, once
+-- the table had grown, read all of it once per row: 78 million tuples of
+-- synchro.rule_value for a backlog of 12,000 one-row transactions on a loaded machine
+-- (TestMaterializePlansFollowGrowth), where each batch was small and plans were made
+-- again before the statistics were. Work tables have no index: their scans stay.
+SET enable_seqscan TO off
 AS $$
 DECLARE
   n        int := coalesce(cardinality(commit_lsns), 0);
@@ -61,8 +69,6 @@ BEGIN
   -- that the writes below would fire with the owner's rights. runner_stage_open refuses
   -- such tables (42501) and recreates dropped ones.
   PERFORM synchro.runner_stage_open();
-  -- Plans cached by this session follow the growth of the tables they probe.
-  PERFORM synchro._replan_if_grown(n);
   -- Every source transaction of the batch is visible first (synchro._await_visible):
   -- a transaction is decoded once its commit record is flushed, a moment before it
   -- leaves the proc array. Checked before the reset guard, which must see the
