@@ -48,7 +48,7 @@ SET plan_cache_mode TO force_generic_plan
 -- the table had grown, read all of it once per row: 78 million tuples of
 -- synchro.rule_value for a backlog of 12,000 one-row transactions on a loaded machine
 -- (TestMaterializePlansFollowGrowth), where each batch was small and plans were made
--- again before the statistics were. Work tables have no index: their scans stay.
+-- again before the statistics were. Work tables without an index keep their scans.
 SET enable_seqscan TO off
 AS $$
 DECLARE
