@@ -217,6 +217,12 @@ func startRunner(t *testing.T, cfg runner.Config) *runningRunner {
 // eventually polls cond every 10ms until it holds or timeout passes.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool, diag ...func()) {
 	t.Helper()
+	// A floor under every wait: every walsender of the cluster decodes every parallel
+	// test's WAL, and on a loaded CI machine a single write once took more than 10 s to
+	// become visible (TestReconfigureColumnsAndRules, TestRunnerMetricsGauges, with the
+	// whole package at 355 s instead of 151). A wait is an upper bound only: the floor
+	// costs a passing run nothing.
+	timeout = max(timeout, minWait)
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
@@ -228,6 +234,9 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// minWait is the shortest wait eventually allows.
+const minWait = 60 * time.Second
 
 // progressRow is synchro.runner_state() as text.
 type progressRow struct {
