@@ -6346,6 +6346,7 @@ CREATE FUNCTION synchro.runner_idle(boundary pg_lsn) RETURNS pg_lsn
     SET "IntervalStyle" TO 'postgres'
     SET extra_float_digits TO '3'
     SET enable_seqscan TO 'off'
+    SET jit TO 'off'
     AS $$
 DECLARE
   result pg_lsn;
