@@ -47,8 +47,9 @@ SET plan_cache_mode TO force_generic_plan
 -- nearly empty (or analyzed so) took a sequential scan as the cheaper probe and, once
 -- the table had grown, read all of it once per row: 78 million tuples of
 -- synchro.rule_value for a backlog of 12,000 one-row transactions on a loaded machine
--- (TestMaterializePlansFollowGrowth), where each batch was small and plans were made
--- again before the statistics were. Work tables without an index keep their scans.
+-- (TestMaterializePlansFollowGrowth); planning again as the tables grew did not stop it,
+-- since plans made again from stale statistics still chose the scan. Work tables
+-- without an index keep their scans.
 SET enable_seqscan TO off
 AS $$
 DECLARE
