@@ -57,12 +57,32 @@ func (b *bench) fastCluster(ctx context.Context) (*pgcluster.Cluster, error) {
 	return c, nil
 }
 
+// floorCluster starts, on first use, the cluster with the fast one's settings where
+// the materialize suite measures its write floor.
+func (b *bench) floorCluster(ctx context.Context) (*pgcluster.Cluster, error) {
+	if b.floor != nil {
+		return b.floor, nil
+	}
+	c, err := pgcluster.Start(ctx, pgcluster.Options{
+		BinDir:    b.cfg.binDir,
+		Logger:    b.logger,
+		ExtraConf: fastConf,
+	})
+	if err != nil {
+		return nil, err
+	}
+	b.floor = c
+	return c, nil
+}
+
 func (b *bench) stopFast() {
-	if b.fast != nil {
-		if err := b.fast.Stop(); err != nil {
-			b.logger.Error("stop fast cluster", "err", err)
+	for _, c := range []**pgcluster.Cluster{&b.fast, &b.floor} {
+		if *c != nil {
+			if err := (*c).Stop(); err != nil {
+				b.logger.Error("stop cluster", "err", err)
+			}
+			*c = nil
 		}
-		b.fast = nil
 	}
 }
 
@@ -85,6 +105,12 @@ func (b *bench) newFastDatabase(ctx context.Context, name string) (*pgx.Conn, st
 	if err != nil {
 		return nil, "", err
 	}
+	return newDatabase(ctx, c, name)
+}
+
+// newDatabase creates a database on c, installs Synchro and returns a connection and
+// the database URL.
+func newDatabase(ctx context.Context, c *pgcluster.Cluster, name string) (*pgx.Conn, string, error) {
 	admin, err := pgx.Connect(ctx, c.URL("postgres"))
 	if err != nil {
 		return nil, "", err

@@ -294,6 +294,9 @@ type bench struct {
 	// fast is the second cluster with test settings (fsync off) for the suites that
 	// measure the runner and the read path, started on first use (fast.go).
 	fast *pgcluster.Cluster
+	// floor is a third cluster, with the fast one's settings, where the materialize
+	// suite writes its write floor (materialize.go says why not on the fast one).
+	floor *pgcluster.Cluster
 	// ratios are the same-run ratios the suites measured, by metric name (the first
 	// column of the summary table in docs/benchmarks.md), for --check.
 	ratios map[string]float64

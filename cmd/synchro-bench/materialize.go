@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -62,6 +63,10 @@ type matRun struct {
 	synWalsenderCPU  float64 // the runner's walsender
 	synApplyCPU      float64 // the runner's apply backend (staging COPY + materialize)
 	synRunnerCPU     float64 // the runner's Go code (this process)
+	synSpillTxns     int64   // transactions the runner's walsender spilled to disk (pg_stat_replication_slots)
+	synSpillBytes    int64   // and the bytes it spilled
+	srcRecords       int64   // WAL records of the source writes (what the raw decode reads)
+	matRecords       int64   // WAL records written while the runner ran (what its walsender reads on top)
 	walBytes         int64
 	floorSec         float64 // the write floor: the run's materialized rows copied, nothing computed
 	floorParts       string  // the write floor's time by table
@@ -99,6 +104,9 @@ type matEnv struct {
 	conn    *pgx.Conn
 	url     string
 	dbname  string
+	// floor is a database with the pack installed on a cluster of its own (the
+	// floor cluster), where the write floor is measured (writeFloor says why).
+	floor *pgx.Conn
 }
 
 // runMaterialize runs the suite once per decoder (--decoder), each on a stream
@@ -172,7 +180,16 @@ func runMaterializeDecoder(ctx context.Context, b *bench, decoder string) (strin
 		return "", nil, err
 	}
 	defer conn.Close(ctx)
-	e := &matEnv{b: b, decoder: decoder, cluster: b.fast, conn: conn, url: url, dbname: dbname}
+	fc, err := b.floorCluster(ctx)
+	if err != nil {
+		return "", nil, err
+	}
+	floor, _, err := newDatabase(ctx, fc, dbname+"_floor")
+	if err != nil {
+		return "", nil, err
+	}
+	defer floor.Close(ctx)
+	e := &matEnv{b: b, decoder: decoder, cluster: b.fast, conn: conn, url: url, dbname: dbname, floor: floor}
 	if _, err := conn.Exec(ctx, itemsTable+registerItems+`CREATE TABLE public.bench_tick (x int);`); err != nil {
 		return "", nil, fmt.Errorf("setup: %w", err)
 	}
@@ -242,14 +259,17 @@ func runMaterializeDecoder(ctx context.Context, b *bench, decoder string) (strin
 			median(rawS), median(synS), float64(runs[0].walBytes)/1e6, strings.Join(loadTxt, ", "))
 	}
 	sb.WriteString("\nCPU seconds per run (median run by synchro time): the raw decode's walsender and pg_recvlogical; " +
-		"the runner's walsender, its apply backend (COPY staging + `synchro.materialize_batch`) and its Go code:\n\n")
-	sb.WriteString("| source txns | raw walsender | pg_recvlogical | synchro walsender | apply backend | runner (Go) | synchro wall s |\n")
-	sb.WriteString("|---|---:|---:|---:|---:|---:|---:|\n")
+		"the runner's walsender, its apply backend (COPY staging + `synchro.materialize_batch`) and its Go code; " +
+		"what the runner's walsender spilled to disk (transactions whose decoded changes passed logical_decoding_work_mem); " +
+		"the WAL records of the source writes (all the raw decode reads) and those written while the runner ran (its walsender reads both):\n\n")
+	sb.WriteString("| source txns | raw walsender | pg_recvlogical | synchro walsender | apply backend | runner (Go) | synchro wall s | spilled txns | spilled MB | source WAL records | runner's WAL records |\n")
+	sb.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, sh := range shapes {
 		runs := results[sh.name]
 		r := medianRun(runs)
-		fmt.Fprintf(&sb, "| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
-			sh.name, r.rawWalsenderCPU, r.rawClientCPU, r.synWalsenderCPU, r.synApplyCPU, r.synRunnerCPU, r.synSec)
+		fmt.Fprintf(&sb, "| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %d | %.1f | %d | %d |\n",
+			sh.name, r.rawWalsenderCPU, r.rawClientCPU, r.synWalsenderCPU, r.synApplyCPU, r.synRunnerCPU, r.synSec,
+			r.synSpillTxns, float64(r.synSpillBytes)/1e6, r.srcRecords, r.matRecords)
 	}
 	sb.WriteString("\nThe write floor: the same run's materialized rows (txn, event, effect, change, projection, " +
 		"membership) inserted again into copies of those tables with their indexes and generated columns, one " +
@@ -391,6 +411,10 @@ func (e *matEnv) measure(ctx context.Context, sh matShape, rawSlot string, keepS
 		}
 	}
 	r.synLoad = loadAvg()
+	spillTxns0, spillBytes0, err := e.spill(ctx)
+	if err != nil {
+		return r, err
+	}
 	cpu0 := selfCPU()
 	t0 := time.Now()
 	run, err := startRunnerWith(ctx, e.b, e.url, e.dbname, e.decoder)
@@ -406,6 +430,25 @@ func (e *matEnv) measure(ctx context.Context, sh matShape, rawSlot string, keepS
 	r.synWalsenderCPU, r.synApplyCPU = e.runnerBackendCPU(ctx)
 	if err := run.stop(); err != nil {
 		return r, fmt.Errorf("runner stop: %w", err)
+	}
+	spillTxns1, spillBytes1, err := e.spill(ctx)
+	if err != nil {
+		return r, err
+	}
+	r.synSpillTxns, r.synSpillBytes = spillTxns1-spillTxns0, spillBytes1-spillBytes0
+	// WAL records: a walsender reads every record of the cluster, one per turn of its
+	// loop, and each turn polls the client's socket (a recv system call) whatever the
+	// record decodes to, so the runner's walsender pays for the materialization's own
+	// WAL records as for the source's.
+	runEnd, err := walInsertLSN(ctx, e.conn)
+	if err != nil {
+		return r, err
+	}
+	if r.srcRecords, err = e.walRecords(ctx, start, endpos); err != nil {
+		return r, err
+	}
+	if r.matRecords, err = e.walRecords(ctx, endpos, runEnd); err != nil {
+		return r, err
 	}
 
 	// Check: every source transaction was materialized, with its row events.
@@ -437,32 +480,51 @@ var floorTables = []struct{ table, where string }{
 }
 
 // writeFloor times the write floor of a run: the rows materialization wrote for the
-// run's transactions (read into temporary tables first, untimed) inserted again, in
-// one transaction with one set-based INSERT per table, into copies of the permanent
-// tables with their indexes, generated columns and defaults (LIKE … INCLUDING ALL),
-// emptied first. Nothing is decoded, staged, paired or computed: it is what the
-// run's materialized state costs to write at all, so floor/raw bounds any
-// materialization that keeps these tables and their indexes, and synchro/floor is
-// what the runner's own work costs on top.
+// run's transactions (copied into temporary tables of the floor database first,
+// untimed) inserted again, in one transaction with one set-based INSERT per table,
+// into copies of the permanent tables with their indexes, generated columns and
+// defaults (LIKE … INCLUDING ALL), emptied first. Nothing is decoded, staged, paired
+// or computed: it is what the run's materialized state costs to write at all, so
+// floor/raw bounds any materialization that keeps these tables and their indexes,
+// and synchro/floor is what the runner's own work costs on top.
+//
+// The floor is written on a cluster of its own (matEnv.floor). Written on the
+// stream's cluster, as it was until 2026-12-02, it was WAL that the next run's
+// runner read and the raw decode did not: a walsender reads every record of the
+// cluster, whatever its database, and polls its client's socket (a recv system
+// call) once per record. For the 1-row update run after the 1,000-row inserts, the
+// last run's floor in the stream's database was one 76 MB transaction that the
+// walsender decoded, spilled to disk and read back (7.8 s of its CPU in a 9.3 s
+// run); moved to another database of the same cluster, its 700,000 records still
+// cost the walsender about 4 s. Every run but the first was slowed.
 func (e *matEnv) writeFloor(ctx context.Context, start string) (float64, string, error) {
 	for _, t := range floorTables {
 		sql := fmt.Sprintf(`CREATE TABLE IF NOT EXISTS public.bench_floor_%[1]s (LIKE synchro.%[1]s INCLUDING ALL);
 		  TRUNCATE public.bench_floor_%[1]s;
-		  DROP TABLE IF EXISTS pg_temp.bench_src_%[1]s`, t.table)
-		if _, err := e.conn.Exec(ctx, sql); err != nil {
+		  DROP TABLE IF EXISTS pg_temp.bench_src_%[1]s;
+		  CREATE TEMP TABLE bench_src_%[1]s (LIKE synchro.%[1]s)`, t.table)
+		if _, err := e.floor.Exec(ctx, sql); err != nil {
 			return 0, "", err
 		}
-		if _, err := e.conn.Exec(ctx, fmt.Sprintf(`CREATE TEMP TABLE bench_src_%[1]s AS SELECT x.* FROM synchro.%[1]s x WHERE %[2]s`,
-			t.table, t.where), start); err != nil {
-			return 0, "", err
+		// Text COPY from the stream's database into the floor's temporary table
+		// (generated columns come along as plain values; the timed INSERT leaves
+		// them out).
+		var buf bytes.Buffer
+		q := strings.Replace(fmt.Sprintf(`COPY (SELECT x.* FROM synchro.%s x WHERE %s) TO STDOUT`, t.table, t.where),
+			"$1::pg_lsn", "'"+start+"'::pg_lsn", -1)
+		if _, err := e.conn.PgConn().CopyTo(ctx, &buf, q); err != nil {
+			return 0, "", fmt.Errorf("floor source %s: %w", t.table, err)
+		}
+		if _, err := e.floor.PgConn().CopyFrom(ctx, &buf, fmt.Sprintf(`COPY pg_temp.bench_src_%s FROM STDIN`, t.table)); err != nil {
+			return 0, "", fmt.Errorf("floor copy %s: %w", t.table, err)
 		}
 	}
-	if _, err := e.conn.Exec(ctx, `CHECKPOINT`); err != nil {
+	if _, err := e.floor.Exec(ctx, `CHECKPOINT`); err != nil {
 		return 0, "", err
 	}
 	var parts []string
 	t0 := time.Now()
-	tx, err := e.conn.Begin(ctx)
+	tx, err := e.floor.Begin(ctx)
 	if err != nil {
 		return 0, "", err
 	}
@@ -486,6 +548,39 @@ func (e *matEnv) writeFloor(ctx context.Context, start string) (float64, string,
 		return 0, "", err
 	}
 	return time.Since(t0).Seconds(), strings.Join(parts, ", "), nil
+}
+
+// walRecords counts the WAL records from one position to another (pg_waldump --stats;
+// the segments are still there: no checkpoint ran since they were written).
+// -1 when the server's binaries have no pg_waldump (the npm builds of 16-18 do not).
+func (e *matEnv) walRecords(ctx context.Context, from, to string) (int64, error) {
+	bin := filepath.Join(e.b.cfg.binDir, "pg_waldump")
+	if _, err := os.Stat(bin); err != nil {
+		return -1, nil
+	}
+	out, err := exec.CommandContext(ctx, bin, "--stats",
+		"-p", filepath.Join(e.cluster.Dir(), "data", "pg_wal"), "-s", from, "-e", to).CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("pg_waldump %s..%s: %w: %s", from, to, err, bytes.TrimSpace(out))
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == "Total" {
+			return strconv.ParseInt(f[1], 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("pg_waldump %s..%s: no total in its output", from, to)
+}
+
+// spill is what the walsenders of the stream's slots have spilled to disk so far
+// (pg_stat_replication_slots; the raw decode's slot is dropped before the runner
+// runs): the reorder buffer writes a decoded transaction out, and reads it back,
+// once the changes it holds pass logical_decoding_work_mem.
+func (e *matEnv) spill(ctx context.Context) (txns, bytes int64, err error) {
+	err = e.conn.QueryRow(ctx, `SELECT coalesce(sum(s.spill_txns), 0)::bigint, coalesce(sum(s.spill_bytes), 0)::bigint
+	  FROM pg_stat_replication_slots s JOIN pg_replication_slots r USING (slot_name)
+	 WHERE r.database = current_database()`).Scan(&txns, &bytes)
+	return txns, bytes, err
 }
 
 // runnerBackendCPU is the CPU time of the runner's walsender and apply backend.
