@@ -1504,30 +1504,34 @@ CREATE FUNCTION synchro._mat_links_fn(rid bigint, gen bigint) RETURNS text
     LANGUAGE plpgsql
     AS $_$
 DECLARE
-  name  text := format('synchro_links_%s_%s', rid, gen);
+  -- _2: the second shape of this function (00019 added fresh and known); a session
+  -- that made the first before an upgrade keeps it under the old name.
+  name  text := format('synchro_links_%s_%s_2', rid, gen);
   fn    regprocedure := pg_catalog.to_regprocedure(format('pg_temp.%I(bigint)', name));
 BEGIN
   IF fn IS NULL THEN
     EXECUTE format(
-      $f$CREATE FUNCTION pg_temp.%I(rid bigint, OUT more boolean, OUT gone boolean) LANGUAGE plpgsql AS %L$f$,
+      $f$CREATE FUNCTION pg_temp.%I(rid bigint, OUT more boolean, OUT gone boolean, OUT known boolean) LANGUAGE plpgsql AS %L$f$,
       name, format(
         $b$BEGIN
   WITH ins AS (
     INSERT INTO pg_temp.synchro_b_links (t, relation_id, pk, pk_int, table_id, key_type, op, version,
-                                         event_ordinal, image, image_bytes, link, last)
+                                         event_ordinal, image, image_bytes, link, last, fresh)
     SELECT y.t, y.relation_id, y.pk, y.pk_int, y.table_id, y.key_type, y.op, y.version, y.event_ordinal,
-           y.image, pg_catalog.octet_length(y.image::pg_catalog.text), y.link, y.last
+           y.image, pg_catalog.octet_length(y.image::pg_catalog.text), y.link, y.last,
+           y.link = 1 AND y.last AND y.op = 'insert' AND y.grp_rank = 1
       FROM (SELECT x.t, x.relation_id, x.pk, CASE WHEN x.key_type <> 'string' THEN x.pk::bigint END AS pk_int,
-                   x.table_id, x.key_type, x.op, x.version, x.event_ordinal,
+                   x.table_id, x.key_type, x.op, x.version, x.event_ordinal, x.grp_rank,
                    CASE WHEN x.op <> 'delete' THEN %s END AS image,
                    pg_catalog.row_number() OVER (PARTITION BY x.pk COLLATE "C" ORDER BY x.t) AS link,
                    x.t = pg_catalog.max(x.t) OVER (PARTITION BY x.pk COLLATE "C") AS last
               FROM (SELECT DISTINCT ON (w.pk COLLATE "C", w.t) w.* FROM pg_temp.synchro_b_rows w
                      WHERE w.relation_id = rid ORDER BY w.pk COLLATE "C", w.t, w.seq DESC) x
             OFFSET 0) y
-    RETURNING link, last AND op = 'delete' AS dropped)
-  SELECT coalesce(pg_catalog.max(ins.link), 0) > 1, coalesce(pg_catalog.bool_or(ins.dropped), false)
-    INTO more, gone FROM ins;
+    RETURNING link, last AND op = 'delete' AS dropped, last AND op <> 'delete' AND NOT fresh AS kept)
+  SELECT coalesce(pg_catalog.max(ins.link), 0) > 1, coalesce(pg_catalog.bool_or(ins.dropped), false),
+         coalesce(pg_catalog.bool_or(ins.kept), false)
+    INTO more, gone, known FROM ins;
 END$b$, synchro._image_sql(rid, gen, 'x.new_row', false)));
     EXECUTE format('REVOKE ALL ON FUNCTION pg_temp.%I(bigint) FROM PUBLIC', name);
   END IF;
@@ -1626,6 +1630,8 @@ DECLARE
   more    boolean;
   deletes boolean;
   dropped boolean;
+  known   boolean;
+  anyknown boolean;
   n_old   int;
 BEGIN
   SELECT * INTO p FROM synchro.progress FOR UPDATE;
@@ -1815,11 +1821,13 @@ BEGIN
   -- effects).
   multi := false;
   deletes := false;
+  anyknown := false;
   FOR rel IN SELECT DISTINCT w.relation_id FROM pg_temp.synchro_b_rows w LOOP
-    EXECUTE format('SELECT x.more, x.gone FROM %s($1) x', synchro._mat_links_fn(rel.relation_id, reg))
-      INTO more, dropped USING rel.relation_id;
+    EXECUTE format('SELECT x.more, x.gone, x.known FROM %s($1) x', synchro._mat_links_fn(rel.relation_id, reg))
+      INTO more, dropped, known USING rel.relation_id;
     multi := multi OR more;
     deletes := deletes OR dropped;
+    anyknown := anyknown OR known;
   END LOOP;
   IF big THEN
     ANALYZE pg_temp.synchro_b_links (t, relation_id, link);
@@ -1833,13 +1841,14 @@ BEGIN
   -- The memberships the run's rows held before it, read once (each row's first link):
   -- the delete effects of first links, and the membership changes at the end, come
   -- from here instead of probing synchro.membership three times per row. Only this
-  -- transaction writes membership (progress is locked), so the ctids stay valid.
+  -- transaction writes membership (progress is locked), so the ctids stay valid. A
+  -- fresh row (synchro._mat_links_fn) had none: not probed.
   INSERT INTO pg_temp.synchro_b_old (relation_id, pk, scope, scope_hash, mctid)
   SELECT l.relation_id, l.pk, m.scope, m.scope_hash, m.ctid
     FROM pg_temp.synchro_b_links l
     CROSS JOIN LATERAL (SELECT m.scope, m.scope_hash, m.ctid FROM synchro.membership m
                          WHERE m.relation_id = l.relation_id AND m.pk = l.pk OFFSET 0) m
-   WHERE l.link = 1;
+   WHERE l.link = 1 AND NOT l.fresh;
   GET DIAGNOSTICS n_old = ROW_COUNT;
 
   -- Consumer groups (issue 11): the run's per-transaction change record, from the links
@@ -1859,11 +1868,22 @@ BEGIN
                              WHERE p2.relation_id = l.relation_id AND p2.pk = l.pk OFFSET 0) x
         WHERE l.last AND l.op = 'delete'));
   END IF;
-  INSERT INTO synchro.projection AS pr (relation_id, pk, pk_int, version, image, image_bytes)
+  -- Fresh rows (synchro._mat_links_fn) are new: a plain INSERT. ON CONFLICT inserted
+  -- each speculatively, one more WAL record per row (the confirmation) that the
+  -- runner's own walsender decodes too, and probed the index first. A projection row
+  -- there anyway is a unique violation: the runner re-runs the batch through the
+  -- reference path, which upserts (and that is also what catches a membership or rule
+  -- value the probes below skip for fresh rows: they exist only with a projection).
+  INSERT INTO synchro.projection (relation_id, pk, pk_int, version, image, image_bytes)
   SELECT l.relation_id, l.pk, l.pk_int, l.version, l.image, l.image_bytes FROM pg_temp.synchro_b_links l
-   WHERE l.last AND l.op <> 'delete'
-  ON CONFLICT (relation_id, pk) DO UPDATE
-    SET version = excluded.version, image = excluded.image, image_bytes = excluded.image_bytes;
+   WHERE l.fresh;
+  IF anyknown THEN
+    INSERT INTO synchro.projection AS pr (relation_id, pk, pk_int, version, image, image_bytes)
+    SELECT l.relation_id, l.pk, l.pk_int, l.version, l.image, l.image_bytes FROM pg_temp.synchro_b_links l
+     WHERE l.last AND l.op <> 'delete' AND NOT l.fresh
+    ON CONFLICT (relation_id, pk) DO UPDATE
+      SET version = excluded.version, image = excluded.image, image_bytes = excluded.image_bytes;
+  END IF;
 
   -- Rule values (the columns synchro._rule_value_columns names) as the last link
   -- leaves them; a value that did not change is neither deleted nor written again. A
@@ -1875,7 +1895,8 @@ BEGIN
        SELECT x.ctid FROM pg_temp.synchro_b_links l
         CROSS JOIN LATERAL (SELECT v2.ctid, v2.column_name, v2.value FROM synchro.rule_value v2
                              WHERE v2.relation_id = l.relation_id AND v2.pk = l.pk OFFSET 0) x
-        WHERE l.last AND (l.op = 'delete' OR l.image ->> x.column_name::text IS DISTINCT FROM x.value)));
+        WHERE l.last AND NOT l.fresh
+          AND (l.op = 'delete' OR l.image ->> x.column_name::text IS DISTINCT FROM x.value)));
     INSERT INTO synchro.rule_value (relation_id, column_name, value, pk)
     SELECT DISTINCT l.relation_id, c.column_name, l.image ->> c.column_name::text, l.pk
       FROM pg_temp.synchro_b_links l
@@ -6830,6 +6851,11 @@ BEGIN
       -- A session that opened its tables before an upgrade added this one.
       PERFORM synchro._stage_rel_ok_create();
     END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute a
+                    WHERE a.attrelid = 'pg_temp.synchro_b_links'::regclass AND a.attname = 'fresh') THEN
+      -- And before one added this column (00019).
+      ALTER TABLE pg_temp.synchro_b_links ADD COLUMN fresh boolean;
+    END IF;
     RETURN;
   END IF;
   CREATE TEMP TABLE synchro_stage (
@@ -6908,10 +6934,11 @@ BEGIN
   -- One link per (transaction, row): the row's last event in that transaction. No
   -- index: every join of the run over it is a hash join, and the statement that
   -- writes it makes (relation_id, pk, t) unique (DISTINCT ON), so a primary key
-  -- only cost an index insertion per link.
+  -- only cost an index insertion per link. fresh: the row's only event in the run
+  -- inserts it (synchro._mat_links_fn).
   CREATE TEMP TABLE synchro_b_links (
     t int, relation_id bigint, pk text, pk_int bigint, table_id text, key_type text, op text,
-    version text, event_ordinal int, image jsonb, image_bytes int, link int, last boolean
+    version text, event_ordinal int, image jsonb, image_bytes int, link int, last boolean, fresh boolean
   ) ON COMMIT PRESERVE ROWS;
   -- The row-image SQL of each (relation, registry generation, source), made once per
   -- session by synchro._image_sql: registrations in effect never change.
@@ -8205,13 +8232,6 @@ CREATE INDEX membership_rebuild_order ON synchro.membership USING btree (scope_h
 --
 
 CREATE INDEX mutation_outcome_by_age ON synchro.mutation_outcome USING btree (decided_at);
-
-
---
--- Name: projection_int_order; Type: INDEX; Schema: synchro; Owner: postgres
---
-
-CREATE INDEX projection_int_order ON synchro.projection USING btree (relation_id, pk_int) WHERE (pk_int IS NOT NULL);
 
 
 --

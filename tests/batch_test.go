@@ -311,6 +311,45 @@ func requireQuarantinedInBatch(t *testing.T, class string, poison ...string) {
 	require.GreaterOrEqual(t, rr.counter(t, "synchro_runner_batch_fallbacks_total"), float64(1), "the batch fell back")
 }
 
+// A fresh row (its only event in the batch inserts it) gets its projection by a plain
+// INSERT and no probe of its memberships or rule values (synchro._mat_links_fn): it
+// cannot have any. Should the pack's state say otherwise (here a stale projection and
+// membership written by hand for item 115, in another scope), the set-based run fails
+// on the projection's key, and the batch falls back to the reference path, which
+// replaces the stale state exactly as it does unbatched: item 115's image, one
+// membership in its real scope, a delete effect in the stale one; nothing quarantined.
+func TestBatchFreshRowOverStaleState(t *testing.T) {
+	t.Parallel()
+	db := runnerSetup(t)
+	cfg := testRunnerConfig(t, db)
+	rr := startRunner(t, cfg)
+	waitStream(t, db)
+	require.NoError(t, rr.stop(t))
+	waitRunnerGone(t, db)
+	rel := itemsRelationID(t, db)
+	mustExec(t, db, `INSERT INTO synchro.projection (relation_id, pk, pk_int, version, image, image_bytes)
+		VALUES ($1, '115', 115, 'stale', '{"id": 115, "owner": "zzz"}', 27)`, rel)
+	mustExec(t, db, `INSERT INTO synchro.membership (scope, scope_hash, relation_id, pk, table_id, pk_order)
+		VALUES ('owner:zzz', synchro._scope_hash('owner:zzz'), $1, '115', 'items', 115)`, rel)
+	for i := 100; i < 130; i++ {
+		mustExec(t, db, `INSERT INTO items (id, owner) VALUES ($1, 'a')`, i)
+	}
+
+	cfg.BatchTxns = 10000
+	cfg.BatchDelay = time.Hour
+	rr = startRunner(t, cfg)
+	catchUp(t, db)
+	require.NoError(t, rr.stop(t))
+	require.GreaterOrEqual(t, rr.counter(t, "synchro_runner_batch_fallbacks_total"), float64(1), "the batch fell back")
+	require.Zero(t, countOf(t, db, `SELECT count(*) FROM synchro.quarantine`))
+	require.Equal(t, 30, countOf(t, db, `SELECT count(*) FROM synchro.projection WHERE pk::int8 BETWEEN 100 AND 129 AND version <> 'stale'`))
+	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.projection WHERE pk = '115' AND image ->> 'owner' = 'a'`))
+	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.membership WHERE pk = '115'`))
+	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.membership WHERE pk = '115' AND scope = 'owner:a'`))
+	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.effect WHERE pk = '115' AND scope = 'owner:zzz' AND op = 'delete'`))
+	require.Equal(t, 30, countOf(t, db, `SELECT count(*) FROM synchro.effect WHERE pk::int8 BETWEEN 100 AND 129 AND scope = 'owner:a' AND op = 'upsert'`))
+}
+
 // The session's staging table keeps its pages across batches (rows are deleted, not
 // truncated: synchro._stage_reset says why), so its dead space is given back once it
 // dominates: a batch that staged many rows leaves the table's size alone, a small

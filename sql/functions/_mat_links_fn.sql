@@ -1,9 +1,16 @@
 -- A phase of synchro._materialize_run, in a function of its own: the session function
 -- that writes the run's links of relation rid (registry generation gen) and renders
 -- their row images; returns its name, to be called as
---   SELECT x.more, x.gone FROM <name>(rid) x
+--   SELECT x.more, x.gone, x.known FROM <name>(rid) x
 -- (more: some row of the relation has more than one link; gone: some row's last link
--- deletes it).
+-- deletes it; known: some row the run leaves in place is not fresh).
+--
+-- fresh: the row's only event in the run is an insert (one link, and its event the
+-- first of the row in its transaction: grp_rank 1). Such a row did not exist before
+-- the run, so it has no projection, membership or rule value to read or replace:
+-- synchro._materialize_run inserts its projection without ON CONFLICT and skips its
+-- probes. Should the pack's state disagree (a projection row there anyway), that
+-- INSERT fails and the runner re-runs the batch through the reference path.
 --
 -- Why a session function. Each relation's links statement embeds its own image SQL
 -- (synchro._image_sql), so it was run by EXECUTE: parsed, analyzed and planned again
@@ -26,30 +33,34 @@ LANGUAGE plpgsql
 -- search_path and row-image settings of synchro.materialize_batch.
 AS $$
 DECLARE
-  name  text := format('synchro_links_%s_%s', rid, gen);
+  -- _2: the second shape of this function (00019 added fresh and known); a session
+  -- that made the first before an upgrade keeps it under the old name.
+  name  text := format('synchro_links_%s_%s_2', rid, gen);
   fn    regprocedure := pg_catalog.to_regprocedure(format('pg_temp.%I(bigint)', name));
 BEGIN
   IF fn IS NULL THEN
     EXECUTE format(
-      $f$CREATE FUNCTION pg_temp.%I(rid bigint, OUT more boolean, OUT gone boolean) LANGUAGE plpgsql AS %L$f$,
+      $f$CREATE FUNCTION pg_temp.%I(rid bigint, OUT more boolean, OUT gone boolean, OUT known boolean) LANGUAGE plpgsql AS %L$f$,
       name, format(
         $b$BEGIN
   WITH ins AS (
     INSERT INTO pg_temp.synchro_b_links (t, relation_id, pk, pk_int, table_id, key_type, op, version,
-                                         event_ordinal, image, image_bytes, link, last)
+                                         event_ordinal, image, image_bytes, link, last, fresh)
     SELECT y.t, y.relation_id, y.pk, y.pk_int, y.table_id, y.key_type, y.op, y.version, y.event_ordinal,
-           y.image, pg_catalog.octet_length(y.image::pg_catalog.text), y.link, y.last
+           y.image, pg_catalog.octet_length(y.image::pg_catalog.text), y.link, y.last,
+           y.link = 1 AND y.last AND y.op = 'insert' AND y.grp_rank = 1
       FROM (SELECT x.t, x.relation_id, x.pk, CASE WHEN x.key_type <> 'string' THEN x.pk::bigint END AS pk_int,
-                   x.table_id, x.key_type, x.op, x.version, x.event_ordinal,
+                   x.table_id, x.key_type, x.op, x.version, x.event_ordinal, x.grp_rank,
                    CASE WHEN x.op <> 'delete' THEN %s END AS image,
                    pg_catalog.row_number() OVER (PARTITION BY x.pk COLLATE "C" ORDER BY x.t) AS link,
                    x.t = pg_catalog.max(x.t) OVER (PARTITION BY x.pk COLLATE "C") AS last
               FROM (SELECT DISTINCT ON (w.pk COLLATE "C", w.t) w.* FROM pg_temp.synchro_b_rows w
                      WHERE w.relation_id = rid ORDER BY w.pk COLLATE "C", w.t, w.seq DESC) x
             OFFSET 0) y
-    RETURNING link, last AND op = 'delete' AS dropped)
-  SELECT coalesce(pg_catalog.max(ins.link), 0) > 1, coalesce(pg_catalog.bool_or(ins.dropped), false)
-    INTO more, gone FROM ins;
+    RETURNING link, last AND op = 'delete' AS dropped, last AND op <> 'delete' AND NOT fresh AS kept)
+  SELECT coalesce(pg_catalog.max(ins.link), 0) > 1, coalesce(pg_catalog.bool_or(ins.dropped), false),
+         coalesce(pg_catalog.bool_or(ins.kept), false)
+    INTO more, gone, known FROM ins;
 END$b$, synchro._image_sql(rid, gen, 'x.new_row', false)));
     EXECUTE format('REVOKE ALL ON FUNCTION pg_temp.%I(bigint) FROM PUBLIC', name);
   END IF;

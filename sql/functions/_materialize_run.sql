@@ -41,6 +41,8 @@ DECLARE
   more    boolean;
   deletes boolean;
   dropped boolean;
+  known   boolean;
+  anyknown boolean;
   n_old   int;
 BEGIN
   SELECT * INTO p FROM synchro.progress FOR UPDATE;
@@ -230,11 +232,13 @@ BEGIN
   -- effects).
   multi := false;
   deletes := false;
+  anyknown := false;
   FOR rel IN SELECT DISTINCT w.relation_id FROM pg_temp.synchro_b_rows w LOOP
-    EXECUTE format('SELECT x.more, x.gone FROM %s($1) x', synchro._mat_links_fn(rel.relation_id, reg))
-      INTO more, dropped USING rel.relation_id;
+    EXECUTE format('SELECT x.more, x.gone, x.known FROM %s($1) x', synchro._mat_links_fn(rel.relation_id, reg))
+      INTO more, dropped, known USING rel.relation_id;
     multi := multi OR more;
     deletes := deletes OR dropped;
+    anyknown := anyknown OR known;
   END LOOP;
   IF big THEN
     ANALYZE pg_temp.synchro_b_links (t, relation_id, link);
@@ -248,13 +252,14 @@ BEGIN
   -- The memberships the run's rows held before it, read once (each row's first link):
   -- the delete effects of first links, and the membership changes at the end, come
   -- from here instead of probing synchro.membership three times per row. Only this
-  -- transaction writes membership (progress is locked), so the ctids stay valid.
+  -- transaction writes membership (progress is locked), so the ctids stay valid. A
+  -- fresh row (synchro._mat_links_fn) had none: not probed.
   INSERT INTO pg_temp.synchro_b_old (relation_id, pk, scope, scope_hash, mctid)
   SELECT l.relation_id, l.pk, m.scope, m.scope_hash, m.ctid
     FROM pg_temp.synchro_b_links l
     CROSS JOIN LATERAL (SELECT m.scope, m.scope_hash, m.ctid FROM synchro.membership m
                          WHERE m.relation_id = l.relation_id AND m.pk = l.pk OFFSET 0) m
-   WHERE l.link = 1;
+   WHERE l.link = 1 AND NOT l.fresh;
   GET DIAGNOSTICS n_old = ROW_COUNT;
 
   -- Consumer groups (issue 11): the run's per-transaction change record, from the links
@@ -274,11 +279,22 @@ BEGIN
                              WHERE p2.relation_id = l.relation_id AND p2.pk = l.pk OFFSET 0) x
         WHERE l.last AND l.op = 'delete'));
   END IF;
-  INSERT INTO synchro.projection AS pr (relation_id, pk, pk_int, version, image, image_bytes)
+  -- Fresh rows (synchro._mat_links_fn) are new: a plain INSERT. ON CONFLICT inserted
+  -- each speculatively, one more WAL record per row (the confirmation) that the
+  -- runner's own walsender decodes too, and probed the index first. A projection row
+  -- there anyway is a unique violation: the runner re-runs the batch through the
+  -- reference path, which upserts (and that is also what catches a membership or rule
+  -- value the probes below skip for fresh rows: they exist only with a projection).
+  INSERT INTO synchro.projection (relation_id, pk, pk_int, version, image, image_bytes)
   SELECT l.relation_id, l.pk, l.pk_int, l.version, l.image, l.image_bytes FROM pg_temp.synchro_b_links l
-   WHERE l.last AND l.op <> 'delete'
-  ON CONFLICT (relation_id, pk) DO UPDATE
-    SET version = excluded.version, image = excluded.image, image_bytes = excluded.image_bytes;
+   WHERE l.fresh;
+  IF anyknown THEN
+    INSERT INTO synchro.projection AS pr (relation_id, pk, pk_int, version, image, image_bytes)
+    SELECT l.relation_id, l.pk, l.pk_int, l.version, l.image, l.image_bytes FROM pg_temp.synchro_b_links l
+     WHERE l.last AND l.op <> 'delete' AND NOT l.fresh
+    ON CONFLICT (relation_id, pk) DO UPDATE
+      SET version = excluded.version, image = excluded.image, image_bytes = excluded.image_bytes;
+  END IF;
 
   -- Rule values (the columns synchro._rule_value_columns names) as the last link
   -- leaves them; a value that did not change is neither deleted nor written again. A
@@ -290,7 +306,8 @@ BEGIN
        SELECT x.ctid FROM pg_temp.synchro_b_links l
         CROSS JOIN LATERAL (SELECT v2.ctid, v2.column_name, v2.value FROM synchro.rule_value v2
                              WHERE v2.relation_id = l.relation_id AND v2.pk = l.pk OFFSET 0) x
-        WHERE l.last AND (l.op = 'delete' OR l.image ->> x.column_name::text IS DISTINCT FROM x.value)));
+        WHERE l.last AND NOT l.fresh
+          AND (l.op = 'delete' OR l.image ->> x.column_name::text IS DISTINCT FROM x.value)));
     INSERT INTO synchro.rule_value (relation_id, column_name, value, pk)
     SELECT DISTINCT l.relation_id, c.column_name, l.image ->> c.column_name::text, l.pk
       FROM pg_temp.synchro_b_links l

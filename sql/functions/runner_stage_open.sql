@@ -27,6 +27,11 @@ BEGIN
       -- A session that opened its tables before an upgrade added this one.
       PERFORM synchro._stage_rel_ok_create();
     END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute a
+                    WHERE a.attrelid = 'pg_temp.synchro_b_links'::regclass AND a.attname = 'fresh') THEN
+      -- And before one added this column (00019).
+      ALTER TABLE pg_temp.synchro_b_links ADD COLUMN fresh boolean;
+    END IF;
     RETURN;
   END IF;
   CREATE TEMP TABLE synchro_stage (
@@ -105,10 +110,11 @@ BEGIN
   -- One link per (transaction, row): the row's last event in that transaction. No
   -- index: every join of the run over it is a hash join, and the statement that
   -- writes it makes (relation_id, pk, t) unique (DISTINCT ON), so a primary key
-  -- only cost an index insertion per link.
+  -- only cost an index insertion per link. fresh: the row's only event in the run
+  -- inserts it (synchro._mat_links_fn).
   CREATE TEMP TABLE synchro_b_links (
     t int, relation_id bigint, pk text, pk_int bigint, table_id text, key_type text, op text,
-    version text, event_ordinal int, image jsonb, image_bytes int, link int, last boolean
+    version text, event_ordinal int, image jsonb, image_bytes int, link int, last boolean, fresh boolean
   ) ON COMMIT PRESERVE ROWS;
   -- The row-image SQL of each (relation, registry generation, source), made once per
   -- session by synchro._image_sql: registrations in effect never change.

@@ -1,0 +1,9 @@
+-- +goose Up
+-- projection_int_order (relation_id, pk_int) has served no query since pull and
+-- rebuild read membership's pk_order; every projection insertion still paid an index
+-- entry for it: a WAL record that the runner's own walsender reads too, one of about
+-- 16 per materialized row event (issue 7, docs/benchmarks.md).
+DROP INDEX IF EXISTS synchro.projection_int_order;
+
+-- +goose Down
+CREATE INDEX IF NOT EXISTS projection_int_order ON synchro.projection (relation_id, pk_int) WHERE pk_int IS NOT NULL;
