@@ -39,6 +39,13 @@ DECLARE
   fn    regprocedure := pg_catalog.to_regprocedure(format('pg_temp.%I(bigint)', name));
 BEGIN
   IF fn IS NULL THEN
+    -- Once per session: a session that opened its work tables before an upgrade
+    -- added fresh (00019) gets it here (synchro.runner_stage_open runs every batch;
+    -- this does not).
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
+                    WHERE a.attrelid = 'pg_temp.synchro_b_links'::pg_catalog.regclass AND a.attname = 'fresh') THEN
+      ALTER TABLE pg_temp.synchro_b_links ADD COLUMN fresh boolean;
+    END IF;
     EXECUTE format(
       $f$CREATE FUNCTION pg_temp.%I(rid bigint, OUT more boolean, OUT gone boolean, OUT known boolean) LANGUAGE plpgsql AS %L$f$,
       name, format(

@@ -27,11 +27,6 @@ BEGIN
       -- A session that opened its tables before an upgrade added this one.
       PERFORM synchro._stage_rel_ok_create();
     END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_attribute a
-                    WHERE a.attrelid = 'pg_temp.synchro_b_links'::regclass AND a.attname = 'fresh') THEN
-      -- And before one added this column (00019).
-      ALTER TABLE pg_temp.synchro_b_links ADD COLUMN fresh boolean;
-    END IF;
     RETURN;
   END IF;
   CREATE TEMP TABLE synchro_stage (
