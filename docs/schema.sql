@@ -1510,13 +1510,8 @@ DECLARE
   fn    regprocedure := pg_catalog.to_regprocedure(format('pg_temp.%I(bigint)', name));
 BEGIN
   IF fn IS NULL THEN
-    -- Once per session: a session that opened its work tables before an upgrade
-    -- added fresh (00019) gets it here (synchro.runner_stage_open runs every batch;
-    -- this does not).
-    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
-                    WHERE a.attrelid = 'pg_temp.synchro_b_links'::pg_catalog.regclass AND a.attname = 'fresh') THEN
-      ALTER TABLE pg_temp.synchro_b_links ADD COLUMN fresh boolean;
-    END IF;
+    -- Once per session: work tables opened before an upgrade get fresh (00019).
+    PERFORM synchro._stage_links_fresh();
     EXECUTE format(
       $f$CREATE FUNCTION pg_temp.%I(rid bigint, OUT more boolean, OUT gone boolean, OUT known boolean) LANGUAGE plpgsql AS %L$f$,
       name, format(
@@ -1836,6 +1831,11 @@ BEGIN
     deletes := deletes OR dropped;
     anyknown := anyknown OR known;
   END LOOP;
+  IF n_rows = 0 THEN
+    -- No row event, so no links function was made, and the statements below still
+    -- name fresh: work tables opened before an upgrade get it here.
+    PERFORM synchro._stage_links_fresh();
+  END IF;
   IF big THEN
     ANALYZE pg_temp.synchro_b_links (t, relation_id, link);
   END IF;
@@ -3975,6 +3975,24 @@ $$;
 
 
 ALTER FUNCTION synchro._stage_clear(big boolean) OWNER TO postgres;
+
+--
+-- Name: _stage_links_fresh(); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._stage_links_fresh() RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
+                  WHERE a.attrelid = 'pg_temp.synchro_b_links'::pg_catalog.regclass AND a.attname = 'fresh') THEN
+    ALTER TABLE pg_temp.synchro_b_links ADD COLUMN fresh boolean;
+  END IF;
+END
+$$;
+
+
+ALTER FUNCTION synchro._stage_links_fresh() OWNER TO postgres;
 
 --
 -- Name: _stage_registration(regclass, text, text, name[]); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -8959,6 +8977,13 @@ REVOKE ALL ON FUNCTION synchro._setting_interval(setting_name text) FROM PUBLIC;
 --
 
 REVOKE ALL ON FUNCTION synchro._stage_clear(big boolean) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _stage_links_fresh(); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._stage_links_fresh() FROM PUBLIC;
 
 
 --

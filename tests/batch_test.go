@@ -350,6 +350,35 @@ func TestBatchFreshRowOverStaleState(t *testing.T) {
 	require.Equal(t, 30, countOf(t, db, `SELECT count(*) FROM synchro.effect WHERE pk::int8 BETWEEN 100 AND 129 AND scope = 'owner:a' AND op = 'upsert'`))
 }
 
+// A session that opened its work tables before migration 00019 has no fresh column in
+// pg_temp.synchro_b_links. The session's links function adds it when it is made, and a
+// set-based run without row events, which makes none (here: a transaction with nothing
+// staged, as a batch of dropped foreign messages is), adds it itself. Red before: the
+// run failed with 42703 (undefined column), which made the runner fall back and, in a
+// reset's catch-up, failed the reset.
+func TestMaterializeRunAddsFreshToOldWorkTables(t *testing.T) {
+	t.Parallel()
+	db := runnerSetup(t)
+	rr := startRunner(t, testRunnerConfig(t, db))
+	p := waitStream(t, db)
+	require.NoError(t, rr.stop(t))
+	waitRunnerGone(t, db)
+	ctx := context.Background()
+	conn, err := db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	var xid int64
+	require.NoError(t, conn.QueryRow(ctx, `SELECT txid_current()`).Scan(&xid))
+	_, err = conn.Exec(ctx, `SELECT synchro.runner_stage_open(); ALTER TABLE pg_temp.synchro_b_links DROP COLUMN fresh`)
+	require.NoError(t, err)
+	var outcomes []string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT synchro.materialize_batch($1, ARRAY[pg_current_wal_lsn()],
+		ARRAY[pg_current_wal_lsn() + 8], ARRAY[$2::bigint], ARRAY[now()], true)`, p.Generation, xid).Scan(&outcomes))
+	require.Equal(t, []string{"materialized"}, outcomes)
+	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+		WHERE c.relname = 'synchro_b_links' AND c.relpersistence = 't' AND a.attname = 'fresh' AND NOT a.attisdropped`))
+}
+
 // The session's staging table keeps its pages across batches (rows are deleted, not
 // truncated: synchro._stage_reset says why), so its dead space is given back once it
 // dominates: a batch that staged many rows leaves the table's size alone, a small

@@ -10,7 +10,9 @@
 -- the run, so it has no projection, membership or rule value to read or replace:
 -- synchro._materialize_run inserts its projection without ON CONFLICT and skips its
 -- probes. Should the pack's state disagree (a projection row there anyway), that
--- INSERT fails and the runner re-runs the batch through the reference path.
+-- INSERT fails and the runner re-runs the batch through the reference path (in the
+-- main stream; a reset's catch-up, whose staged state comes from the candidate
+-- slot's own snapshot, fails the reset instead, as it does on any error).
 --
 -- Why a session function. Each relation's links statement embeds its own image SQL
 -- (synchro._image_sql), so it was run by EXECUTE: parsed, analyzed and planned again
@@ -39,13 +41,8 @@ DECLARE
   fn    regprocedure := pg_catalog.to_regprocedure(format('pg_temp.%I(bigint)', name));
 BEGIN
   IF fn IS NULL THEN
-    -- Once per session: a session that opened its work tables before an upgrade
-    -- added fresh (00019) gets it here (synchro.runner_stage_open runs every batch;
-    -- this does not).
-    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
-                    WHERE a.attrelid = 'pg_temp.synchro_b_links'::pg_catalog.regclass AND a.attname = 'fresh') THEN
-      ALTER TABLE pg_temp.synchro_b_links ADD COLUMN fresh boolean;
-    END IF;
+    -- Once per session: work tables opened before an upgrade get fresh (00019).
+    PERFORM synchro._stage_links_fresh();
     EXECUTE format(
       $f$CREATE FUNCTION pg_temp.%I(rid bigint, OUT more boolean, OUT gone boolean, OUT known boolean) LANGUAGE plpgsql AS %L$f$,
       name, format(

@@ -240,6 +240,11 @@ BEGIN
     deletes := deletes OR dropped;
     anyknown := anyknown OR known;
   END LOOP;
+  IF n_rows = 0 THEN
+    -- No row event, so no links function was made, and the statements below still
+    -- name fresh: work tables opened before an upgrade get it here.
+    PERFORM synchro._stage_links_fresh();
+  END IF;
   IF big THEN
     ANALYZE pg_temp.synchro_b_links (t, relation_id, link);
   END IF;
