@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/synchro/synchro/runner"
 	"github.com/synchro/synchro/tests/testdb"
 )
 
@@ -269,6 +270,20 @@ const bypassedFence = `BEGIN;
 	ALTER TABLE items ENABLE TRIGGER synchro_fence_insert;
 	COMMIT;`
 
+// stoppedStream is the runner tables (runnerSetup) with a stream that a runner
+// started and a stopped one left behind: what is written next is a backlog for the
+// next runner, started with the returned configuration.
+func stoppedStream(t *testing.T) (*testdb.DB, runner.Config, progressRow) {
+	t.Helper()
+	db := runnerSetup(t)
+	cfg := testRunnerConfig(t, db)
+	rr := startRunner(t, cfg)
+	p := waitStream(t, db)
+	require.NoError(t, rr.stop(t))
+	waitRunnerGone(t, db)
+	return db, cfg, p
+}
+
 // requireQuarantinedInBatch writes, with the runner stopped, a backlog of 30
 // transactions (items 100..129), the poison statements (of class class), and 10 more,
 // then starts a runner with large batches: the poison is quarantined alone with its
@@ -276,12 +291,7 @@ const bypassedFence = `BEGIN;
 // fell back to one at a time.
 func requireQuarantinedInBatch(t *testing.T, class string, poison ...string) {
 	t.Helper()
-	db := runnerSetup(t)
-	cfg := testRunnerConfig(t, db)
-	rr := startRunner(t, cfg)
-	waitStream(t, db)
-	require.NoError(t, rr.stop(t))
-	waitRunnerGone(t, db)
+	db, cfg, _ := stoppedStream(t)
 	before := countOf(t, db, `SELECT count(*) FROM synchro.txn`)
 
 	for i := 100; i < 130; i++ {
@@ -299,7 +309,7 @@ func requireQuarantinedInBatch(t *testing.T, class string, poison ...string) {
 
 	cfg.BatchTxns = 10000
 	cfg.BatchDelay = time.Hour
-	rr = startRunner(t, cfg)
+	rr := startRunner(t, cfg)
 	q := waitOneQuarantine(t, db, class)
 	require.NotNil(t, q.RelationID)
 	require.Equal(t, itemsRelationID(t, db), *q.RelationID)
@@ -320,12 +330,7 @@ func requireQuarantinedInBatch(t *testing.T, class string, poison ...string) {
 // membership in its real scope, a delete effect in the stale one; nothing quarantined.
 func TestBatchFreshRowOverStaleState(t *testing.T) {
 	t.Parallel()
-	db := runnerSetup(t)
-	cfg := testRunnerConfig(t, db)
-	rr := startRunner(t, cfg)
-	waitStream(t, db)
-	require.NoError(t, rr.stop(t))
-	waitRunnerGone(t, db)
+	db, cfg, _ := stoppedStream(t)
 	rel := itemsRelationID(t, db)
 	mustExec(t, db, `INSERT INTO synchro.projection (relation_id, pk, pk_int, version, image, image_bytes)
 		VALUES ($1, '115', 115, 'stale', '{"id": 115, "owner": "zzz"}', 27)`, rel)
@@ -337,7 +342,7 @@ func TestBatchFreshRowOverStaleState(t *testing.T) {
 
 	cfg.BatchTxns = 10000
 	cfg.BatchDelay = time.Hour
-	rr = startRunner(t, cfg)
+	rr := startRunner(t, cfg)
 	catchUp(t, db)
 	require.NoError(t, rr.stop(t))
 	require.GreaterOrEqual(t, rr.counter(t, "synchro_runner_batch_fallbacks_total"), float64(1), "the batch fell back")
@@ -358,11 +363,7 @@ func TestBatchFreshRowOverStaleState(t *testing.T) {
 // reset's catch-up, failed the reset.
 func TestMaterializeRunAddsFreshToOldWorkTables(t *testing.T) {
 	t.Parallel()
-	db := runnerSetup(t)
-	rr := startRunner(t, testRunnerConfig(t, db))
-	p := waitStream(t, db)
-	require.NoError(t, rr.stop(t))
-	waitRunnerGone(t, db)
+	db, _, p := stoppedStream(t)
 	ctx := context.Background()
 	conn, err := db.Pool.Acquire(ctx)
 	require.NoError(t, err)

@@ -45,16 +45,17 @@ func (b *bench) fastCluster(ctx context.Context) (*pgcluster.Cluster, error) {
 		return b.fast, nil
 	}
 	fmt.Fprintln(b.stdout, "starting a fast cluster (fsync=off, synchronous_commit=on) for the runner suites ...")
-	c, err := pgcluster.Start(ctx, pgcluster.Options{
-		BinDir:    b.cfg.binDir,
-		Logger:    b.logger,
-		ExtraConf: fastConf,
-	})
+	c, err := b.startFastConf(ctx)
 	if err != nil {
 		return nil, err
 	}
 	b.fast = c
 	return c, nil
+}
+
+// startFastConf starts a cluster with the fast settings.
+func (b *bench) startFastConf(ctx context.Context) (*pgcluster.Cluster, error) {
+	return pgcluster.Start(ctx, pgcluster.Options{BinDir: b.cfg.binDir, Logger: b.logger, ExtraConf: fastConf})
 }
 
 // floorCluster starts, on first use, the cluster with the fast one's settings where
@@ -63,11 +64,7 @@ func (b *bench) floorCluster(ctx context.Context) (*pgcluster.Cluster, error) {
 	if b.floor != nil {
 		return b.floor, nil
 	}
-	c, err := pgcluster.Start(ctx, pgcluster.Options{
-		BinDir:    b.cfg.binDir,
-		Logger:    b.logger,
-		ExtraConf: fastConf,
-	})
+	c, err := b.startFastConf(ctx)
 	if err != nil {
 		return nil, err
 	}
