@@ -1,8 +1,8 @@
 -- +goose Up
--- projection_int_order (relation_id, pk_int) has served no query since pull and
--- rebuild read membership's pk_order; every projection insertion still paid an index
--- entry for it: a WAL record that the runner's own walsender reads too, one of about
--- 16 per materialized row event (issue 7, docs/benchmarks.md).
+-- projection_int_order (relation_id, pk_int) serves no query (pull and rebuild order
+-- by membership's pk_order), yet every projection insertion paid an index entry for
+-- it: a WAL record that the runner's own walsender reads too, one of about 16 per
+-- materialized row event (issue 7, docs/benchmarks.md).
 DROP INDEX IF EXISTS synchro.projection_int_order;
 -- A stream reset staged before this migration copied the index with its live name
 -- (synchro._reset_stage_tables), and its activation would bring it back.
