@@ -25,6 +25,10 @@ func TestRunnerRecordsAckUnderSteadyLoad(t *testing.T) {
 	cfg := testRunnerConfig(t, db)
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	cfg.PollInterval = 100 * time.Millisecond // the default
+	// Batches of a few source transactions: each recorded acknowledgement waits for
+	// a batch to commit, and at the default bound (20,000 row events) eleven of them
+	// took a minute on a loaded machine. The mechanism does not depend on the size.
+	cfg.BatchEvents = 2000
 	startRunner(t, cfg)
 	waitStream(t, db)
 
