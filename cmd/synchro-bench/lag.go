@@ -36,6 +36,8 @@ const (
 	goalFanOut    = time.Second
 	fanOutRows    = 10000
 	headroomConns = 8
+	// lagWarmup at the lag rate precedes the measured steady load.
+	lagWarmup = 2 * time.Second
 )
 
 // lagSchema: items with a direct rule (the lag and headroom load), tasks with a via
@@ -99,7 +101,21 @@ func runLag(ctx context.Context, b *bench) (string, error) {
 		"materialization transaction (pg_xact_commit_timestamp of its synchro.txn row) minus the "+
 		"source commit time. Bounded: the runner materialized the last write within 1 s of it.\n\n", fastSettings(ctx, conn))
 
-	// 1. Lag at the steady rate.
+	// 1. Lag at the steady rate. The runner's first materialization in a new session
+	// compiles and plans the pack's functions (on a slow machine 120 ms for one row,
+	// then 9 ms for the next): under the steady load that one-off backlog alone put
+	// the p99 of a 30 s run at 150–320 ms, against 23–27 ms after it. So the first
+	// change after the start is measured and reported on its own, and the steady
+	// figures follow a warm-up at the same rate.
+	fmt.Fprintln(b.stdout, "  lag: the first change after the runner's start ...")
+	cold, err := steadyLoad(ctx, b, conn, pool, run, 1, 1, time.Millisecond, false)
+	if err != nil {
+		return "", fmt.Errorf("lag: first change: %w", err)
+	}
+	fmt.Fprintf(b.stdout, "  lag: warm-up, %d tps for %s ...\n", b.cfg.lagRate, lagWarmup)
+	if _, err := steadyLoad(ctx, b, conn, pool, run, b.cfg.lagRate, 4, lagWarmup, false); err != nil {
+		return "", fmt.Errorf("lag: warm-up: %w", err)
+	}
 	fmt.Fprintf(b.stdout, "  lag: %d tps for %s ...\n", b.cfg.lagRate, b.cfg.lagDuration)
 	st, err := steadyLoad(ctx, b, conn, pool, run, b.cfg.lagRate, 4, b.cfg.lagDuration, false)
 	if err != nil {
@@ -111,12 +127,15 @@ func runLag(ctx context.Context, b *bench) (string, error) {
 		}
 		return "BELOW-GOAL"
 	}
+	fmt.Fprintf(&sb, "After a warm-up of %s at the same rate (not counted); the first change after the runner's "+
+		"start, with its session cold, came %s after its commit.\n\n", lagWarmup, ms(cold.max))
 	sb.WriteString("| offered tps | achieved tps | source txns | p50 | p99 | max | catch-up after the last write | bounded | goal | verdict |\n")
 	sb.WriteString("|---:|---:|---:|---:|---:|---:|---:|---|---|---|\n")
 	fmt.Fprintf(&sb, "| %.0f | %.0f | %d | %s | %s | %s | %s | %v | p50 < %s, p99 < %s, bounded | %s |\n\n",
 		st.offeredTPS, st.achievedTPS, st.txns, ms(st.p50), ms(st.p99), ms(st.max), ms(st.catchUp), st.bounded,
 		ms(goalLagP50), ms(goalLagP99), verdict(st.p50 < goalLagP50 && st.p99 < goalLagP99 && st.bounded))
-	fmt.Fprintf(b.stdout, "    p50 %s p99 %s max %s, achieved %.0f tps, bounded %v\n", ms(st.p50), ms(st.p99), ms(st.max), st.achievedTPS, st.bounded)
+	fmt.Fprintf(b.stdout, "    p50 %s p99 %s max %s, achieved %.0f tps, bounded %v (first change after the start: %s)\n",
+		ms(st.p50), ms(st.p99), ms(st.max), st.achievedTPS, st.bounded, ms(cold.max))
 
 	if b.cfg.lagProfile {
 		fmt.Fprintf(b.stdout, "  lag profile: %d tps for %s with nested statements tracked ...\n", b.cfg.lagRate, b.cfg.lagDuration)
