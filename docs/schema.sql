@@ -1609,101 +1609,13 @@ $$;
 ALTER FUNCTION synchro._mat_pair_fences(t integer, n_fences integer) OWNER TO postgres;
 
 --
--- Name: _materialize_run(integer, integer, bigint, pg_lsn[], pg_lsn[], bigint[], timestamp with time zone[]); Type: FUNCTION; Schema: synchro; Owner: postgres
+-- Name: _mat_run_check_relations(integer, integer, bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
-CREATE FUNCTION synchro._materialize_run(t_first integer, t_last integer, stream_generation bigint, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[]) RETURNS text[]
+CREATE FUNCTION synchro._mat_run_check_relations(t_first integer, t_last integer, reg bigint) RETURNS void
     LANGUAGE plpgsql
-    AS $_$
-DECLARE
-  gen     bigint := _materialize_run.stream_generation;
-  p       synchro.progress;
-  reg     bigint;
-  n_rows  int;
-  n_fence int;
-  n_ev    bigint;
-  big     boolean;
-  rel     record;
-  nestloop text;
-  mergejoin text;
-  outcomes text[];
-  n_new   int;
-  multi   boolean;
-  more    boolean;
-  deletes boolean;
-  dropped boolean;
-  known   boolean;
-  anyknown boolean;
-  n_old   int;
+    AS $$
 BEGIN
-  SELECT * INTO p FROM synchro.progress FOR UPDATE;
-  IF NOT FOUND OR p.stream_generation <> gen OR p.registry_generation IS NULL THEN
-    RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'stream generation';
-  END IF;
-  reg := p.registry_generation;
-
-  -- The work tables are empty here: every run empties them before it returns (below),
-  -- and a failed one takes its rows with it when its transaction rolls back.
-
-  -- The run's transactions, less those already durable (a replay after a crash:
-  -- same result, nothing new), each with its row events and fences counted in one scan
-  -- of the stage. The ledger is probed once per transaction of the run (OFFSET 0 keeps
-  -- the probe a per-row index lookup: planned as an anti join, it read every ledger
-  -- row of the stream generation for each transaction, so its cost grew with the
-  -- ledger).
-  --
-  -- Hash joins only, from here to the end of the run. The work tables have no
-  -- statistics (a batch is analyzed only past 1,000 row events), and the planner,
-  -- guessing a few rows, chose nested loops that rescan one work table per row of
-  -- another: the generic plan PL/pgSQL keeps after five calls joined the transactions
-  -- to their counts that way (27 ms for 250 one-row transactions, so larger batches got
-  -- slower per transaction), and the membership and effect statements anti-joined
-  -- b_old and b_scopes by a sequential scan per link (an update backlog: 3.5 times the
-  -- apply time of the same inserts). A hash join is linear in the run. Lateral probes
-  -- of the permanent tables (OFFSET 0) stay nested loops: they have no other plan.
-  -- Restored before every return: the batch's later transactions may take the
-  -- per-transaction path.
-  nestloop := current_setting('enable_nestloop');
-  mergejoin := current_setting('enable_mergejoin');
-  PERFORM set_config('enable_nestloop', 'off', true), set_config('enable_mergejoin', 'off', true);
-  WITH c AS (
-    SELECT s.txn, count(*) FILTER (WHERE s.kind IN ('I', 'U', 'D', 'T'))::int AS n,
-           count(*) FILTER (WHERE s.kind = 'M' AND s.prefix = 'synchro.fence')::int AS f
-      FROM pg_temp.synchro_stage s
-     WHERE s.txn BETWEEN t_first AND t_last
-     GROUP BY s.txn),
-  ins AS (
-    INSERT INTO pg_temp.synchro_b_txn (t, commit_lsn, end_lsn, xid, commit_time, n_events, n_fences)
-    SELECT x.i::int - 1, x.c, x.e, x.x, x.ct, coalesce(c.n, 0), coalesce(c.f, 0)
-      FROM unnest(commit_lsns, end_lsns, xids, commit_times) WITH ORDINALITY AS x(c, e, x, ct, i)
-      LEFT JOIN c ON c.txn = x.i - 1
-     WHERE x.i - 1 BETWEEN t_first AND t_last
-       AND NOT EXISTS (SELECT 1 FROM synchro.txn d WHERE d.stream_generation = gen AND d.commit_lsn = x.c OFFSET 0)
-    RETURNING n_events, n_fences)
-  SELECT count(*), coalesce(sum(ins.n_events), 0), coalesce(sum(ins.n_fences), 0) INTO n_new, n_ev, n_fence FROM ins;
-  IF n_new = 0 THEN
-    PERFORM set_config('enable_nestloop', nestloop, true), set_config('enable_mergejoin', mergejoin, true);
-    RETURN array_fill('duplicate'::text, ARRAY[t_last - t_first + 1]);
-  END IF;
-
-  -- Serial commit order: each new transaction after the high-watermark and the
-  -- processed boundary left by the ones before it.
-  IF EXISTS (
-    SELECT 1 FROM (
-      SELECT b.commit_lsn, b.end_lsn,
-             coalesce(lag(b.commit_lsn) OVER w, p.materialized_commit_lsn, p.generation_start_lsn) AS prev_commit,
-             greatest(p.processed_end_lsn, max(b.end_lsn) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING))
-               AS prev_end
-        FROM pg_temp.synchro_b_txn b
-      WINDOW w AS (ORDER BY b.t)) x
-     WHERE x.commit_lsn <= x.prev_commit OR x.commit_lsn < x.prev_end OR x.end_lsn <= x.commit_lsn) THEN
-    RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'commit order';
-  END IF;
-
-  -- Each source transaction's own writes to synchro tables (its push write fences)
-  -- are visible: synchro.materialize_batch waited for the whole batch before it
-  -- called this (synchro._await_visible_all).
-
   -- Relation identity: every Relation shape the run's events were decoded with
   -- (synchro._stage_relations: the runner stages a shape once per batch, so a shape
   -- may sit in an earlier or a replayed transaction of the batch) is exactly the
@@ -1732,7 +1644,185 @@ BEGIN
     SELECT DISTINCT reg, s.relid, s.nspname, s.relname, s.replident, s.col_names, s.col_types, s.col_keys
       FROM synchro._stage_relations(t_first, t_last) s;
   END IF;
+END
+$$;
 
+
+ALTER FUNCTION synchro._mat_run_check_relations(t_first integer, t_last integer, reg bigint) OWNER TO postgres;
+
+--
+-- Name: _mat_run_effects(bigint, boolean); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._mat_run_effects(gen bigint, multi boolean) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  -- Net pull effects per link: upsert in every scope the row is in after the link (it
+  -- was touched), delete in every scope it was in before and is not after.
+  -- effect_ordinal counts within (scope, event) in canonical (table_id, typed key,
+  -- operation) order, as the per-transaction path does; in a run it is always 0, with
+  -- no sort to find it: a run has no dependency events, so an event's effects are
+  -- those of its own row (its link: each link is one row's last event in one
+  -- transaction, and event ordinals are unique within a transaction), and a row gets
+  -- at most one effect per scope there (an upsert when it is in the scope after the
+  -- link, else a delete when it was in it before: b_scopes and the memberships are
+  -- unique per row and scope). The batch-invariant tests compare this with the
+  -- per-transaction path's ordinals.
+  WITH before AS (
+    SELECT l.t, l.relation_id, l.pk, s.scope, s.scope_hash
+      FROM pg_temp.synchro_b_links l
+      JOIN pg_temp.synchro_b_links pl ON pl.relation_id = l.relation_id AND pl.pk = l.pk AND pl.link = l.link - 1
+      JOIN pg_temp.synchro_b_scopes s ON s.relation_id = pl.relation_id AND s.pk = pl.pk AND s.t = pl.t
+     WHERE multi AND l.link > 1
+    UNION ALL
+    SELECT l.t, l.relation_id, l.pk, o.scope, o.scope_hash
+      FROM pg_temp.synchro_b_links l
+      JOIN pg_temp.synchro_b_old o ON o.relation_id = l.relation_id AND o.pk = l.pk
+     WHERE l.link = 1),
+  e AS (
+    SELECT n.scope, n.scope_hash, n.t, n.relation_id, n.pk, 'upsert' AS op FROM pg_temp.synchro_b_scopes n
+    UNION ALL
+    SELECT o.scope, o.scope_hash, o.t, o.relation_id, o.pk, 'delete' FROM before o
+     WHERE NOT EXISTS (SELECT 1 FROM pg_temp.synchro_b_scopes n
+                        WHERE n.relation_id = o.relation_id AND n.pk = o.pk AND n.t = o.t AND n.scope = o.scope))
+  INSERT INTO synchro.effect (stream_generation, scope, scope_hash, commit_lsn, event_ordinal, effect_ordinal,
+                              table_id, relation_id, pk, op, version, image, image_bytes)
+  SELECT gen, e.scope, e.scope_hash, b.commit_lsn, l.event_ordinal, 0,
+         l.table_id, e.relation_id, e.pk, e.op,
+         CASE WHEN e.op = 'upsert' THEN l.version END,
+         CASE WHEN e.op = 'upsert' THEN l.image END,
+         CASE WHEN e.op = 'upsert' THEN l.image_bytes END
+    FROM e
+    JOIN pg_temp.synchro_b_links l ON l.relation_id = e.relation_id AND l.pk = e.pk AND l.t = e.t
+    JOIN pg_temp.synchro_b_txn b ON b.t = e.t;
+END
+$$;
+
+
+ALTER FUNCTION synchro._mat_run_effects(gen bigint, multi boolean) OWNER TO postgres;
+
+--
+-- Name: _mat_run_ledger(bigint, bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._mat_run_ledger(gen bigint, reg bigint) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  -- Write-fence reconciliation: exactly these fences are now WAL-materialized.
+  UPDATE synchro.write_fence wf SET coverage = 'wal', covered_at = now()
+   WHERE wf.fence_id = ANY (ARRAY(SELECT w.fence_id FROM pg_temp.synchro_b_rows w)) AND wf.coverage IS NULL;
+
+  -- Replay identities and the transaction-end high-watermark.
+  INSERT INTO synchro.txn (stream_generation, commit_lsn, end_lsn, xid, commit_time, event_count)
+  SELECT gen, b.commit_lsn, b.end_lsn, b.xid, b.commit_time, b.n_events FROM pg_temp.synchro_b_txn b;
+  INSERT INTO synchro.event (stream_generation, commit_lsn, event_ordinal, relation_id, op, pk, version, fence_id,
+                             registry_generation)
+  SELECT gen, b.commit_lsn, w.event_ordinal, w.relation_id, w.op, w.pk, w.version, w.fence_id, reg
+    FROM pg_temp.synchro_b_rows w JOIN pg_temp.synchro_b_txn b ON b.t = w.t;
+  UPDATE synchro.progress
+     SET materialized_commit_lsn = (SELECT b.commit_lsn FROM pg_temp.synchro_b_txn b ORDER BY b.t DESC LIMIT 1),
+         processed_end_lsn = greatest(processed_end_lsn, (SELECT max(b.end_lsn) FROM pg_temp.synchro_b_txn b)),
+         updated_at = now();
+  UPDATE synchro.quarantine q SET resolved_at = now(), retry_requested = false
+   WHERE q.stream_generation = gen AND q.resolved_at IS NULL
+     AND q.commit_lsn = ANY (ARRAY(SELECT b.commit_lsn FROM pg_temp.synchro_b_txn b));
+END
+$$;
+
+
+ALTER FUNCTION synchro._mat_run_ledger(gen bigint, reg bigint) OWNER TO postgres;
+
+--
+-- Name: _mat_run_links(bigint, integer); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._mat_run_links(reg bigint, n_rows integer, OUT multi boolean, OUT deletes boolean, OUT anyknown boolean) RETURNS record
+    LANGUAGE plpgsql
+    AS $_$
+DECLARE
+  rel     record;
+  more    boolean;
+  dropped boolean;
+  known   boolean;
+BEGIN
+  -- Links: each row's last event in each transaction, numbered along the run, with
+  -- its row image rendered once, in the same statement: the registered columns in the
+  -- registered shape (synchro._image_sql), as the per-transaction path renders them.
+  -- One statement per relation of the run (each has its own image SQL), in a session
+  -- function that keeps its plan (synchro._mat_links_fn says why and why it is
+  -- safe). The image is measured once there (image_bytes of the projection and the
+  -- effects).
+  multi := false;
+  deletes := false;
+  anyknown := false;
+  FOR rel IN SELECT DISTINCT w.relation_id FROM pg_temp.synchro_b_rows w LOOP
+    EXECUTE format('SELECT x.more, x.gone, x.known FROM %s($1) x', synchro._mat_links_fn(rel.relation_id, reg))
+      INTO more, dropped, known USING rel.relation_id;
+    multi := multi OR more;
+    deletes := deletes OR dropped;
+    anyknown := anyknown OR known;
+  END LOOP;
+  IF n_rows = 0 THEN
+    -- No row event, so no links function was made, and the later phases' statements
+    -- still name fresh: work tables opened before an upgrade get it here.
+    PERFORM synchro._stage_links_fresh();
+  END IF;
+  IF n_rows > 1000 THEN
+    ANALYZE pg_temp.synchro_b_links (t, relation_id, link);
+  END IF;
+  -- multi: some row has more than one link (it changed in more than one transaction
+  -- of the run; read from the links as they are written, not by another scan). When
+  -- none has, the effects (synchro._mat_run_effects) skip the join that finds a link's previous one (a
+  -- one-time filter: 14 of the effect statement's 62 ms for a 1,000-row transaction,
+  -- which has one link per row).
+END
+$_$;
+
+
+ALTER FUNCTION synchro._mat_run_links(reg bigint, n_rows integer, OUT multi boolean, OUT deletes boolean, OUT anyknown boolean) OWNER TO postgres;
+
+--
+-- Name: _mat_run_membership(integer); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._mat_run_membership(n_old integer) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  -- Membership as the last link leaves it: memberships that ended, then new ones.
+  IF n_old > 0 THEN
+    DELETE FROM synchro.membership m
+     WHERE m.ctid = ANY (ARRAY(
+       SELECT o.mctid FROM pg_temp.synchro_b_old o
+         JOIN pg_temp.synchro_b_links l ON l.relation_id = o.relation_id AND l.pk = o.pk AND l.last
+        WHERE NOT EXISTS (SELECT 1 FROM pg_temp.synchro_b_scopes n
+                           WHERE n.relation_id = l.relation_id AND n.pk = l.pk AND n.t = l.t AND n.scope = o.scope)));
+  END IF;
+  INSERT INTO synchro.membership (scope, scope_hash, relation_id, pk, table_id, pk_order)
+  SELECT n.scope, n.scope_hash, n.relation_id, n.pk, l.table_id, coalesce(l.pk_int, 0)
+    FROM pg_temp.synchro_b_links l
+    JOIN pg_temp.synchro_b_scopes n ON n.relation_id = l.relation_id AND n.pk = l.pk AND n.t = l.t
+   WHERE l.last
+     AND NOT EXISTS (SELECT 1 FROM pg_temp.synchro_b_old o
+                      WHERE o.relation_id = n.relation_id AND o.pk = n.pk AND o.scope = n.scope);
+END
+$$;
+
+
+ALTER FUNCTION synchro._mat_run_membership(n_old integer) OWNER TO postgres;
+
+--
+-- Name: _mat_run_pair_fences(bigint, integer); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._mat_run_pair_fences(n_ev bigint, n_fence integer) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  n_rows int;
+BEGIN
   IF n_ev > 1000 THEN
     -- Temp tables have no statistics: without them the pairing join below can be
     -- planned as a nested loop, quadratic in the run's row events. Here and below,
@@ -1791,8 +1881,7 @@ BEGIN
            ELSE fr.old_key = ev.pk AND fr.new_key IS NULL END
      AND fr.version IS NOT NULL AND fr.fid IS NOT NULL;
   GET DIAGNOSTICS n_rows = ROW_COUNT;
-  big := n_rows > 1000;
-  IF big THEN
+  IF n_rows > 1000 THEN
     -- Temp tables have no statistics: give the planner real ones for the joins below.
     ANALYZE pg_temp.synchro_b_rows (t, relation_id);
   END IF;
@@ -1803,7 +1892,7 @@ BEGIN
   END IF;
   -- Every row event paired, every fence used once. A fence id already in the ledger
   -- (a replayed or forged fence) is refused by synchro.event's unique index when the
-  -- run's events are written below: that error, like every other one here, makes the
+  -- run's events are written (synchro._mat_run_ledger): that error, like every other one here, makes the
   -- runner re-run the batch through the reference path, which names the class.
   -- No fence pairs twice, with no count of distinct fence ids: both sides are ranked
   -- uniquely within their (transaction, relation, key) group and paired on the rank, so
@@ -1813,58 +1902,99 @@ BEGIN
      OR n_fence <> n_rows THEN
     RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'fence reconciliation';
   END IF;
+  RETURN n_rows;
+END
+$$;
 
-  -- Links: each row's last event in each transaction, numbered along the run, with
-  -- its row image rendered once, in the same statement: the registered columns in the
-  -- registered shape (synchro._image_sql), as the per-transaction path renders them.
-  -- One statement per relation of the run (each has its own image SQL), in a session
-  -- function that keeps its plan (synchro._mat_links_fn says why and why it is
-  -- safe). The image is measured once there (image_bytes of the projection and the
-  -- effects).
-  multi := false;
-  deletes := false;
-  anyknown := false;
-  FOR rel IN SELECT DISTINCT w.relation_id FROM pg_temp.synchro_b_rows w LOOP
-    EXECUTE format('SELECT x.more, x.gone, x.known FROM %s($1) x', synchro._mat_links_fn(rel.relation_id, reg))
-      INTO more, dropped, known USING rel.relation_id;
-    multi := multi OR more;
-    deletes := deletes OR dropped;
-    anyknown := anyknown OR known;
-  END LOOP;
-  IF n_rows = 0 THEN
-    -- No row event, so no links function was made, and the statements below still
-    -- name fresh: work tables opened before an upgrade get it here.
-    PERFORM synchro._stage_links_fresh();
+
+ALTER FUNCTION synchro._mat_run_pair_fences(n_ev bigint, n_fence integer) OWNER TO postgres;
+
+--
+-- Name: progress; Type: TABLE; Schema: synchro; Owner: postgres
+--
+
+CREATE TABLE synchro.progress (
+    singleton boolean DEFAULT true NOT NULL,
+    stream_generation bigint NOT NULL,
+    generation_start_lsn pg_lsn NOT NULL,
+    materialized_commit_lsn pg_lsn,
+    processed_end_lsn pg_lsn NOT NULL,
+    acknowledged_end_lsn pg_lsn,
+    registry_generation bigint,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT progress_ack_after_start CHECK (((acknowledged_end_lsn IS NULL) OR (acknowledged_end_lsn >= generation_start_lsn))),
+    CONSTRAINT progress_ack_before_processed CHECK ((COALESCE(acknowledged_end_lsn, generation_start_lsn) <= processed_end_lsn)),
+    CONSTRAINT progress_materialized_before_processed CHECK (((materialized_commit_lsn IS NULL) OR (materialized_commit_lsn <= processed_end_lsn))),
+    CONSTRAINT progress_processed_after_start CHECK ((processed_end_lsn >= generation_start_lsn)),
+    CONSTRAINT progress_singleton CHECK (singleton)
+);
+
+
+ALTER TABLE synchro.progress OWNER TO postgres;
+
+--
+-- Name: _mat_run_position(integer, integer, bigint, synchro.progress, pg_lsn[], pg_lsn[], bigint[], timestamp with time zone[]); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._mat_run_position(t_first integer, t_last integer, gen bigint, p synchro.progress, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[], OUT n_new integer, OUT n_ev bigint, OUT n_fence integer) RETURNS record
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  -- The run's transactions, less those already durable (a replay after a crash:
+  -- same result, nothing new), each with its row events and fences counted in one scan
+  -- of the stage. The ledger is probed once per transaction of the run (OFFSET 0 keeps
+  -- the probe a per-row index lookup: planned as an anti join, it read every ledger
+  -- row of the stream generation for each transaction, so its cost grew with the
+  -- ledger).
+  WITH c AS (
+    SELECT s.txn, count(*) FILTER (WHERE s.kind IN ('I', 'U', 'D', 'T'))::int AS n,
+           count(*) FILTER (WHERE s.kind = 'M' AND s.prefix = 'synchro.fence')::int AS f
+      FROM pg_temp.synchro_stage s
+     WHERE s.txn BETWEEN t_first AND t_last
+     GROUP BY s.txn),
+  ins AS (
+    INSERT INTO pg_temp.synchro_b_txn (t, commit_lsn, end_lsn, xid, commit_time, n_events, n_fences)
+    SELECT x.i::int - 1, x.c, x.e, x.x, x.ct, coalesce(c.n, 0), coalesce(c.f, 0)
+      FROM unnest(commit_lsns, end_lsns, xids, commit_times) WITH ORDINALITY AS x(c, e, x, ct, i)
+      LEFT JOIN c ON c.txn = x.i - 1
+     WHERE x.i - 1 BETWEEN t_first AND t_last
+       AND NOT EXISTS (SELECT 1 FROM synchro.txn d WHERE d.stream_generation = gen AND d.commit_lsn = x.c OFFSET 0)
+    RETURNING n_events, n_fences)
+  SELECT count(*), coalesce(sum(ins.n_events), 0), coalesce(sum(ins.n_fences), 0) INTO n_new, n_ev, n_fence FROM ins;
+  IF n_new = 0 THEN
+    RETURN; -- every transaction of the run is durable already
   END IF;
-  IF big THEN
-    ANALYZE pg_temp.synchro_b_links (t, relation_id, link);
+
+  -- Serial commit order: each new transaction after the high-watermark and the
+  -- processed boundary left by the ones before it.
+  IF EXISTS (
+    SELECT 1 FROM (
+      SELECT b.commit_lsn, b.end_lsn,
+             coalesce(lag(b.commit_lsn) OVER w, p.materialized_commit_lsn, p.generation_start_lsn) AS prev_commit,
+             greatest(p.processed_end_lsn, max(b.end_lsn) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING))
+               AS prev_end
+        FROM pg_temp.synchro_b_txn b
+      WINDOW w AS (ORDER BY b.t)) x
+     WHERE x.commit_lsn <= x.prev_commit OR x.commit_lsn < x.prev_end OR x.end_lsn <= x.commit_lsn) THEN
+    RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'commit order';
   END IF;
-  -- multi: some row has more than one link (it changed in more than one transaction
-  -- of the run; read from the links as they are written, not by another scan). When
-  -- none has, the effects below skip the join that finds a link's previous one (a
-  -- one-time filter: 14 of the effect statement's 62 ms for a 1,000-row transaction,
-  -- which has one link per row).
+END
+$$;
 
-  -- The memberships the run's rows held before it, read once (each row's first link):
-  -- the delete effects of first links, and the membership changes at the end, come
-  -- from here instead of probing synchro.membership three times per row. Only this
-  -- transaction writes membership (progress is locked), so the ctids stay valid. A
-  -- fresh row (synchro._mat_links_fn) had none: not probed.
-  INSERT INTO pg_temp.synchro_b_old (relation_id, pk, scope, scope_hash, mctid)
-  SELECT l.relation_id, l.pk, m.scope, m.scope_hash, m.ctid
-    FROM pg_temp.synchro_b_links l
-    CROSS JOIN LATERAL (SELECT m.scope, m.scope_hash, m.ctid FROM synchro.membership m
-                         WHERE m.relation_id = l.relation_id AND m.pk = l.pk OFFSET 0) m
-   WHERE l.link = 1 AND NOT l.fresh;
-  GET DIAGNOSTICS n_old = ROW_COUNT;
 
-  -- Consumer groups (issue 11): the run's per-transaction change record, from the links
-  -- and the images rendered with them.
-  PERFORM synchro._mat_changes(gen, NULL, NULL);
+ALTER FUNCTION synchro._mat_run_position(t_first integer, t_last integer, gen bigint, p synchro.progress, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[], OUT n_new integer, OUT n_ev bigint, OUT n_fence integer) OWNER TO postgres;
 
+--
+-- Name: _mat_run_project(bigint, boolean, boolean); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._mat_run_project(reg bigint, deletes boolean, anyknown boolean) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
   -- Projections: the last link of each row decides. A statement with nothing to do
-  -- is not run (deletes: a last link deletes its row; n_old: a row of the run had
-  -- memberships): a small batch's fixed cost is its ~40 statements' executor start-up,
+  -- is not run (deletes: a last link deletes its row; anyknown: a row of the run was
+  -- there before it): a small batch's fixed cost is its ~40 statements' executor start-up,
   -- 30-80 us each however few rows they touch (pg_stat_statements, one transaction
   -- per batch), and these two were 130 us of an insert batch's ~2 ms.
   IF deletes THEN
@@ -1911,6 +2041,34 @@ BEGIN
      WHERE l.last AND l.op <> 'delete' AND l.image ->> c.column_name::text IS NOT NULL
     ON CONFLICT DO NOTHING;
   END IF;
+END
+$$;
+
+
+ALTER FUNCTION synchro._mat_run_project(reg bigint, deletes boolean, anyknown boolean) OWNER TO postgres;
+
+--
+-- Name: _mat_run_scopes(bigint, boolean); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._mat_run_scopes(reg bigint, big boolean) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  n_old int;
+BEGIN
+  -- The memberships the run's rows held before it, read once (each row's first link):
+  -- the delete effects of first links, and the membership changes at the end, come
+  -- from here instead of probing synchro.membership three times per row. Only this
+  -- transaction writes membership (progress is locked), so the ctids stay valid. A
+  -- fresh row (synchro._mat_links_fn) had none: not probed.
+  INSERT INTO pg_temp.synchro_b_old (relation_id, pk, scope, scope_hash, mctid)
+  SELECT l.relation_id, l.pk, m.scope, m.scope_hash, m.ctid
+    FROM pg_temp.synchro_b_links l
+    CROSS JOIN LATERAL (SELECT m.scope, m.scope_hash, m.ctid FROM synchro.membership m
+                         WHERE m.relation_id = l.relation_id AND m.pk = l.pk OFFSET 0) m
+   WHERE l.link = 1 AND NOT l.fresh;
+  GET DIAGNOSTICS n_old = ROW_COUNT;
 
   -- Each link's scopes under the generation's rules, from its own image (direct
   -- rules) and the unchanged dependency projections (via rules), each with its hash,
@@ -1936,85 +2094,81 @@ BEGIN
   IF big THEN
     ANALYZE pg_temp.synchro_b_scopes (t, relation_id);
   END IF;
+  RETURN n_old;
+END
+$$;
 
-  -- Net pull effects per link: upsert in every scope the row is in after the link (it
-  -- was touched), delete in every scope it was in before and is not after.
-  -- effect_ordinal counts within (scope, event) in canonical (table_id, typed key,
-  -- operation) order, as the per-transaction path does; in a run it is always 0, with
-  -- no sort to find it: a run has no dependency events, so an event's effects are
-  -- those of its own row (its link: each link is one row's last event in one
-  -- transaction, and event ordinals are unique within a transaction), and a row gets
-  -- at most one effect per scope there (an upsert when it is in the scope after the
-  -- link, else a delete when it was in it before: b_scopes and the memberships are
-  -- unique per row and scope). The batch-invariant tests compare this with the
-  -- per-transaction path's ordinals.
-  WITH before AS (
-    SELECT l.t, l.relation_id, l.pk, s.scope, s.scope_hash
-      FROM pg_temp.synchro_b_links l
-      JOIN pg_temp.synchro_b_links pl ON pl.relation_id = l.relation_id AND pl.pk = l.pk AND pl.link = l.link - 1
-      JOIN pg_temp.synchro_b_scopes s ON s.relation_id = pl.relation_id AND s.pk = pl.pk AND s.t = pl.t
-     WHERE multi AND l.link > 1
-    UNION ALL
-    SELECT l.t, l.relation_id, l.pk, o.scope, o.scope_hash
-      FROM pg_temp.synchro_b_links l
-      JOIN pg_temp.synchro_b_old o ON o.relation_id = l.relation_id AND o.pk = l.pk
-     WHERE l.link = 1),
-  e AS (
-    SELECT n.scope, n.scope_hash, n.t, n.relation_id, n.pk, 'upsert' AS op FROM pg_temp.synchro_b_scopes n
-    UNION ALL
-    SELECT o.scope, o.scope_hash, o.t, o.relation_id, o.pk, 'delete' FROM before o
-     WHERE NOT EXISTS (SELECT 1 FROM pg_temp.synchro_b_scopes n
-                        WHERE n.relation_id = o.relation_id AND n.pk = o.pk AND n.t = o.t AND n.scope = o.scope))
-  INSERT INTO synchro.effect (stream_generation, scope, scope_hash, commit_lsn, event_ordinal, effect_ordinal,
-                              table_id, relation_id, pk, op, version, image, image_bytes)
-  SELECT gen, e.scope, e.scope_hash, b.commit_lsn, l.event_ordinal, 0,
-         l.table_id, e.relation_id, e.pk, e.op,
-         CASE WHEN e.op = 'upsert' THEN l.version END,
-         CASE WHEN e.op = 'upsert' THEN l.image END,
-         CASE WHEN e.op = 'upsert' THEN l.image_bytes END
-    FROM e
-    JOIN pg_temp.synchro_b_links l ON l.relation_id = e.relation_id AND l.pk = e.pk AND l.t = e.t
-    JOIN pg_temp.synchro_b_txn b ON b.t = e.t;
 
-  -- Membership as the last link leaves it: memberships that ended, then new ones.
-  IF n_old > 0 THEN
-    DELETE FROM synchro.membership m
-     WHERE m.ctid = ANY (ARRAY(
-       SELECT o.mctid FROM pg_temp.synchro_b_old o
-         JOIN pg_temp.synchro_b_links l ON l.relation_id = o.relation_id AND l.pk = o.pk AND l.last
-        WHERE NOT EXISTS (SELECT 1 FROM pg_temp.synchro_b_scopes n
-                           WHERE n.relation_id = l.relation_id AND n.pk = l.pk AND n.t = l.t AND n.scope = o.scope)));
+ALTER FUNCTION synchro._mat_run_scopes(reg bigint, big boolean) OWNER TO postgres;
+
+--
+-- Name: _materialize_run(integer, integer, bigint, pg_lsn[], pg_lsn[], bigint[], timestamp with time zone[]); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._materialize_run(t_first integer, t_last integer, stream_generation bigint, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[]) RETURNS text[]
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  gen       bigint := _materialize_run.stream_generation;
+  p         synchro.progress;
+  reg       bigint;
+  pos       record;
+  n_rows    int;
+  links     record;
+  n_old     int;
+  nestloop  text;
+  mergejoin text;
+  outcomes  text[];
+BEGIN
+  SELECT * INTO p FROM synchro.progress FOR UPDATE;
+  IF NOT FOUND OR p.stream_generation <> gen OR p.registry_generation IS NULL THEN
+    RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'stream generation';
   END IF;
-  INSERT INTO synchro.membership (scope, scope_hash, relation_id, pk, table_id, pk_order)
-  SELECT n.scope, n.scope_hash, n.relation_id, n.pk, l.table_id, coalesce(l.pk_int, 0)
-    FROM pg_temp.synchro_b_links l
-    JOIN pg_temp.synchro_b_scopes n ON n.relation_id = l.relation_id AND n.pk = l.pk AND n.t = l.t
-   WHERE l.last
-     AND NOT EXISTS (SELECT 1 FROM pg_temp.synchro_b_old o
-                      WHERE o.relation_id = n.relation_id AND o.pk = n.pk AND o.scope = n.scope);
+  reg := p.registry_generation;
 
-  -- Write-fence reconciliation: exactly these fences are now WAL-materialized.
-  UPDATE synchro.write_fence wf SET coverage = 'wal', covered_at = now()
-   WHERE wf.fence_id = ANY (ARRAY(SELECT w.fence_id FROM pg_temp.synchro_b_rows w)) AND wf.coverage IS NULL;
+  -- The work tables are empty here: every run empties them before it returns (below),
+  -- and a failed one takes its rows with it when its transaction rolls back.
 
-  -- Replay identities and the transaction-end high-watermark.
-  INSERT INTO synchro.txn (stream_generation, commit_lsn, end_lsn, xid, commit_time, event_count)
-  SELECT gen, b.commit_lsn, b.end_lsn, b.xid, b.commit_time, b.n_events FROM pg_temp.synchro_b_txn b;
-  INSERT INTO synchro.event (stream_generation, commit_lsn, event_ordinal, relation_id, op, pk, version, fence_id,
-                             registry_generation)
-  SELECT gen, b.commit_lsn, w.event_ordinal, w.relation_id, w.op, w.pk, w.version, w.fence_id, reg
-    FROM pg_temp.synchro_b_rows w JOIN pg_temp.synchro_b_txn b ON b.t = w.t;
-  UPDATE synchro.progress
-     SET materialized_commit_lsn = (SELECT b.commit_lsn FROM pg_temp.synchro_b_txn b ORDER BY b.t DESC LIMIT 1),
-         processed_end_lsn = greatest(processed_end_lsn, (SELECT max(b.end_lsn) FROM pg_temp.synchro_b_txn b)),
-         updated_at = now();
-  UPDATE synchro.quarantine q SET resolved_at = now(), retry_requested = false
-   WHERE q.stream_generation = gen AND q.resolved_at IS NULL
-     AND q.commit_lsn = ANY (ARRAY(SELECT b.commit_lsn FROM pg_temp.synchro_b_txn b));
+  -- Hash joins only, from here to the end of the run. The work tables have no
+  -- statistics (a batch is analyzed only past 1,000 row events), and the planner,
+  -- guessing a few rows, chose nested loops that rescan one work table per row of
+  -- another: the generic plan PL/pgSQL keeps after five calls joined the transactions
+  -- to their counts that way (27 ms for 250 one-row transactions, so larger batches got
+  -- slower per transaction), and the membership and effect statements anti-joined
+  -- b_old and b_scopes by a sequential scan per link (an update backlog: 3.5 times the
+  -- apply time of the same inserts). A hash join is linear in the run. Lateral probes
+  -- of the permanent tables (OFFSET 0) stay nested loops: they have no other plan.
+  -- Restored before every return: the batch's later transactions may take the
+  -- per-transaction path.
+  nestloop := current_setting('enable_nestloop');
+  mergejoin := current_setting('enable_mergejoin');
+  PERFORM set_config('enable_nestloop', 'off', true), set_config('enable_mergejoin', 'off', true);
+  SELECT * INTO pos FROM synchro._mat_run_position(t_first, t_last, gen, p, commit_lsns, end_lsns, xids, commit_times);
+  IF pos.n_new = 0 THEN
+    PERFORM set_config('enable_nestloop', nestloop, true), set_config('enable_mergejoin', mergejoin, true);
+    RETURN array_fill('duplicate'::text, ARRAY[t_last - t_first + 1]);
+  END IF;
 
-  IF n_new = t_last - t_first + 1 THEN
+  -- Each source transaction's own writes to synchro tables (its push write fences)
+  -- are visible: synchro.materialize_batch waited for the whole batch before it
+  -- called this (synchro._await_visible_all).
+  PERFORM synchro._mat_run_check_relations(t_first, t_last, reg);
+  n_rows := synchro._mat_run_pair_fences(pos.n_ev, pos.n_fence);
+  SELECT * INTO links FROM synchro._mat_run_links(reg, n_rows);
+
+  -- Consumer groups (issue 11): the run's per-transaction change record, from the links
+  -- and the images rendered with them.
+  PERFORM synchro._mat_changes(gen, NULL, NULL);
+
+  PERFORM synchro._mat_run_project(reg, links.deletes, links.anyknown);
+  n_old := synchro._mat_run_scopes(reg, n_rows > 1000);
+  PERFORM synchro._mat_run_effects(gen, links.multi);
+  PERFORM synchro._mat_run_membership(n_old);
+  PERFORM synchro._mat_run_ledger(gen, reg);
+
+  IF pos.n_new = t_last - t_first + 1 THEN
     -- No replayed transaction in the run: the common case, without a query.
-    outcomes := array_fill('materialized'::text, ARRAY[n_new]);
+    outcomes := array_fill('materialized'::text, ARRAY[pos.n_new]);
   ELSE
     outcomes := ARRAY(SELECT CASE WHEN b.t IS NULL THEN 'duplicate' ELSE 'materialized' END
                         FROM generate_series(t_first, t_last) g(t)
@@ -2032,7 +2186,7 @@ BEGIN
   PERFORM set_config('enable_nestloop', nestloop, true), set_config('enable_mergejoin', mergejoin, true);
   RETURN outcomes;
 END
-$_$;
+$$;
 
 
 ALTER FUNCTION synchro._materialize_run(t_first integer, t_last integer, stream_generation bigint, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[]) OWNER TO postgres;
@@ -7282,29 +7436,6 @@ ALTER TABLE synchro.consumer_group_state ALTER COLUMN group_no ADD GENERATED ALW
 
 
 --
--- Name: progress; Type: TABLE; Schema: synchro; Owner: postgres
---
-
-CREATE TABLE synchro.progress (
-    singleton boolean DEFAULT true NOT NULL,
-    stream_generation bigint NOT NULL,
-    generation_start_lsn pg_lsn NOT NULL,
-    materialized_commit_lsn pg_lsn,
-    processed_end_lsn pg_lsn NOT NULL,
-    acknowledged_end_lsn pg_lsn,
-    registry_generation bigint,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT progress_ack_after_start CHECK (((acknowledged_end_lsn IS NULL) OR (acknowledged_end_lsn >= generation_start_lsn))),
-    CONSTRAINT progress_ack_before_processed CHECK ((COALESCE(acknowledged_end_lsn, generation_start_lsn) <= processed_end_lsn)),
-    CONSTRAINT progress_materialized_before_processed CHECK (((materialized_commit_lsn IS NULL) OR (materialized_commit_lsn <= processed_end_lsn))),
-    CONSTRAINT progress_processed_after_start CHECK ((processed_end_lsn >= generation_start_lsn)),
-    CONSTRAINT progress_singleton CHECK (singleton)
-);
-
-
-ALTER TABLE synchro.progress OWNER TO postgres;
-
---
 -- Name: consumer_groups; Type: VIEW; Schema: synchro; Owner: postgres
 --
 
@@ -8720,6 +8851,69 @@ REVOKE ALL ON FUNCTION synchro._mat_links_fn(rid bigint, gen bigint) FROM PUBLIC
 --
 
 REVOKE ALL ON FUNCTION synchro._mat_pair_fences(t integer, n_fences integer) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _mat_run_check_relations(t_first integer, t_last integer, reg bigint); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._mat_run_check_relations(t_first integer, t_last integer, reg bigint) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _mat_run_effects(gen bigint, multi boolean); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._mat_run_effects(gen bigint, multi boolean) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _mat_run_ledger(gen bigint, reg bigint); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._mat_run_ledger(gen bigint, reg bigint) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _mat_run_links(reg bigint, n_rows integer, OUT multi boolean, OUT deletes boolean, OUT anyknown boolean); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._mat_run_links(reg bigint, n_rows integer, OUT multi boolean, OUT deletes boolean, OUT anyknown boolean) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _mat_run_membership(n_old integer); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._mat_run_membership(n_old integer) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _mat_run_pair_fences(n_ev bigint, n_fence integer); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._mat_run_pair_fences(n_ev bigint, n_fence integer) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _mat_run_position(t_first integer, t_last integer, gen bigint, p synchro.progress, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[], OUT n_new integer, OUT n_ev bigint, OUT n_fence integer); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._mat_run_position(t_first integer, t_last integer, gen bigint, p synchro.progress, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[], OUT n_new integer, OUT n_ev bigint, OUT n_fence integer) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _mat_run_project(reg bigint, deletes boolean, anyknown boolean); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._mat_run_project(reg bigint, deletes boolean, anyknown boolean) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _mat_run_scopes(reg bigint, big boolean); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._mat_run_scopes(reg bigint, big boolean) FROM PUBLIC;
 
 
 --
