@@ -1825,9 +1825,9 @@ DECLARE
 BEGIN
   IF n_ev > 1000 THEN
     -- Temp tables have no statistics: without them the pairing join below can be
-    -- planned as a nested loop, quadratic in the run's row events. Here and below,
-    -- what the plans need is the row counts (their joins are hash joins whatever the
-    -- estimates), so only a few narrow columns are analyzed: whole rows (their jsonb
+    -- planned as a nested loop, quadratic in the run's row events. Here and in the
+    -- later phases, what the plans need is the row counts (their joins are hash joins
+    -- whatever the estimates), so only a few narrow columns are analyzed: whole rows (their jsonb
     -- images and arrays included) cost 110-160 ms of a 20,000-event 1,000-row
     -- backlog's ~2,000 ms in materialize_batch (pg_stat_statements).
     ANALYZE pg_temp.synchro_stage (txn, kind);
@@ -1842,8 +1842,8 @@ BEGIN
   -- The planner cannot estimate this join of two derived sets: guessing a few rows, it
   -- chose a nested loop, or a merge join on (txn, relation) alone with the key as a
   -- filter, quadratic in a transaction's rows (1.9 s for one 1,000-row transaction).
-  -- A hash join on all four keys is linear (nested loops and merge joins are off: see
-  -- the first statement of the run).
+  -- A hash join on all four keys is linear (synchro._materialize_run turned nested
+  -- loops and merge joins off for the whole run, and says why).
   WITH ev AS (
     SELECT x.*, row_number() OVER (PARTITION BY x.t, x.relation_id, x.pk ORDER BY x.seq) AS grp_rank
       FROM (SELECT s.txn AS t, s.seq, s.event_ordinal,
@@ -1910,33 +1910,10 @@ $$;
 ALTER FUNCTION synchro._mat_run_pair_fences(n_ev bigint, n_fence integer) OWNER TO postgres;
 
 --
--- Name: progress; Type: TABLE; Schema: synchro; Owner: postgres
+-- Name: _mat_run_position(integer, integer, bigint, pg_lsn, pg_lsn, pg_lsn, pg_lsn[], pg_lsn[], bigint[], timestamp with time zone[]); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
-CREATE TABLE synchro.progress (
-    singleton boolean DEFAULT true NOT NULL,
-    stream_generation bigint NOT NULL,
-    generation_start_lsn pg_lsn NOT NULL,
-    materialized_commit_lsn pg_lsn,
-    processed_end_lsn pg_lsn NOT NULL,
-    acknowledged_end_lsn pg_lsn,
-    registry_generation bigint,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT progress_ack_after_start CHECK (((acknowledged_end_lsn IS NULL) OR (acknowledged_end_lsn >= generation_start_lsn))),
-    CONSTRAINT progress_ack_before_processed CHECK ((COALESCE(acknowledged_end_lsn, generation_start_lsn) <= processed_end_lsn)),
-    CONSTRAINT progress_materialized_before_processed CHECK (((materialized_commit_lsn IS NULL) OR (materialized_commit_lsn <= processed_end_lsn))),
-    CONSTRAINT progress_processed_after_start CHECK ((processed_end_lsn >= generation_start_lsn)),
-    CONSTRAINT progress_singleton CHECK (singleton)
-);
-
-
-ALTER TABLE synchro.progress OWNER TO postgres;
-
---
--- Name: _mat_run_position(integer, integer, bigint, synchro.progress, pg_lsn[], pg_lsn[], bigint[], timestamp with time zone[]); Type: FUNCTION; Schema: synchro; Owner: postgres
---
-
-CREATE FUNCTION synchro._mat_run_position(t_first integer, t_last integer, gen bigint, p synchro.progress, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[], OUT n_new integer, OUT n_ev bigint, OUT n_fence integer) RETURNS record
+CREATE FUNCTION synchro._mat_run_position(t_first integer, t_last integer, gen bigint, hw_commit_lsn pg_lsn, start_lsn pg_lsn, processed_lsn pg_lsn, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[], OUT n_new integer, OUT n_ev bigint, OUT n_fence integer) RETURNS record
     LANGUAGE plpgsql
     AS $$
 BEGIN
@@ -1970,8 +1947,8 @@ BEGIN
   IF EXISTS (
     SELECT 1 FROM (
       SELECT b.commit_lsn, b.end_lsn,
-             coalesce(lag(b.commit_lsn) OVER w, p.materialized_commit_lsn, p.generation_start_lsn) AS prev_commit,
-             greatest(p.processed_end_lsn, max(b.end_lsn) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING))
+             coalesce(lag(b.commit_lsn) OVER w, hw_commit_lsn, start_lsn) AS prev_commit,
+             greatest(processed_lsn, max(b.end_lsn) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING))
                AS prev_end
         FROM pg_temp.synchro_b_txn b
       WINDOW w AS (ORDER BY b.t)) x
@@ -1982,7 +1959,7 @@ END
 $$;
 
 
-ALTER FUNCTION synchro._mat_run_position(t_first integer, t_last integer, gen bigint, p synchro.progress, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[], OUT n_new integer, OUT n_ev bigint, OUT n_fence integer) OWNER TO postgres;
+ALTER FUNCTION synchro._mat_run_position(t_first integer, t_last integer, gen bigint, hw_commit_lsn pg_lsn, start_lsn pg_lsn, processed_lsn pg_lsn, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[], OUT n_new integer, OUT n_ev bigint, OUT n_fence integer) OWNER TO postgres;
 
 --
 -- Name: _mat_run_project(bigint, boolean, boolean); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -2143,7 +2120,9 @@ BEGIN
   nestloop := current_setting('enable_nestloop');
   mergejoin := current_setting('enable_mergejoin');
   PERFORM set_config('enable_nestloop', 'off', true), set_config('enable_mergejoin', 'off', true);
-  SELECT * INTO pos FROM synchro._mat_run_position(t_first, t_last, gen, p, commit_lsns, end_lsns, xids, commit_times);
+  SELECT * INTO pos
+    FROM synchro._mat_run_position(t_first, t_last, gen, p.materialized_commit_lsn, p.generation_start_lsn,
+                                   p.processed_end_lsn, commit_lsns, end_lsns, xids, commit_times);
   IF pos.n_new = 0 THEN
     PERFORM set_config('enable_nestloop', nestloop, true), set_config('enable_mergejoin', mergejoin, true);
     RETURN array_fill('duplicate'::text, ARRAY[t_last - t_first + 1]);
@@ -2241,7 +2220,7 @@ BEGIN
   IF n_events > 1000 THEN
     -- Big transactions: give the planner real statistics for the joins below (temp
     -- tables have none, and nested loops over thousands of rows cost seconds), for
-    -- the columns they join and filter on only (see synchro._materialize_run).
+    -- the columns they join and filter on only (see synchro._mat_run_pair_fences).
     ANALYZE pg_temp.synchro_stage (txn, seq, kind, relid, prefix, f_relation_id, f_op, f_old_key, f_new_key, f_ordinal);
   END IF;
 
@@ -7436,6 +7415,29 @@ ALTER TABLE synchro.consumer_group_state ALTER COLUMN group_no ADD GENERATED ALW
 
 
 --
+-- Name: progress; Type: TABLE; Schema: synchro; Owner: postgres
+--
+
+CREATE TABLE synchro.progress (
+    singleton boolean DEFAULT true NOT NULL,
+    stream_generation bigint NOT NULL,
+    generation_start_lsn pg_lsn NOT NULL,
+    materialized_commit_lsn pg_lsn,
+    processed_end_lsn pg_lsn NOT NULL,
+    acknowledged_end_lsn pg_lsn,
+    registry_generation bigint,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT progress_ack_after_start CHECK (((acknowledged_end_lsn IS NULL) OR (acknowledged_end_lsn >= generation_start_lsn))),
+    CONSTRAINT progress_ack_before_processed CHECK ((COALESCE(acknowledged_end_lsn, generation_start_lsn) <= processed_end_lsn)),
+    CONSTRAINT progress_materialized_before_processed CHECK (((materialized_commit_lsn IS NULL) OR (materialized_commit_lsn <= processed_end_lsn))),
+    CONSTRAINT progress_processed_after_start CHECK ((processed_end_lsn >= generation_start_lsn)),
+    CONSTRAINT progress_singleton CHECK (singleton)
+);
+
+
+ALTER TABLE synchro.progress OWNER TO postgres;
+
+--
 -- Name: consumer_groups; Type: VIEW; Schema: synchro; Owner: postgres
 --
 
@@ -8896,10 +8898,10 @@ REVOKE ALL ON FUNCTION synchro._mat_run_pair_fences(n_ev bigint, n_fence integer
 
 
 --
--- Name: FUNCTION _mat_run_position(t_first integer, t_last integer, gen bigint, p synchro.progress, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[], OUT n_new integer, OUT n_ev bigint, OUT n_fence integer); Type: ACL; Schema: synchro; Owner: postgres
+-- Name: FUNCTION _mat_run_position(t_first integer, t_last integer, gen bigint, hw_commit_lsn pg_lsn, start_lsn pg_lsn, processed_lsn pg_lsn, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[], OUT n_new integer, OUT n_ev bigint, OUT n_fence integer); Type: ACL; Schema: synchro; Owner: postgres
 --
 
-REVOKE ALL ON FUNCTION synchro._mat_run_position(t_first integer, t_last integer, gen bigint, p synchro.progress, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[], OUT n_new integer, OUT n_ev bigint, OUT n_fence integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION synchro._mat_run_position(t_first integer, t_last integer, gen bigint, hw_commit_lsn pg_lsn, start_lsn pg_lsn, processed_lsn pg_lsn, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[], OUT n_new integer, OUT n_ev bigint, OUT n_fence integer) FROM PUBLIC;
 
 
 --

@@ -1,5 +1,5 @@
--- A phase of synchro._materialize_run, in a function of its own: the session function
--- that writes the run's links of relation rid (registry generation gen) and renders
+-- Part of the links phase of the set-based run (synchro._mat_run_links): the session
+-- function that writes the run's links of relation rid (registry generation gen) and renders
 -- their row images; returns its name, to be called as
 --   SELECT x.more, x.gone, x.known FROM <name>(rid) x
 -- (more: some row of the relation has more than one link; gone: some row's last link
@@ -8,7 +8,7 @@
 -- fresh: the row's only event in the run is an insert (one link, and its event the
 -- first of the row in its transaction: grp_rank 1). Such a row did not exist before
 -- the run, so it has no projection, membership or rule value to read or replace:
--- synchro._materialize_run inserts its projection without ON CONFLICT and skips its
+-- synchro._mat_run_project inserts its projection without ON CONFLICT and skips its
 -- probes. Should the pack's state disagree (a projection row there anyway), that
 -- INSERT fails and the runner re-runs the batch through the reference path (in the
 -- main stream; a reset's catch-up, whose staged state comes from the candidate
@@ -31,7 +31,7 @@
 -- uses no session function.
 CREATE OR REPLACE FUNCTION synchro._mat_links_fn(rid bigint, gen bigint) RETURNS text
 LANGUAGE plpgsql
--- No SET clause: called only from synchro._materialize_run, under the pinned
+-- No SET clause: called only from synchro._mat_run_links, under the pinned
 -- search_path and row-image settings of synchro.materialize_batch.
 AS $$
 DECLARE

@@ -14,9 +14,9 @@ DECLARE
 BEGIN
   IF n_ev > 1000 THEN
     -- Temp tables have no statistics: without them the pairing join below can be
-    -- planned as a nested loop, quadratic in the run's row events. Here and below,
-    -- what the plans need is the row counts (their joins are hash joins whatever the
-    -- estimates), so only a few narrow columns are analyzed: whole rows (their jsonb
+    -- planned as a nested loop, quadratic in the run's row events. Here and in the
+    -- later phases, what the plans need is the row counts (their joins are hash joins
+    -- whatever the estimates), so only a few narrow columns are analyzed: whole rows (their jsonb
     -- images and arrays included) cost 110-160 ms of a 20,000-event 1,000-row
     -- backlog's ~2,000 ms in materialize_batch (pg_stat_statements).
     ANALYZE pg_temp.synchro_stage (txn, kind);
@@ -31,8 +31,8 @@ BEGIN
   -- The planner cannot estimate this join of two derived sets: guessing a few rows, it
   -- chose a nested loop, or a merge join on (txn, relation) alone with the key as a
   -- filter, quadratic in a transaction's rows (1.9 s for one 1,000-row transaction).
-  -- A hash join on all four keys is linear (nested loops and merge joins are off: see
-  -- the first statement of the run).
+  -- A hash join on all four keys is linear (synchro._materialize_run turned nested
+  -- loops and merge joins off for the whole run, and says why).
   WITH ev AS (
     SELECT x.*, row_number() OVER (PARTITION BY x.t, x.relation_id, x.pk ORDER BY x.seq) AS grp_rank
       FROM (SELECT s.txn AS t, s.seq, s.event_ordinal,

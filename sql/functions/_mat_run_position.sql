@@ -1,9 +1,15 @@
 -- A phase of the set-based run (synchro._materialize_run), in a function of its own:
 -- check the stream position. It fills pg_temp.synchro_b_txn with the run's new
 -- transactions and checks that they follow the durable stream in serial commit order.
+--
+-- The progress row's three positions come as scalars, not as a synchro.progress row: a
+-- stream reset's catch-up runs this with the staged tables swapped in under the same
+-- names (synchro._reset_swap), and a parameter of the table's row type would be bound
+-- to whichever synchro.progress the session saw first (42883 for the other).
 CREATE OR REPLACE FUNCTION synchro._mat_run_position(
-  t_first int, t_last int, gen bigint, p synchro.progress, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[],
-  commit_times timestamptz[], OUT n_new int, OUT n_ev bigint, OUT n_fence int)
+  t_first int, t_last int, gen bigint, hw_commit_lsn pg_lsn, start_lsn pg_lsn, processed_lsn pg_lsn,
+  commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamptz[],
+  OUT n_new int, OUT n_ev bigint, OUT n_fence int)
 LANGUAGE plpgsql
 -- No SET clause: called only from synchro._materialize_run, under the pinned search_path,
 -- row-image settings and join methods of synchro.materialize_batch and the run.
@@ -40,8 +46,8 @@ BEGIN
   IF EXISTS (
     SELECT 1 FROM (
       SELECT b.commit_lsn, b.end_lsn,
-             coalesce(lag(b.commit_lsn) OVER w, p.materialized_commit_lsn, p.generation_start_lsn) AS prev_commit,
-             greatest(p.processed_end_lsn, max(b.end_lsn) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING))
+             coalesce(lag(b.commit_lsn) OVER w, hw_commit_lsn, start_lsn) AS prev_commit,
+             greatest(processed_lsn, max(b.end_lsn) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING))
                AS prev_end
         FROM pg_temp.synchro_b_txn b
       WINDOW w AS (ORDER BY b.t)) x
@@ -51,5 +57,5 @@ BEGIN
 END
 $$;
 
-REVOKE ALL ON FUNCTION synchro._mat_run_position(int, int, bigint, synchro.progress, pg_lsn[], pg_lsn[], bigint[],
+REVOKE ALL ON FUNCTION synchro._mat_run_position(int, int, bigint, pg_lsn, pg_lsn, pg_lsn, pg_lsn[], pg_lsn[], bigint[],
                                                  timestamptz[]) FROM PUBLIC;

@@ -65,7 +65,9 @@ BEGIN
   nestloop := current_setting('enable_nestloop');
   mergejoin := current_setting('enable_mergejoin');
   PERFORM set_config('enable_nestloop', 'off', true), set_config('enable_mergejoin', 'off', true);
-  SELECT * INTO pos FROM synchro._mat_run_position(t_first, t_last, gen, p, commit_lsns, end_lsns, xids, commit_times);
+  SELECT * INTO pos
+    FROM synchro._mat_run_position(t_first, t_last, gen, p.materialized_commit_lsn, p.generation_start_lsn,
+                                   p.processed_end_lsn, commit_lsns, end_lsns, xids, commit_times);
   IF pos.n_new = 0 THEN
     PERFORM set_config('enable_nestloop', nestloop, true), set_config('enable_mergejoin', mergejoin, true);
     RETURN array_fill('duplicate'::text, ARRAY[t_last - t_first + 1]);

@@ -69,7 +69,7 @@ BEGIN
   IF n_events > 1000 THEN
     -- Big transactions: give the planner real statistics for the joins below (temp
     -- tables have none, and nested loops over thousands of rows cost seconds), for
-    -- the columns they join and filter on only (see synchro._materialize_run).
+    -- the columns they join and filter on only (see synchro._mat_run_pair_fences).
     ANALYZE pg_temp.synchro_stage (txn, seq, kind, relid, prefix, f_relation_id, f_op, f_old_key, f_new_key, f_ordinal);
   END IF;
 

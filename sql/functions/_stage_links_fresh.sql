@@ -3,7 +3,7 @@
 -- session where it is needed (not from synchro.runner_stage_open, which runs every
 -- batch: a catalog query per one-transaction batch at low load): when the session's
 -- links function is made (synchro._mat_links_fn), and by a set-based run without row
--- events, which makes none (synchro._materialize_run).
+-- events, which makes none (synchro._mat_run_links).
 CREATE OR REPLACE FUNCTION synchro._stage_links_fresh() RETURNS void
 LANGUAGE plpgsql
 -- No SET clause: called only under the pinned search_path of synchro.materialize_batch.

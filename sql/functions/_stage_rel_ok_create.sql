@@ -1,5 +1,5 @@
 -- Creates pg_temp.synchro_rel_ok, the session's memory of the Relation shapes that
--- synchro._materialize_run found to be exactly the registered relation of a registry
+-- synchro._mat_run_check_relations found to be exactly the registered relation of a registry
 -- generation (a generation's registrations never change, and a relation's row changes
 -- only when an activation starts a new generation, as rebind_relation's does, so a
 -- shape once checked stays checked for that generation). Rows of a batch that rolls back go

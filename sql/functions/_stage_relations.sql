@@ -1,7 +1,7 @@
 -- The Relation shapes that the row and truncate events of the staged batch's
 -- transactions t_first .. t_last were decoded with, as staged rows (kind 'R'): every
 -- relation check reads them here (synchro._mat_check_relations for one transaction,
--- synchro._materialize_run for a run).
+-- synchro._mat_run_check_relations for a run).
 --
 -- The runner stages a shape once per batch, before its first event there, not once
 -- per transaction (runner/stage.go: the Relation row was a third of a 1-row
