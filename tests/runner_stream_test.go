@@ -138,20 +138,38 @@ func TestRunnerStopsCleanlyAndResumes(t *testing.T) {
 
 // A transaction far larger than one COPY batch and than the reader's buffer streams
 // through in batches, while the reader keeps the connection alive with a receive
-// timeout much shorter than the materialization.
+// timeout much shorter than the materialization: the applier is held inside it for
+// three receive timeouts. (Without the hold, a 200 ms timeout shorter than a 570 ms
+// materialization made the same point, and a loaded machine's scheduling alone
+// sometimes starved the connection for 200 ms before the transaction arrived.)
 func TestRunnerLargeTransaction(t *testing.T) {
 	eachDecoder(t, func(t *testing.T) {
 		t.Parallel()
 		db := runnerSetup(t)
 		cfg := testRunnerConfig(t, db)
 		cfg.BatchRows = 500
-		cfg.StandbyInterval = 50 * time.Millisecond
-		cfg.ReceiveTimeout = 200 * time.Millisecond
+		cfg.StandbyInterval = 200 * time.Millisecond
+		cfg.ReceiveTimeout = time.Second
 		rr := startRunner(t, cfg)
 		waitStream(t, db)
 
+		// A SHARE lock on synchro.txn, which only materialization writes (the ledger
+		// row, near the end of materialize_batch), holds the applier with the whole
+		// transaction staged (TestRunnerStopFinishesTransactionInHand does the same).
+		ctx := context.Background()
+		hold, err := db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = hold.Rollback(ctx) }()
+		_, err = hold.Exec(ctx, `LOCK TABLE synchro.txn IN SHARE MODE`)
+		require.NoError(t, err)
 		const n = 3000
 		mustExec(t, db, `INSERT INTO items (id, owner, note) SELECT g, 'o' || (g % 3), repeat('x', 100) FROM generate_series(100, 99 + $1) g`, n)
+		eventually(t, 30*time.Second, "the apply session to wait inside the materialization", func() bool {
+			return countOf(t, db, `SELECT count(*) FROM pg_locks WHERE relation = 'synchro.txn'::regclass AND NOT granted
+				AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`) > 0
+		})
+		time.Sleep(3 * cfg.ReceiveTimeout)
+		require.NoError(t, hold.Commit(ctx))
 		eventually(t, 9*time.Second, "the large transaction", func() bool {
 			return countOf(t, db, `SELECT count(*) FROM synchro.txn`) == 1
 		})
