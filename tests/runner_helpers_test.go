@@ -432,3 +432,32 @@ func waitRunnerGone(t *testing.T, db *testdb.DB) {
 			WHERE datname = current_database() AND application_name LIKE 'synchro-runner%'`) == 0
 	})
 }
+
+// holdMaterialization takes a SHARE lock on synchro.txn, which only materialization
+// writes (the ledger row of each source transaction, near the end of
+// materialize_batch), so that the runner's apply session waits inside its
+// materialization transaction with the batch in hand. held returns once it waits;
+// release commits the lock (the test's end rolls it back otherwise).
+func holdMaterialization(t *testing.T, db *testdb.DB) (held, release func()) {
+	t.Helper()
+	ctx := context.Background()
+	hold, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = hold.Rollback(ctx) })
+	_, err = hold.Exec(ctx, `LOCK TABLE synchro.txn IN SHARE MODE`)
+	require.NoError(t, err)
+	held = func() {
+		t.Helper()
+		eventually(t, 30*time.Second, "the apply session to wait inside the materialization", func() bool {
+			// This database's (test databases are clones of one template: a parallel
+			// test's synchro.txn has the same OID).
+			return countOf(t, db, `SELECT count(*) FROM pg_locks WHERE relation = 'synchro.txn'::regclass AND NOT granted
+				AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`) > 0
+		})
+	}
+	release = func() {
+		t.Helper()
+		require.NoError(t, hold.Commit(ctx))
+	}
+	return held, release
+}

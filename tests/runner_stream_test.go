@@ -153,23 +153,12 @@ func TestRunnerLargeTransaction(t *testing.T) {
 		rr := startRunner(t, cfg)
 		waitStream(t, db)
 
-		// A SHARE lock on synchro.txn, which only materialization writes (the ledger
-		// row, near the end of materialize_batch), holds the applier with the whole
-		// transaction staged (TestRunnerStopFinishesTransactionInHand does the same).
-		ctx := context.Background()
-		hold, err := db.Pool.Begin(ctx)
-		require.NoError(t, err)
-		defer func() { _ = hold.Rollback(ctx) }()
-		_, err = hold.Exec(ctx, `LOCK TABLE synchro.txn IN SHARE MODE`)
-		require.NoError(t, err)
+		held, release := holdMaterialization(t, db)
 		const n = 3000
 		mustExec(t, db, `INSERT INTO items (id, owner, note) SELECT g, 'o' || (g % 3), repeat('x', 100) FROM generate_series(100, 99 + $1) g`, n)
-		eventually(t, 30*time.Second, "the apply session to wait inside the materialization", func() bool {
-			return countOf(t, db, `SELECT count(*) FROM pg_locks WHERE relation = 'synchro.txn'::regclass AND NOT granted
-				AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`) > 0
-		})
+		held()
 		time.Sleep(3 * cfg.ReceiveTimeout)
-		require.NoError(t, hold.Commit(ctx))
+		release()
 		eventually(t, 9*time.Second, "the large transaction", func() bool {
 			return countOf(t, db, `SELECT count(*) FROM synchro.txn`) == 1
 		})
@@ -196,26 +185,14 @@ func TestRunnerStopFinishesTransactionInHand(t *testing.T) {
 		waitStream(t, db)
 
 		// The apply session is held inside its materialization transaction, not caught
-		// there by polling (a fast materialization finished between two polls): a
-		// SHARE lock on synchro.txn, which only materialization writes (the ledger row
-		// of each source transaction, near the end of materialize_batch), keeps it
-		// waiting with the whole transaction in hand until the stop has arrived.
-		ctx := context.Background()
-		hold, err := db.Pool.Begin(ctx)
-		require.NoError(t, err)
-		defer func() { _ = hold.Rollback(ctx) }()
-		_, err = hold.Exec(ctx, `LOCK TABLE synchro.txn IN SHARE MODE`)
-		require.NoError(t, err)
+		// there by polling (a fast materialization finished between two polls): it
+		// waits with the whole transaction in hand until the stop has arrived.
+		held, release := holdMaterialization(t, db)
 		mustExec(t, db, `INSERT INTO items (id, owner) SELECT g, 'a' FROM generate_series(100, 1099) g`)
-		eventually(t, 30*time.Second, "the apply session to wait inside the transaction", func() bool {
-			// This database's (test databases are clones of one template: the
-			// parallel subtest's synchro.txn has the same OID).
-			return countOf(t, db, `SELECT count(*) FROM pg_locks WHERE relation = 'synchro.txn'::regclass AND NOT granted
-				AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`) > 0
-		})
+		held()
 		rr.cancel() // the stop (rr.stop without its wait)
 		time.Sleep(200 * time.Millisecond)
-		require.NoError(t, hold.Commit(ctx))
+		release()
 		require.NoError(t, rr.wait(t, 10*time.Second))
 		require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.txn`), "the transaction in hand was finished")
 		require.Equal(t, 1000, countOf(t, db, `SELECT count(*) FROM synchro.effect`))
