@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -99,9 +100,22 @@ func TestFenceMessageFields(t *testing.T) {
 		require.Equal(t, str("m-1"), f.CaptureKey)
 	}
 
-	// The transition version is the fence_id's 32 hex digits (one random draw per fence).
-	for _, f := range fs {
-		require.Equal(t, strings.ReplaceAll(f.FenceID, "-", ""), f.Version)
+	// One random draw per fence (a UUIDv4's 32 hex digits) is the transition version:
+	// nothing in it says when or in which order the row was written. The fence_id is in
+	// allocation order (a UUIDv8: the registered-DML ordinal as 12 hex digits, version
+	// 8, the draw's last 74 bits and its variant), so the ledger's unique index on it
+	// grows at its right edge.
+	for i, f := range fs {
+		require.Regexp(t, `^[0-9a-f]{12}4[0-9a-f]{3}[89ab][0-9a-f]{15}$`, f.Version, "a random UUIDv4's hex digits")
+		require.Regexp(t, `^[0-9a-f]{8}-[0-9a-f]{4}-8[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`, f.FenceID, "UUIDv8 layout")
+		hexID := strings.ReplaceAll(f.FenceID, "-", "")
+		require.Equal(t, f.Version[13:], hexID[13:], "the fence_id's random bits are the draw's")
+		ord, err := strconv.ParseInt(hexID[:12], 16, 64)
+		require.NoError(t, err)
+		require.Equal(t, f.Ordinal, ord, "the fence_id's first 48 bits are its ordinal")
+		if i > 0 {
+			require.Greater(t, f.FenceID, fs[i-1].FenceID, "a later fence's id sorts later")
+		}
 	}
 
 	// Fence ids unique, ordinals strictly increasing in fence order.

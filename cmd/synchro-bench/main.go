@@ -97,6 +97,7 @@ type config struct {
 	synchroBin   string // prebuilt synchro binary for the memory suite (default: go build ./cmd/synchro)
 	pullEffects  int    // total effects of the pull suite's large stream
 	groupsTxns   int    // backlog of the groups suite (groups.go)
+	ledgerRows   int    // events in each ledger of the ledger suite (ledger.go)
 
 	cpuProfile string // write a Go CPU profile of the whole run (the in-process runners included)
 	noProfile  bool   // skip the materialize suite's pg_stat_statements profile pass
@@ -128,6 +129,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.pullEffects, "pull-effects", 10_000_000, "pull: total effects in the large stream")
 	decoders := fs.String("decoder", "pgoutput,wal2json", "materialize: comma-separated decoders the runner runs with (pgoutput, wal2json); "+
 		"with several, each gets a stream of its own and the section compares their rates (a wal2json the server lacks is skipped, said so)")
+	fs.IntVar(&c.ledgerRows, "ledger-rows", 2_000_000, "ledger: events already in each ledger before the measured inserts")
 	fs.IntVar(&c.groupsTxns, "groups-txns", 10_000, "groups: single-row source transactions in the backlog (the issue's figure: 100000)")
 	fs.BoolVar(&c.noProfile, "no-profile", false, "materialize: skip the profile pass that runs when a ratio is below its goal")
 	fs.StringVar(&c.check, "check", "", "fail when a same-run ratio falls below half of the figure in this file's summary table (docs/benchmarks.md)")

@@ -10,9 +10,9 @@
 --
 -- For each row operation that actually happens the fence
 --   1. refuses what the source must refuse (key change, COPY FREEZE, oversized values),
---   2. takes a UUID fence_id (the transition version is its 32 hex digits) and the next
---      registered-DML ordinal, and renders the message body (wire format 3,
---      docs/wire-format.md),
+--   2. takes a random transition version, the next registered-DML ordinal and a UUID
+--      fence_id in ordinal order (one random draw for both), and renders the message
+--      body (wire format 3, docs/wire-format.md),
 --   3. in one statement: creates or locks and updates the row's canonical identity
 --      reservation (synchro.row_version) with the new version, where the update's
 --      WHERE is the row-operation order check (27000 when it refuses), and emits one
@@ -115,14 +115,21 @@ BEGIN
     NULL;%9$s
   END IF;
 
-  -- The fence's values: one random fence_id, the transition version derived from it
-  -- (its 32 hex digits: as opaque and as unique as the fence_id, for one random draw
-  -- instead of two, each ~5 us through OpenSSL), the next registered-DML ordinal, and
-  -- the message body (wire format 3, docs/wire-format.md). Plain assignments: PL/pgSQL
-  -- evaluates them without an executor start-up.
-  fid := pg_catalog.gen_random_uuid();
-  v := pg_catalog.replace(fid::pg_catalog.text, '-', '');
+  -- The fence's values: one random draw (~5 us through OpenSSL) is the transition
+  -- version: its 32 hex digits, all random, so the version clients see says nothing
+  -- about the write. The next registered-DML ordinal. The fence_id, ordered by that
+  -- ordinal: a UUIDv8 (RFC 9562's custom layout) of the ordinal as 12 hex digits (lpad
+  -- keeps the leading 12 of a longer one: still in order), version 8, then the draw's last 74 random bits and its variant (unique by those
+  -- bits alone). The ledger's unique index on fence_id (synchro.event; the key of
+  -- synchro.write_fence) then grows at its right edge, like the ledger: random ids sent
+  -- every insert to a random leaf, and after each checkpoint a full-page image of that
+  -- leaf to the WAL (docs/benchmarks.md, "Fence ids in allocation order"). Then the
+  -- message body (wire format 3, docs/wire-format.md). Plain assignments and textcat,
+  -- not concat(): PL/pgSQL evaluates them without an executor start-up or a type
+  -- lookup per argument.
+  v := pg_catalog.replace(pg_catalog.gen_random_uuid()::pg_catalog.text, '-', '');
   ord := pg_catalog.nextval('synchro.fence_ordinal');
+  fid := (pg_catalog.lpad(pg_catalog.to_hex(ord::pg_catalog.int8), 12, '0') || '8' || pg_catalog.substr(v, 14))::pg_catalog.uuid;
   body := pg_catalog.concat(%10$L, CASE TG_OP WHEN 'INSERT' THEN '1:i' WHEN 'UPDATE' THEN '1:u' ELSE '1:d' END,
             pg_catalog.length(k), ':', k, '32:', v, '36:', fid, pg_catalog.length(ord), ':', ord, %11$L);
 
