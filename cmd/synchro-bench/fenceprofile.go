@@ -33,7 +33,7 @@ var fenceStages = []string{
 	"registered: key guard (UPDATE only) + empty SECURITY DEFINER AFTER ROW trigger",
 	"+ DECLARE, key read, COPY FREEZE check",
 	"+ source refusals (key size; registered values' size and json)",
-	"+ the fence's values: fence_id (the version is its hex), ordinal, format-3 message body",
+	"+ the fence's values: version (one random draw), ordinal, fence_id (ordinal + the draw's bits), format-3 message body",
 	"+ the fence statement: top-level check, row_version upsert (the live-tuple probe and order check only for a nested or repeated fence), the message with its MAC",
 	"+ push_active check (= the generated fence, unmodified)",
 	"real fence on t_fenced (registered the same way, as installed)",

@@ -29,9 +29,10 @@ func init() {
 }
 
 // ledgerIDs are the two fence-id layouts, as SQL expressions of the event's ordinal g.
-// ordered is the fence's own expression (sql/functions/_fence_source.sql: the ordinal
-// as 12 hex digits, version 8, then 74 random bits of one UUIDv4 draw);
-// tests/fence_test.go pins the fence to that layout.
+// ordered is the fence's layout (sql/functions/_fence_source.sql: the ordinal as 12
+// hex digits, version 8, then 74 random bits of a UUIDv4 draw; tests/fence_test.go pins
+// the fence to it), from one gap-free series: one writer's ids, the best case (many
+// writing sessions insert at one point per session's block of cached ordinals).
 var ledgerIDs = []struct{ name, expr string }{
 	{"random (UUIDv4)", `gen_random_uuid()`},
 	{"ordered (UUIDv8, ordinal)", `(lpad(to_hex(g), 12, '0') || '8' || substr(replace(gen_random_uuid()::text, '-', ''), 14))::uuid`},
@@ -80,9 +81,12 @@ func runLedger(ctx context.Context, b *bench) (string, error) {
 	if _, err := conn.Exec(ctx, `CHECKPOINT`); err != nil {
 		return "", err
 	}
-	// Alternate the two tables batch by batch, so both see the same machine.
+	// Alternate the two tables batch by batch, each first in every other batch, so both
+	// see the same machine.
 	for k := 0; k < batches; k++ {
-		for i, l := range ledgerIDs {
+		for j := range ledgerIDs {
+			i := (j + k) % len(ledgerIDs)
+			l := ledgerIDs[i]
 			tbl := fmt.Sprintf("ledger_%d", i)
 			var before, after string
 			if err := conn.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&before); err != nil {

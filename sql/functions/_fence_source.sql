@@ -116,20 +116,24 @@ BEGIN
   END IF;
 
   -- The fence's values: one random draw (~5 us through OpenSSL) is the transition
-  -- version: its 32 hex digits, all random, so the version clients see says nothing
-  -- about the write. The next registered-DML ordinal. The fence_id, ordered by that
-  -- ordinal: a UUIDv8 (RFC 9562's custom layout) of the ordinal as 12 hex digits (lpad
-  -- keeps the leading 12 of a longer one: still in order), version 8, then the draw's last 74 random bits and its variant (unique by those
-  -- bits alone). The ledger's unique index on fence_id (synchro.event; the key of
-  -- synchro.write_fence) then grows at its right edge, like the ledger: random ids sent
-  -- every insert to a random leaf, and after each checkpoint a full-page image of that
-  -- leaf to the WAL (docs/benchmarks.md, "Fence ids in allocation order"). Then the
-  -- message body (wire format 3, docs/wire-format.md). Plain assignments and textcat,
-  -- not concat(): PL/pgSQL evaluates them without an executor start-up or a type
-  -- lookup per argument.
+  -- version: its 32 hex digits (122 random bits), so the version clients see says
+  -- nothing about the write. The next registered-DML ordinal. The fence_id, ordered by
+  -- that ordinal: a UUIDv8 (RFC 9562's custom layout) of the ordinal as 12 hex digits,
+  -- version 8, then the draw's last 74 random bits and its variant. It is unique by its
+  -- ordinal (the sequence never cycles), and by the random bits past 2^48 ordinals,
+  -- where lpad keeps only the leading 12 hex digits and the order is lost (each writing
+  -- session burns up to 1,000 cached ordinals: about 9 years at 1,000 new writing
+  -- sessions a second). The ledger's unique index on fence_id (synchro.event; the key of
+  -- synchro.write_fence) then takes inserts at a few points near its right edge (one
+  -- per writing session's cached block), as the ledger does: random ids sent every
+  -- insert to a random leaf, and after each checkpoint a full-page image of that leaf
+  -- to the WAL (docs/benchmarks.md, "fence ids in allocation order"). Then the message
+  -- body (wire format 3, docs/wire-format.md). Plain assignments (textcat for the id):
+  -- PL/pgSQL evaluates them without an executor start-up.
   v := pg_catalog.replace(pg_catalog.gen_random_uuid()::pg_catalog.text, '-', '');
   ord := pg_catalog.nextval('synchro.fence_ordinal');
-  fid := (pg_catalog.lpad(pg_catalog.to_hex(ord::pg_catalog.int8), 12, '0') || '8' || pg_catalog.substr(v, 14))::pg_catalog.uuid;
+  fid := (pg_catalog.lpad(pg_catalog.to_hex(ord::pg_catalog.int8), 12, '0') || '8'
+          || pg_catalog.substr(v, 14))::pg_catalog.uuid;
   body := pg_catalog.concat(%10$L, CASE TG_OP WHEN 'INSERT' THEN '1:i' WHEN 'UPDATE' THEN '1:u' ELSE '1:d' END,
             pg_catalog.length(k), ':', k, '32:', v, '36:', fid, pg_catalog.length(ord), ':', ord, %11$L);
 
