@@ -88,7 +88,7 @@ func runLedger(ctx context.Context, b *bench) (string, error) {
 			i := (j + k) % len(ledgerIDs)
 			l := ledgerIDs[i]
 			tbl := fmt.Sprintf("ledger_%d", i)
-			var before, after string
+			var before string
 			if err := conn.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&before); err != nil {
 				return "", err
 			}
@@ -99,10 +99,7 @@ func runLedger(ctx context.Context, b *bench) (string, error) {
 			}
 			res[i].dur += time.Since(t0)
 			var wal int64
-			if err := conn.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&after); err != nil {
-				return "", err
-			}
-			if err := conn.QueryRow(ctx, `SELECT pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn)::int8`, after, before).Scan(&wal); err != nil {
+			if err := conn.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), $1::pg_lsn)::int8`, before).Scan(&wal); err != nil {
 				return "", err
 			}
 			res[i].walBytes += wal
