@@ -201,6 +201,12 @@ func TestWal2jsonFormat1HasNoChangeLSN(t *testing.T) {
 	var slot string
 	require.NoError(t, conn.QueryRow(ctx, `SELECT slot_name::text FROM pg_create_logical_replication_slot(
 		'synchro_f1_' || pg_backend_pid(), 'wal2json', true)`).Scan(&slot))
+	_, err = conn.Exec(ctx, `ANALYZE items`)
+	require.NoError(t, err)
+	// An ANALYZE here stands for the autovacuum one that made this test flaky: a
+	// transaction that decodes to nothing.
+	_, err = conn.Exec(ctx, `ANALYZE items`)
+	require.NoError(t, err)
 	_, err = conn.Exec(ctx, `INSERT INTO items (id, owner) VALUES (20, 'a'), (21, 'a')`)
 	require.NoError(t, err)
 
@@ -219,10 +225,19 @@ func TestWal2jsonFormat1HasNoChangeLSN(t *testing.T) {
 		require.NoError(t, err)
 		return docs
 	}
-	v1 := peek("1")
+	// Format 1 also prints a document with an empty change list for every transaction
+	// of this database that decoded to nothing (an autovacuum ANALYZE writes only
+	// catalogs): only documents with changes count.
+	var v1 []map[string]any
+	for _, d := range peek("1") {
+		changes, ok := d["change"].([]any)
+		require.True(t, ok, "%v", d)
+		if len(changes) > 0 {
+			v1 = append(v1, d)
+		}
+	}
 	require.Len(t, v1, 1, "format 1: one document for the transaction")
-	changes, ok := v1[0]["change"].([]any)
-	require.True(t, ok, "%v", v1[0])
+	changes := v1[0]["change"].([]any)
 	require.GreaterOrEqual(t, len(changes), 2, "the inserts, their row versions and fences")
 	for _, c := range changes {
 		require.NotContains(t, c.(map[string]any), "lsn", "a format 1 change has no lsn")
