@@ -205,6 +205,7 @@ func TestBatchInvariant(t *testing.T) {
 		`register_table('notes', 'notes', ARRAY['id', 'owner']::name[])`, 1)
 	require.NotEqual(t, syncSchema, schema)
 	e := newSyncEnvSchema(t, schema+`
+		SELECT synchro.create_consumer_group('invariant'); -- the change record is written only while a group exists
 		INSERT INTO project_members VALUES (1, 1, 'u1'), (2, 2, 'u2'), (3, 3, 'u3');
 		INSERT INTO tasks (id, project_id, owner, title) SELECT g, g % 4 + 1, 'a', 'seed' FROM generate_series(1, 20) g;`)
 	db := e.db
@@ -250,6 +251,7 @@ func TestBatchInvariant(t *testing.T) {
 	for _, tb := range materializedTables {
 		require.Equal(t, reference[tb.name], batched[tb.name], "synchro.%s differs between one-at-a-time and batched", tb.name)
 	}
+	require.Positive(t, countOf(t, db, `SELECT count(*) FROM synchro.change`), "the change record is compared too")
 	t.Logf("%d source transactions, %d events, %d effects identical", txns,
 		countOf(t, db, `SELECT count(*) FROM synchro.event`), countOf(t, db, `SELECT count(*) FROM synchro.effect`))
 }
