@@ -470,19 +470,6 @@ $$;
 ALTER FUNCTION synchro._chain_add(h bytea, seed bytea, piece bytea) OWNER TO postgres;
 
 --
--- Name: _change_capture_on(); Type: FUNCTION; Schema: synchro; Owner: postgres
---
-
-CREATE FUNCTION synchro._change_capture_on() RETURNS boolean
-    LANGUAGE sql STABLE
-    AS $$
-  SELECT EXISTS (SELECT 1 FROM synchro.consumer_group_state g WHERE g.removed_at IS NULL)
-$$;
-
-
-ALTER FUNCTION synchro._change_capture_on() OWNER TO postgres;
-
---
 -- Name: _check_authorizer(oid); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -1355,9 +1342,6 @@ CREATE FUNCTION synchro._mat_changes(gen bigint, clsn pg_lsn, commit_time timest
     LANGUAGE plpgsql
     AS $$
 BEGIN
-  IF NOT synchro._change_capture_on() THEN
-    RETURN;
-  END IF;
   IF clsn IS NULL THEN
     INSERT INTO synchro.change (stream_generation, commit_lsn, event_ordinal, commit_time, relation_id, table_id, pk,
                                 op, version, image)
@@ -5303,7 +5287,6 @@ DECLARE
   tids    text[];
   cp      pg_lsn;
   horizon pg_lsn;
-  resumed pg_lsn;
 BEGIN
   IF name IS NULL OR name !~ '^[a-z][a-z0-9_]{0,62}$' THEN
     RAISE EXCEPTION 'invalid_argument: name must match ^[a-z][a-z0-9_]{0,62}$' USING ERRCODE = 'SY400';
@@ -5327,30 +5310,14 @@ BEGIN
   -- Against compaction of the change record (synchro._consumer_lock_key): the horizon
   -- read below is final until this transaction ends.
   PERFORM pg_advisory_xact_lock(synchro._consumer_lock_key());
-  -- Against materialization, which holds this row FOR UPDATE for a whole batch
-  -- (synchro._change_capture_on): a batch that found no group to record for has
-  -- committed, its transactions are under the high-watermark read here, and batches
-  -- after this creation find the group. In a REPEATABLE READ or SERIALIZABLE caller a
-  -- high-watermark older than its snapshot would start the group before transactions
-  -- that were not recorded: locking the row fails there (40001, retry) instead.
-  SELECT * INTO p FROM synchro.progress FOR SHARE;
+  SELECT * INTO p FROM synchro.progress;
   IF FOUND THEN
-    IF NOT EXISTS (SELECT 1 FROM synchro.consumer_group_state g WHERE g.removed_at IS NULL) THEN
-      -- No group: nothing after the last recorded change is recorded up to the
-      -- high-watermark; the record resumes after it.
-      INSERT INTO synchro.change_capture AS c (stream_generation, from_commit_lsn)
-      VALUES (p.stream_generation, coalesce(p.materialized_commit_lsn, p.generation_start_lsn))
-      ON CONFLICT (stream_generation) DO UPDATE
-        SET from_commit_lsn = greatest(c.from_commit_lsn, excluded.from_commit_lsn), updated_at = now();
-    END IF;
     IF start = 'latest' THEN
       cp := coalesce(p.materialized_commit_lsn, p.generation_start_lsn);
     ELSE
       SELECT r.horizon_commit_lsn INTO horizon FROM synchro.change_retention r
        WHERE r.stream_generation = p.stream_generation;
-      SELECT c.from_commit_lsn INTO resumed FROM synchro.change_capture c
-       WHERE c.stream_generation = p.stream_generation;
-      cp := greatest(coalesce(horizon, p.generation_start_lsn), coalesce(resumed, p.generation_start_lsn));
+      cp := coalesce(horizon, p.generation_start_lsn);
     END IF;
   END IF;
   -- Before the stream exists both starts are the first generation's start
@@ -7432,19 +7399,6 @@ CREATE TABLE synchro.change (
 ALTER TABLE synchro.change OWNER TO postgres;
 
 --
--- Name: change_capture; Type: TABLE; Schema: synchro; Owner: postgres
---
-
-CREATE TABLE synchro.change_capture (
-    stream_generation bigint NOT NULL,
-    from_commit_lsn pg_lsn NOT NULL,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL
-);
-
-
-ALTER TABLE synchro.change_capture OWNER TO postgres;
-
---
 -- Name: change_retention; Type: TABLE; Schema: synchro; Owner: postgres
 --
 
@@ -8135,14 +8089,6 @@ ALTER TABLE ONLY synchro.bootstrap_row
 
 
 --
--- Name: change_capture change_capture_pkey; Type: CONSTRAINT; Schema: synchro; Owner: postgres
---
-
-ALTER TABLE ONLY synchro.change_capture
-    ADD CONSTRAINT change_capture_pkey PRIMARY KEY (stream_generation);
-
-
---
 -- Name: change change_pkey; Type: CONSTRAINT; Schema: synchro; Owner: postgres
 --
 
@@ -8548,14 +8494,6 @@ ALTER TABLE ONLY synchro.bootstrap_row
 
 
 --
--- Name: change_capture change_capture_stream_generation_fkey; Type: FK CONSTRAINT; Schema: synchro; Owner: postgres
---
-
-ALTER TABLE ONLY synchro.change_capture
-    ADD CONSTRAINT change_capture_stream_generation_fkey FOREIGN KEY (stream_generation) REFERENCES synchro.stream_generation(stream_generation);
-
-
---
 -- Name: change_retention change_retention_stream_generation_fkey; Type: FK CONSTRAINT; Schema: synchro; Owner: postgres
 --
 
@@ -8751,13 +8689,6 @@ REVOKE ALL ON FUNCTION synchro._capture_pending(client_id text) FROM PUBLIC;
 --
 
 REVOKE ALL ON FUNCTION synchro._chain_add(h bytea, seed bytea, piece bytea) FROM PUBLIC;
-
-
---
--- Name: FUNCTION _change_capture_on(); Type: ACL; Schema: synchro; Owner: postgres
---
-
-REVOKE ALL ON FUNCTION synchro._change_capture_on() FROM PUBLIC;
 
 
 --

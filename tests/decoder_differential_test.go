@@ -111,8 +111,6 @@ func TestDecoderDifferential(t *testing.T) {
 	pg.Decoder = "pgoutput"
 	rr := startRunner(t, pg)
 	waitStream(t, db)
-	// A consumer group: the change record is written only while one exists.
-	mustExec(t, db, `SELECT synchro.create_consumer_group('differential')`)
 	waitAcked(t, db)
 	require.NoError(t, rr.stop(t))
 	waitRunnerGone(t, db)

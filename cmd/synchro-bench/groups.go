@@ -57,11 +57,6 @@ func runGroups(ctx context.Context, b *bench) (string, error) {
 		return "", fmt.Errorf("rebuild: no cursor (%v)", err)
 	}
 
-	// The change record is written only while a group exists: a group that is never
-	// read keeps it written, and each pass's group at earliest reads it from the start.
-	if _, err := conn.Exec(ctx, `SELECT synchro.create_consumer_group('bench_keeper')`); err != nil {
-		return "", fmt.Errorf("keeper group: %w", err)
-	}
 	// The backlog: n source transactions of one row each, all in scope owner:g.
 	fmt.Fprintf(b.stdout, "writing and materializing %d single-row transactions ...\n", n)
 	if _, err := conn.Exec(ctx, fmt.Sprintf(`DO $$ BEGIN

@@ -8,8 +8,6 @@
 -- that rendered the images, in the same database transaction, so a change exists
 -- exactly when its transaction is durable.
 --
--- Nothing is recorded while no consumer group exists (synchro._change_capture_on).
---
 -- clsn NULL: the set-based run (synchro._materialize_run): every link of
 -- pg_temp.synchro_b_links at its transaction's position (pg_temp.synchro_b_txn).
 -- clsn given: the per-transaction path (synchro._materialize_txn): the transaction-local
@@ -21,9 +19,6 @@ LANGUAGE plpgsql
 -- work tables that do not exist when the pack is installed.
 AS $$
 BEGIN
-  IF NOT synchro._change_capture_on() THEN
-    RETURN;
-  END IF;
   IF clsn IS NULL THEN
     INSERT INTO synchro.change (stream_generation, commit_lsn, event_ordinal, commit_time, relation_id, table_id, pk,
                                 op, version, image)

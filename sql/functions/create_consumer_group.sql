@@ -1,10 +1,7 @@
 -- synchro.create_consumer_group (CONTRACT.md "Consumer groups"; docs/sql/create_consumer_group.md).
--- A new group's checkpoint: `earliest` is just before the oldest retained change from
--- which the record is complete (the later of the change-record horizon and the point
--- where recording last resumed, or generation_start); `latest` is the materialization
--- high-watermark. The change record is written only while a group exists
--- (synchro._change_capture_on): the first group created while none exists records where
--- it resumes (synchro.change_capture). Names are never reused: an existing or removed
+-- A new group's checkpoint: `earliest` is just before the oldest retained change
+-- (transaction_end of the change-record horizon, or generation_start); `latest` is the
+-- materialization high-watermark. Names are never reused: an existing or removed
 -- (tombstoned) name is SY400.
 CREATE OR REPLACE FUNCTION synchro.create_consumer_group(name text, start text DEFAULT 'earliest',
                                                          table_ids text[] DEFAULT NULL)
@@ -18,7 +15,6 @@ DECLARE
   tids    text[];
   cp      pg_lsn;
   horizon pg_lsn;
-  resumed pg_lsn;
 BEGIN
   IF name IS NULL OR name !~ '^[a-z][a-z0-9_]{0,62}$' THEN
     RAISE EXCEPTION 'invalid_argument: name must match ^[a-z][a-z0-9_]{0,62}$' USING ERRCODE = 'SY400';
@@ -42,30 +38,14 @@ BEGIN
   -- Against compaction of the change record (synchro._consumer_lock_key): the horizon
   -- read below is final until this transaction ends.
   PERFORM pg_advisory_xact_lock(synchro._consumer_lock_key());
-  -- Against materialization, which holds this row FOR UPDATE for a whole batch
-  -- (synchro._change_capture_on): a batch that found no group to record for has
-  -- committed, its transactions are under the high-watermark read here, and batches
-  -- after this creation find the group. In a REPEATABLE READ or SERIALIZABLE caller a
-  -- high-watermark older than its snapshot would start the group before transactions
-  -- that were not recorded: locking the row fails there (40001, retry) instead.
-  SELECT * INTO p FROM synchro.progress FOR SHARE;
+  SELECT * INTO p FROM synchro.progress;
   IF FOUND THEN
-    IF NOT EXISTS (SELECT 1 FROM synchro.consumer_group_state g WHERE g.removed_at IS NULL) THEN
-      -- No group: nothing after the last recorded change is recorded up to the
-      -- high-watermark; the record resumes after it.
-      INSERT INTO synchro.change_capture AS c (stream_generation, from_commit_lsn)
-      VALUES (p.stream_generation, coalesce(p.materialized_commit_lsn, p.generation_start_lsn))
-      ON CONFLICT (stream_generation) DO UPDATE
-        SET from_commit_lsn = greatest(c.from_commit_lsn, excluded.from_commit_lsn), updated_at = now();
-    END IF;
     IF start = 'latest' THEN
       cp := coalesce(p.materialized_commit_lsn, p.generation_start_lsn);
     ELSE
       SELECT r.horizon_commit_lsn INTO horizon FROM synchro.change_retention r
        WHERE r.stream_generation = p.stream_generation;
-      SELECT c.from_commit_lsn INTO resumed FROM synchro.change_capture c
-       WHERE c.stream_generation = p.stream_generation;
-      cp := greatest(coalesce(horizon, p.generation_start_lsn), coalesce(resumed, p.generation_start_lsn));
+      cp := coalesce(horizon, p.generation_start_lsn);
     END IF;
   END IF;
   -- Before the stream exists both starts are the first generation's start
