@@ -59,12 +59,12 @@ func startRunner(t *testing.T, db *testdb.DB) {
 		var n int
 		_ = db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM synchro.progress`).Scan(&n)
 		return n == 1
-	}, 30*time.Second, 20*time.Millisecond, "runner baseline")
+	}, 60*time.Second, 20*time.Millisecond, "runner baseline")
 }
 
 func e2eClient(t *testing.T, db *testdb.DB, id string) *client.Client {
 	return serverClient(t, db, id, func(cfg *client.Config) {
-		cfg.Backoff = client.Backoff{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond, MaxAttempts: 100}
+		cfg.Backoff = client.Backoff{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond, MaxAttempts: 400} // ~80 s: a loaded machine once took more than 10 s to materialize a write
 	})
 }
 
@@ -78,7 +78,7 @@ func e2eSync(t *testing.T, c *client.Client, scope string) {
 // not gated by capture_pending, so it shows up whenever it is materialized).
 func syncUntil(t *testing.T, c *client.Client, scope string, check func() bool, msg string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		e2eSync(t, c, scope)
 		if check() {

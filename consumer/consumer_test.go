@@ -215,7 +215,7 @@ func helperConsumer() int {
 	}
 	n := 0
 	err = consumer.Run(ctx, consumer.Config{DB: pool, Group: "victim", Owner: "victim-process", MaxTransactions: 3,
-		LeaseDuration: 2 * time.Second, PollInterval: 20 * time.Millisecond},
+		LeaseDuration: 4 * time.Second, PollInterval: 20 * time.Millisecond}, // a renewal may be late by ~2.6 s (a loaded machine)
 		func(ctx context.Context, b consumer.Batch) error {
 			n++
 			fmt.Println("BATCH", batchLine(b))
@@ -258,7 +258,7 @@ func TestKilledConsumerRedeliversItsBatch(t *testing.T) {
 		require.Eventually(t, func() bool {
 			order, _ := txnChanges(t, db)
 			return len(order) == n
-		}, 30*time.Second, 20*time.Millisecond)
+		}, 60*time.Second, 20*time.Millisecond)
 	}
 	waitTxns(9)
 	order, _ := txnChanges(t, db)
@@ -291,7 +291,7 @@ func TestKilledConsumerRedeliversItsBatch(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- consumer.Run(ctx, consumer.Config{DB: pool, Group: "victim", Owner: "survivor", MaxTransactions: 3,
-			LeaseDuration: 2 * time.Second, PollInterval: 20 * time.Millisecond},
+			LeaseDuration: 4 * time.Second, PollInterval: 20 * time.Millisecond}, // a renewal may be late by ~2.6 s (a loaded machine)
 			func(ctx context.Context, b consumer.Batch) error {
 				got = append(got, batchLine(b))
 				if len(got) == 2 {
@@ -381,7 +381,7 @@ func TestLeaseRenewedWhileHandlerRuns(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- consumer.Run(ctx, consumer.Config{DB: pool, Group: "long", Owner: "worker", MaxTransactions: 10,
-			LeaseDuration: 2 * time.Second, PollInterval: 20 * time.Millisecond},
+			LeaseDuration: 4 * time.Second, PollInterval: 20 * time.Millisecond}, // a renewal may be late by ~2.6 s (a loaded machine)
 			func(hctx context.Context, b consumer.Batch) error {
 				select {
 				case entered <- b:

@@ -391,10 +391,12 @@ func lateCommitLane(t *testing.T, db *testdb.DB, lane, rounds int) {
 	require.NoError(t, err)
 	defer connA.Release()
 
-	// pullUntil pulls until a change of key k with op appears (or fails after 10s).
+	// pullUntil pulls until a change of key k with op appears (or fails after minWait,
+	// the floor of every wait: on a loaded machine one write once took more than 10 s
+	// to become visible, and this waits ~400 times).
 	pullUntil := func(round int, k, op string) []change {
 		var got []change
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(minWait)
 		for {
 			changes, next := pullAll(t, db, clientID, scope, cursor, 1000)
 			rep.apply(t, changes)

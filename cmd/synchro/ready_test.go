@@ -112,7 +112,7 @@ func getReadyz(t *testing.T, base string) (int, readyz, bool) {
 
 func waitReadyz(t *testing.T, base string, cond func(code int, body readyz) bool) (int, readyz) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		code, body, ok := getReadyz(t, base)
 		if ok && cond(code, body) {
@@ -173,7 +173,7 @@ func TestReadyCommand(t *testing.T) {
 	require.NotEqual(t, 0, run(ctx, e, []string{"ready", "--bogus"}))
 
 	sidecar(t, db)
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		e, out = testEnv()
 		if run(ctx, e, []string{"ready", "--database-url", db.URL}) == 0 {

@@ -66,7 +66,7 @@ func TestSearchIndexFollowsWrites(t *testing.T) {
 		}
 		return out
 	}
-	require.Eventually(t, func() bool { return len(search("postgresql")) == 2 }, 30*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return len(search("postgresql")) == 2 }, 60*time.Second, 20*time.Millisecond)
 	require.ElementsMatch(t, []string{"articles/1", "articles/2"}, search("postgresql"))
 	require.Equal(t, []string{"articles/3"}, search("tomatoes"))
 
@@ -87,7 +87,7 @@ func TestSearchIndexFollowsWrites(t *testing.T) {
 		var lag int64
 		_ = db.Pool.QueryRow(ctx, `SELECT lag_transactions FROM synchro.consumer_groups WHERE name = 'search'`).Scan(&lag)
 		return lag == 0
-	}, 30*time.Second, 20*time.Millisecond)
+	}, 60*time.Second, 20*time.Millisecond)
 	require.ElementsMatch(t, []string{"articles/2", "articles/3"}, search("postgresql"))
 	require.Empty(t, search("walsenders"))
 

@@ -74,6 +74,11 @@ type Cluster struct {
 // Start initializes the cluster if needed, writes its settings and starts it, returning
 // once it accepts connections.
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	return startWith(ctx, opts, freePort)
+}
+
+// startWith is Start with the port picker (opts.Port 0) given: freePort, or a test's.
+func startWith(ctx context.Context, opts Options, pick func() (int, error)) (*Cluster, error) {
 	c := &Cluster{logger: opts.Logger, binDir: opts.BinDir, port: opts.Port}
 	if c.logger == nil {
 		c.logger = slog.New(slog.DiscardHandler)
@@ -111,27 +116,39 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			_ = os.RemoveAll(c.dir)
 		}
 	}
-	if c.port == 0 {
-		p, err := freePort()
-		if err != nil {
-			cleanup()
-			return nil, err
-		}
-		c.port = p
-	}
 	if err := c.initdb(ctx); err != nil {
 		cleanup()
 		return nil, err
 	}
-	if err := c.writeConf(opts); err != nil {
-		cleanup()
-		return nil, err
-	}
-	if err := c.start(ctx); err != nil {
+	if err := c.startOnPort(ctx, opts, pick); err != nil {
 		cleanup()
 		return nil, err
 	}
 	return c, nil
+}
+
+// startOnPort writes the configuration and starts the server on opts.Port, or on a
+// port pick chooses. A chosen port is free when chosen but not reserved: another
+// process (a parallel test's cluster) can bind it before the postmaster does, so a
+// start that failed to bind is retried on another chosen port, three times at most.
+func (c *Cluster) startOnPort(ctx context.Context, opts Options, pick func() (int, error)) error {
+	for attempt := 1; ; attempt++ {
+		if opts.Port == 0 {
+			p, err := pick()
+			if err != nil {
+				return err
+			}
+			c.port = p
+		}
+		if err := c.writeConf(opts); err != nil {
+			return err
+		}
+		err := c.start(ctx)
+		if err == nil || opts.Port != 0 || attempt == 3 || !strings.Contains(err.Error(), "Address already in use") {
+			return err
+		}
+		c.logger.Warn("pgcluster: the chosen port was taken before the server bound it; choosing another", "port", c.port)
+	}
 }
 
 // URL is a connection URL for dbname as the bootstrap superuser postgres.
@@ -366,13 +383,18 @@ func (c *Cluster) waitReady(ctx context.Context, exited <-chan struct{}) error {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		conn, err := pgx.Connect(ctx, c.URL("postgres"))
+		// Each attempt is bounded on its own, so a postmaster that exited is noticed
+		// between attempts: a port that something else holds can accept the TCP
+		// connection and never answer.
+		actx, acancel := context.WithTimeout(ctx, 3*time.Second)
+		conn, err := pgx.Connect(actx, c.URL("postgres"))
 		if err == nil {
-			err = conn.Ping(ctx)
-			_ = conn.Close(context.WithoutCancel(ctx))
-			if err == nil {
-				return nil
-			}
+			err = conn.Ping(actx)
+			_ = conn.Close(context.WithoutCancel(actx))
+		}
+		acancel()
+		if err == nil {
+			return nil
 		}
 		select {
 		case <-exited:

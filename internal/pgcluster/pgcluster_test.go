@@ -2,6 +2,7 @@ package pgcluster_test
 
 import (
 	"context"
+	"net"
 	"os"
 	"testing"
 
@@ -64,4 +65,40 @@ func TestReuseDir(t *testing.T) {
 	conn, err = pgx.Connect(ctx, c.URL("kept"))
 	require.NoError(t, err)
 	require.NoError(t, conn.Close(ctx))
+}
+
+// A port chosen free can be taken before the postmaster binds it (another test's
+// cluster, another process): the start is retried on another port. Here the first
+// port offered is held by a listener for the whole start.
+func TestStartRetriesATakenPort(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer held.Close()
+	var offered []int
+	pick := func() (int, error) {
+		if len(offered) == 0 {
+			offered = append(offered, held.Addr().(*net.TCPAddr).Port)
+			return offered[0], nil
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		defer l.Close()
+		offered = append(offered, l.Addr().(*net.TCPAddr).Port)
+		return offered[len(offered)-1], nil
+	}
+	c, err := pgcluster.StartWith(ctx, pgcluster.Options{}, pick)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Stop() })
+	require.Len(t, offered, 2, "one retry after the taken port")
+	conn, err := pgx.Connect(ctx, c.URL("postgres"))
+	require.NoError(t, err)
+	require.NoError(t, conn.Close(ctx))
+
+	// An explicit port is not replaced.
+	_, err = pgcluster.Start(ctx, pgcluster.Options{Port: held.Addr().(*net.TCPAddr).Port})
+	require.ErrorContains(t, err, "Address already in use")
 }

@@ -53,7 +53,7 @@ func Start(t testing.TB, db *testdb.DB) {
 			t.Errorf("runner did not stop")
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		var n int
 		_ = db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM synchro.progress`).Scan(&n)
