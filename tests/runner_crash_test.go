@@ -140,14 +140,18 @@ func TestRunnerDeathBetweenSlotAckAndRecord(t *testing.T) {
 		require.NoError(t, p.Stop(10*time.Second))
 		waitRunnerGone(t, db)
 
-		// Written while no runner runs: the first boundary the next runner has to record
-		// is at or after this transaction's end, so its first after-slot-ack reach is the
-		// death after materializing it.
+		// Written while no runner runs: the first boundary the next runner records is
+		// usually this transaction's end, so its first after-slot-ack reach is the death
+		// after materializing it. On a loaded machine it can be an idle boundary in the
+		// other tests' WAL before it (the walsender's keepalives while it reads that WAL
+		// come before the transaction is decoded): the same death, before the
+		// transaction is materialized.
 		mustExec(t, db, `INSERT INTO items (id, owner) VALUES (6, 'a')`)
 		p = startProc(t, bin, db, fault.Spec{Point: fault.AfterSlotAck, N: 1}.String())
 		requireFaultDeath(t, p, fault.AfterSlotAck)
 		before := effects(t, db)
-		require.Len(t, before, 2)
+		require.Contains(t, []int{1, 2}, len(before))
+		t.Logf("died with %d of 2 transactions materialized", len(before))
 		st, _ := runnerState(t, db)
 		slot := slotLSN(t, db)
 		require.Less(t, lsnOf(t, st.Acked), slot, "the slot is ahead of the recorded acknowledgement")
@@ -158,11 +162,11 @@ func TestRunnerDeathBetweenSlotAckAndRecord(t *testing.T) {
 		waitAcked(t, db)
 		st2, _ := runnerState(t, db)
 		require.GreaterOrEqual(t, lsnOf(t, st2.Acked), slot)
-		require.Equal(t, before, effects(t, db))
+		require.Equal(t, before, waitEffects(t, db, 2)[:len(before)], "what was materialized stays as it was")
 
 		mustExec(t, db, `INSERT INTO items (id, owner) VALUES (7, 'a')`)
 		after := waitEffects(t, db, 3)
-		require.Equal(t, before, after[:2])
+		require.Equal(t, before, after[:len(before)])
 		require.Equal(t, float64(0), procCounter(t, p2, "synchro_runner_transactions_total", "outcome", "duplicate"),
 			"nothing before the adopted slot position is decoded again")
 		require.Contains(t, p2.Logs(), "slot after the durable acknowledgement: adopting it")
