@@ -249,11 +249,14 @@ func TestBoundaryStrangerMessagesNeverBlock(t *testing.T) {
 			return e.rr.counter(t, "synchro_runner_ignored_messages_total", "reason", reason)
 		}
 		want := map[string]float64{"non_transactional": 2, "unknown_prefix": 2, "malformed": 8, "unauthenticated": 4}
+		// A session that ended and started again (wal2json, or a reconnect on a loaded
+		// machine) reads again from the acknowledged position, and the collator counts
+		// what it reads again.
+		again := e.rr.counter(t, "synchro_runner_reconnects_total") > 0
 		for reason, n := range want {
-			if decoderOf(t) == "wal2json" {
-				// The forged activation of generation 99 ends one wal2json session
-				// (table_set_changed, docs/decoders.md); the next one reads again from the
-				// acknowledged position, and the collator counts what it reads again.
+			if decoderOf(t) == "wal2json" || again {
+				// wal2json: the forged activation of generation 99 ends one session
+				// (table_set_changed, docs/decoders.md).
 				require.GreaterOrEqual(t, ignored(reason), n, reason)
 				continue
 			}
@@ -461,7 +464,12 @@ func TestBoundaryRunnerBoundedByBytes(t *testing.T) {
 		WHERE relation_id = $1 AND octet_length(image ->> 'body') = 10 * 1024 * 1024`, e.relationID(t, "blobs")).Scan(&n))
 	require.Equal(t, 4, n)
 	require.LessOrEqual(t, e.rr.gauge(t, "synchro_runner_batch_peak_bytes"), float64(11*mb), "one 10 MB row per batch")
-	require.Equal(t, 1.0, e.rr.counter(t, "synchro_runner_ignored_messages_total", "reason", "malformed"))
+	if e.rr.counter(t, "synchro_runner_reconnects_total") > 0 {
+		// A reconnect on a loaded machine reads the message again.
+		require.GreaterOrEqual(t, e.rr.counter(t, "synchro_runner_ignored_messages_total", "reason", "malformed"), 1.0)
+	} else {
+		require.Equal(t, 1.0, e.rr.counter(t, "synchro_runner_ignored_messages_total", "reason", "malformed"))
+	}
 }
 
 // Item 3 (issue 7 moved the verifier into the runner): runner/msgauth keeps exactly
