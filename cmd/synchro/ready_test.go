@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"regexp"
 	"strings"
@@ -64,10 +63,6 @@ func readyDB(t *testing.T) *testdb.DB {
 // sidecar runs `synchro run`'s serveRunner until the test ends; returns the base URL.
 func sidecar(t *testing.T, db *testdb.DB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
 	slot := nonSlotChars.ReplaceAllString(strings.ToLower(db.Name), "_")
 	if len(slot) > 63 {
 		slot = slot[len(slot)-63:]
@@ -75,11 +70,16 @@ func sidecar(t *testing.T, db *testdb.DB) string {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	e, _ := testEnv()
+	// Port 0: serveRunner binds a free port itself and logs it. A port chosen free here
+	// and closed again could be taken (by any outgoing connection's ephemeral port)
+	// before serveRunner bound it.
+	logs := &syncBuffer{}
+	e.logger = slog.New(slog.NewTextHandler(logs, nil))
 	go func() {
 		done <- serveRunner(ctx, e, runner.Config{
 			DatabaseURL: db.URL, Slot: slot, HeartbeatInterval: 250 * time.Millisecond,
 			StandbyInterval: time.Second, IdleInterval: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
-		}, addr)
+		}, "127.0.0.1:0")
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -90,8 +90,20 @@ func sidecar(t *testing.T, db *testdb.DB) string {
 			t.Errorf("the sidecar did not stop")
 		}
 	})
+	var addr string
+	require.Eventually(t, func() bool {
+		m := listenRE.FindStringSubmatch(logs.String())
+		if m != nil {
+			addr = m[1]
+		}
+		return m != nil
+	}, 60*time.Second, 20*time.Millisecond, "serveRunner did not log the address it listens on")
 	return "http://" + addr
 }
+
+// listenRE finds the address serveRunner bound, in its "serving probes and metrics"
+// log line (text handler: listen=host:port).
+var listenRE = regexp.MustCompile(`msg="serving probes and metrics" listen=(\S+)`)
 
 type readyz struct {
 	Ready   bool     `json:"ready"`

@@ -9,11 +9,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,14 +39,9 @@ func buildSynchro(t *testing.T) string {
 	return bin
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
-}
+// listenRE finds the address `synchro run` bound, in its "serving probes and
+// metrics" log line (text handler: listen=host:port).
+var listenRE = regexp.MustCompile(`msg="serving probes and metrics" listen=(\S+)`)
 
 // get returns the status and body of base+path; 0 when nothing answers.
 func get(base, path string) (int, string) {
@@ -93,10 +88,11 @@ func TestRestartUnderWriteLoad(t *testing.T) {
 	require.NoError(t, err)
 
 	bin := buildSynchro(t)
-	addr := freeAddr(t)
-	base := "http://" + addr
 	slot := testkit.SlotName(db.Name)
-	cmd := exec.Command(bin, "run", "--slot", slot, "--listen", addr,
+	// Port 0: the runner binds a free port itself and logs it. A port chosen free here
+	// and closed again could be taken (by any outgoing connection's ephemeral port)
+	// before the runner bound it.
+	cmd := exec.Command(bin, "run", "--slot", slot, "--listen", "127.0.0.1:0",
 		"--heartbeat-interval", "250ms", "--standby-interval", "1s", "--backoff-max", "1s",
 		"--metrics-interval", "200ms")
 	cmd.Env = append(os.Environ(), "SYNCHRO_DATABASE_URL="+db.URL)
@@ -106,9 +102,16 @@ func TestRestartUnderWriteLoad(t *testing.T) {
 	var logWG sync.WaitGroup
 	var logMu sync.Mutex
 	var logLines []string
+	bound := make(chan string, 1)
 	logWG.Go(func() {
 		sc := bufio.NewScanner(logs)
 		for sc.Scan() {
+			if m := listenRE.FindStringSubmatch(sc.Text()); m != nil {
+				select {
+				case bound <- m[1]:
+				default:
+				}
+			}
 			logMu.Lock()
 			logLines = append(logLines, sc.Text())
 			logMu.Unlock()
@@ -132,6 +135,13 @@ func TestRestartUnderWriteLoad(t *testing.T) {
 		}
 	})
 
+	var base string
+	select {
+	case addr := <-bound:
+		base = "http://" + addr
+	case <-time.After(60 * time.Second):
+		t.Fatal("synchro run did not log the address it listens on")
+	}
 	testkit.WaitFor(t, 30*time.Second, 50*time.Millisecond, "/readyz 200 after start", func() bool {
 		code, _ := get(base, "/readyz")
 		return code == http.StatusOK
