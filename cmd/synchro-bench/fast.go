@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
@@ -149,35 +150,95 @@ SELECT synchro.activate_registry();`
 // payload64 is the 64-byte text every benchmark row carries.
 const payload64 = "synchro-bench-payload-0123456789abcdef0123456789abcdef0123456789"
 
-// inProcessRunner is a runner.Runner running in this process until stop.
-type inProcessRunner struct {
-	cancel context.CancelFunc
-	done   chan error
+// benchRunner is a runner a suite starts and stops: by default `synchro run` as a
+// child process, the product as deployed (its own GOMAXPROCS, runner.DefaultProcs; this
+// process's goroutines, Go writers and garbage apart from it); in this process with
+// --cpuprofile, so that the profile holds the runner.
+type benchRunner struct {
+	done chan error     // receives the runner's exit
+	stop func() error   // a clean stop, waited for
+	cpu  func() float64 // CPU seconds (user + system) the runner used since its start
 }
 
 // Replication slots are cluster-wide, so each suite's runner uses its own slot, named
 // after its database.
-func startRunner(ctx context.Context, b *bench, url, slot string) (*inProcessRunner, error) {
+func startRunner(ctx context.Context, b *bench, url, slot string) (*benchRunner, error) {
 	return startRunnerWith(ctx, b, url, slot, "")
 }
 
 // startRunnerWith starts a runner decoding with decoder ("" is pgoutput).
-func startRunnerWith(ctx context.Context, b *bench, url, slot, decoder string) (*inProcessRunner, error) {
+func startRunnerWith(ctx context.Context, b *bench, url, slot, decoder string) (*benchRunner, error) {
+	if b.cfg.cpuProfile == "" {
+		bin, err := b.synchroBinary(ctx)
+		if err != nil {
+			return nil, err
+		}
+		args := []string{}
+		if decoder != "" {
+			args = append(args, "--decoder", decoder)
+		}
+		sub, err := startSubRunner(bin, url, slot, args...)
+		if err != nil {
+			return nil, err
+		}
+		pid := sub.cmd.Process.Pid
+		return &benchRunner{done: sub.done, stop: sub.stop, cpu: func() float64 { return procCPU(pid) }}, nil
+	}
 	r, err := runner.New(runner.Config{DatabaseURL: url, Slot: slot, Decoder: decoder, Logger: b.logger, Owner: "synchro-bench"})
 	if err != nil {
 		return nil, err
 	}
 	rctx, cancel := context.WithCancel(ctx)
-	p := &inProcessRunner{cancel: cancel, done: make(chan error, 1)}
+	cpu0 := selfCPU()
+	p := &benchRunner{done: make(chan error, 1), cpu: func() float64 { return selfCPU() - cpu0 }}
+	p.stop = func() error {
+		cancel()
+		return <-p.done
+	}
 	go func() { p.done <- r.Run(rctx) }()
 	return p, nil
 }
 
-// stop asks for a clean stop and waits for Run to return.
-func (p *inProcessRunner) stop() error {
-	p.cancel()
-	return <-p.done
+// synchroBinary builds ./cmd/synchro once per benchmark run (or takes --synchro-bin).
+func (b *bench) synchroBinary(ctx context.Context) (string, error) {
+	if b.synchroBin == "" {
+		fmt.Fprintln(b.stdout, "building ./cmd/synchro (the suites run `synchro run` as a child process) ...")
+		bin, err := b.buildSynchro(ctx, b.scriptDir)
+		if err != nil {
+			return "", err
+		}
+		b.synchroBin = bin
+	}
+	return b.synchroBin, nil
 }
+
+// procCPU is a process's user + system CPU seconds so far (/proc/<pid>/stat), 0 once
+// it is gone.
+func procCPU(pid int) float64 {
+	raw, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name (which may hold spaces), from its closing ")":
+	// state is field 3, utime 14 and stime 15 (proc(5)).
+	i := bytes.LastIndexByte(raw, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(raw[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, err1 := strconv.ParseFloat(f[11], 64)
+	st, err2 := strconv.ParseFloat(f[12], 64)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return (ut + st) / clockTicks
+}
+
+// clockTicks is sysconf(_SC_CLK_TCK), 100 on every Linux this runs on (USER_HZ).
+const clockTicks = 100
 
 // waitFor polls cond every interval until it is true, the runner (when given) exits, or
 // the timeout passes.

@@ -199,7 +199,7 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Micros
 // then measures commit → pull-visible for each of them. With raw, a raw slot created
 // before the writes is decoded by pg_recvlogical afterwards to give the raw decode
 // rate of the same WAL.
-func steadyLoad(ctx context.Context, b *bench, conn *pgx.Conn, pool *pgxpool.Pool, run *inProcessRunner,
+func steadyLoad(ctx context.Context, b *bench, conn *pgx.Conn, pool *pgxpool.Pool, run *benchRunner,
 	rate, conns int, d time.Duration, raw bool) (lagStats, error) {
 	var st lagStats
 	rawSlot := fmt.Sprintf("bench_lag_raw_%d", rate)
@@ -319,7 +319,7 @@ func rawDecodeSeconds(ctx context.Context, b *bench, conn *pgx.Conn, slot, endpo
 // fanOut measures commit → pull-visible of 10,000 rows entering a scope: once
 // inserted directly in one transaction (the baseline), once moved in by one
 // dependency row.
-func fanOut(ctx context.Context, conn *pgx.Conn, run *inProcessRunner) (direct, fan time.Duration, err error) {
+func fanOut(ctx context.Context, conn *pgx.Conn, run *benchRunner) (direct, fan time.Duration, err error) {
 	visible := func(sql string, args ...any) (time.Duration, error) {
 		tx, err := conn.Begin(ctx)
 		if err != nil {
@@ -376,7 +376,7 @@ func fanOut(ctx context.Context, conn *pgx.Conn, run *inProcessRunner) (direct, 
 // costs at that rate, statement by statement: under a steady load the batch's fixed
 // cost, not its rows, decides the lag. Tracking adds overhead: the lag figures come
 // from the run before, without it.
-func lagProfile(ctx context.Context, b *bench, conn *pgx.Conn, pool *pgxpool.Pool, run *inProcessRunner) (string, error) {
+func lagProfile(ctx context.Context, b *bench, conn *pgx.Conn, pool *pgxpool.Pool, run *benchRunner) (string, error) {
 	if err := trackStatements(ctx, conn, true, false); err != nil {
 		return "", err
 	}

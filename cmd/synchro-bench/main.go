@@ -109,6 +109,9 @@ type config struct {
 	lagProfile    bool // lag: one more steady run with nested statements tracked, per batch
 	headroomRates []int
 	headroomStep  time.Duration
+
+	procs        int  // GOMAXPROCS of this process (runner.ApplyProcs)
+	procsFromEnv bool // set by the GOMAXPROCS environment variable, not the runner's default
 }
 
 func parseFlags(args []string, stderr io.Writer) (*config, error) {
@@ -208,6 +211,13 @@ func run(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logg
 	if err != nil {
 		return err
 	}
+	if cfg.cpuProfile != "" {
+		// The runners run in this process (benchRunner): measured with `synchro run`'s
+		// GOMAXPROCS (runner.DefaultProcs says why), unless the environment sets one.
+		cfg.procs, cfg.procsFromEnv = runner.ApplyProcs(os.Getenv)
+	} else {
+		cfg.procs = runtime.GOMAXPROCS(0)
+	}
 
 	if cfg.cpuProfile != "" {
 		f, err := os.Create(cfg.cpuProfile)
@@ -299,6 +309,9 @@ type bench struct {
 	// floor is a third cluster, with the fast one's settings, where the materialize
 	// suite writes its write floor (materialize.go says why not on the fast one).
 	floor *pgcluster.Cluster
+	// synchroBin is the `synchro` binary the suites run as child processes, built on
+	// first use (synchroBinary).
+	synchroBin string
 	// ratios are the same-run ratios the suites measured, by metric name (the first
 	// column of the summary table in docs/benchmarks.md), for --check.
 	ratios map[string]float64
@@ -348,6 +361,17 @@ func (b *bench) describe(ctx context.Context) (string, error) {
 	fmt.Fprintf(&sb, "- machine: %d CPUs (%s), %s RAM, %s, kernel %s\n",
 		runtime.NumCPU(), cpuModel(), memTotal(), runtime.GOARCH, kernel())
 	fmt.Fprintf(&sb, "- cluster directory filesystem: %s\n", fsType(b.cluster.Dir()))
+	if b.cfg.cpuProfile == "" {
+		fmt.Fprintf(&sb, "- runners: `synchro run` child processes (GOMAXPROCS %s); this process (Go writers, pollers): GOMAXPROCS %d\n",
+			childProcs(), b.cfg.procs)
+	} else {
+		procsFrom := "synchro run's default"
+		if b.cfg.procsFromEnv {
+			procsFrom = "from the environment"
+		}
+		fmt.Fprintf(&sb, "- runners: in this process for --cpuprofile, GOMAXPROCS %d (%s), shared with its Go writers and pollers\n",
+			b.cfg.procs, procsFrom)
+	}
 	var pgbenchVersion string
 	if out, err := exec.CommandContext(ctx, b.cfg.pgbench, "--version").Output(); err == nil {
 		pgbenchVersion = strings.TrimSpace(string(out))
@@ -429,4 +453,13 @@ func suiteNames() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// childProcs describes the GOMAXPROCS of `synchro run` children: the environment's
+// (they inherit it) or the runner's default.
+func childProcs() string {
+	if n, err := strconv.Atoi(os.Getenv("GOMAXPROCS")); err == nil && n > 0 {
+		return strconv.Itoa(n) + ", from the environment"
+	}
+	return strconv.Itoa(runner.DefaultProcs) + ", synchro run's default"
 }

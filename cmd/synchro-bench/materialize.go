@@ -418,7 +418,6 @@ func (e *matEnv) measure(ctx context.Context, sh matShape, rawSlot string, keepS
 	if err != nil {
 		return r, err
 	}
-	cpu0 := selfCPU()
 	t0 := time.Now()
 	run, err := startRunnerWith(ctx, e.b, e.url, e.dbname, e.decoder)
 	if err != nil {
@@ -429,7 +428,7 @@ func (e *matEnv) measure(ctx context.Context, sh matShape, rawSlot string, keepS
 		return r, fmt.Errorf("runner: %w", err)
 	}
 	r.synSec = time.Since(t0).Seconds()
-	r.synRunnerCPU = selfCPU() - cpu0
+	r.synRunnerCPU = run.cpu()
 	r.synWalsenderCPU, r.synApplyCPU = e.runnerBackendCPU(ctx)
 	if err := run.stop(); err != nil {
 		return r, fmt.Errorf("runner stop: %w", err)

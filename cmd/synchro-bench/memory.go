@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,22 +74,12 @@ type subRunner struct {
 	stopped chan struct{}
 }
 
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
-func startSubRunner(bin, url, slot string) (*subRunner, error) {
-	addr, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
+// startSubRunner starts `synchro run` with extra flags; it listens on a port of its
+// own choosing (port 0).
+func startSubRunner(bin, url, slot string, extra ...string) (*subRunner, error) {
 	s := &subRunner{done: make(chan error, 1), stopped: make(chan struct{})}
-	s.cmd = exec.Command(bin, "run", "--database-url", url, "--slot", slot, "--listen", addr)
+	s.cmd = exec.Command(bin, append([]string{"run", "--database-url", url, "--slot", slot, "--listen", "127.0.0.1:0"},
+		extra...)...)
 	s.cmd.Stdout, s.cmd.Stderr = &s.out, &s.out
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {
@@ -150,13 +139,7 @@ func tailString(s string, n int) string {
 }
 
 func runMemory(ctx context.Context, b *bench) (string, error) {
-	tmp, err := os.MkdirTemp("", "synchro-bench-bin-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp)
-	fmt.Fprintln(b.stdout, "building ./cmd/synchro ...")
-	bin, err := b.buildSynchro(ctx, tmp)
+	bin, err := b.synchroBinary(ctx)
 	if err != nil {
 		return "", err
 	}

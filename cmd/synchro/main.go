@@ -20,6 +20,8 @@ import (
 	"os/signal"
 	"sort"
 	"syscall"
+
+	"github.com/synchro/synchro/runner"
 )
 
 // envDatabaseURL is the fallback for --database-url.
@@ -56,6 +58,12 @@ func main() {
 		stdout: os.Stdout,
 		stderr: os.Stderr,
 		logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
+	}
+	if len(os.Args) > 1 && (os.Args[1] == "run" || os.Args[1] == "dev") {
+		// The runner's default GOMAXPROCS (runner.DefaultProcs says why), set here in
+		// main: the commands run in-process in tests, whose GOMAXPROCS is theirs.
+		procs, fromEnv := runner.ApplyProcs(os.Getenv)
+		e.logger.Info("GOMAXPROCS", "procs", procs, "from_environment", fromEnv)
 	}
 	os.Exit(run(ctx, e, os.Args[1:]))
 }
