@@ -26,9 +26,16 @@ const DefaultProcs = 1
 // GOMAXPROCS in effect and whether the environment chose it. Call it once, from a
 // main that runs the runner.
 func ApplyProcs(getenv func(string) string) (procs int, fromEnv bool) {
-	if n, err := strconv.Atoi(getenv("GOMAXPROCS")); err == nil && n > 0 {
+	if _, ok := EnvProcs(getenv); ok {
 		return runtime.GOMAXPROCS(0), true
 	}
 	runtime.GOMAXPROCS(DefaultProcs)
 	return DefaultProcs, false
+}
+
+// EnvProcs returns the GOMAXPROCS the environment sets, if it sets one the Go
+// runtime applies (a positive number).
+func EnvProcs(getenv func(string) string) (int, bool) {
+	n, err := strconv.Atoi(getenv("GOMAXPROCS"))
+	return n, err == nil && n > 0
 }

@@ -29,6 +29,14 @@ func TestApplyProcs(t *testing.T) {
 		require.Equal(t, DefaultProcs, runtime.GOMAXPROCS(0), v)
 	}
 
+	for v, want := range map[string]bool{"": false, "0": false, "-2": false, "two": false, "3": true} {
+		n, ok := EnvProcs(env(v))
+		require.Equal(t, want, ok, v)
+		if ok {
+			require.Equal(t, 3, n)
+		}
+	}
+
 	// Set: left as the runtime applied it at start (here: what the test set).
 	runtime.GOMAXPROCS(3)
 	procs, fromEnv := ApplyProcs(env("3"))

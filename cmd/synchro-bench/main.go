@@ -458,7 +458,7 @@ func suiteNames() []string {
 // childProcs describes the GOMAXPROCS of `synchro run` children: the environment's
 // (they inherit it) or the runner's default.
 func childProcs() string {
-	if n, err := strconv.Atoi(os.Getenv("GOMAXPROCS")); err == nil && n > 0 {
+	if n, ok := runner.EnvProcs(os.Getenv); ok {
 		return strconv.Itoa(n) + ", from the environment"
 	}
 	return strconv.Itoa(runner.DefaultProcs) + ", synchro run's default"
