@@ -1515,9 +1515,11 @@ CREATE FUNCTION synchro._mat_links_fn(rid bigint, gen bigint) RETURNS text
     LANGUAGE plpgsql
     AS $_$
 DECLARE
-  -- _2: the second shape of this function (00019 added fresh and known); a session
-  -- that made the first before an upgrade keeps it under the old name.
-  name  text := format('synchro_links_%s_%s_2', rid, gen);
+  -- _3: the third shape of this function (00019 added fresh and known; 00020 counts
+  -- a row's events in its transaction instead of reading the rank that pairing no
+  -- longer writes); a session that made an earlier one before an upgrade keeps it
+  -- under its old name.
+  name  text := format('synchro_links_%s_%s_3', rid, gen);
   fn    regprocedure := pg_catalog.to_regprocedure(format('pg_temp.%I(bigint)', name));
 BEGIN
   IF fn IS NULL THEN
@@ -1532,13 +1534,16 @@ BEGIN
                                          event_ordinal, image, image_bytes, link, last, fresh)
     SELECT y.t, y.relation_id, y.pk, y.pk_int, y.table_id, y.key_type, y.op, y.version, y.event_ordinal,
            y.image, pg_catalog.octet_length(y.image::pg_catalog.text), y.link, y.last,
-           y.link = 1 AND y.last AND y.op = 'insert' AND y.grp_rank = 1
+           y.link = 1 AND y.last AND y.op = 'insert' AND y.n_txn = 1
       FROM (SELECT x.t, x.relation_id, x.pk, CASE WHEN x.key_type <> 'string' THEN x.pk::bigint END AS pk_int,
-                   x.table_id, x.key_type, x.op, x.version, x.event_ordinal, x.grp_rank,
+                   x.table_id, x.key_type, x.op, x.version, x.event_ordinal, x.n_txn,
                    CASE WHEN x.op <> 'delete' THEN %s END AS image,
                    pg_catalog.row_number() OVER (PARTITION BY x.pk COLLATE "C" ORDER BY x.t) AS link,
                    x.t = pg_catalog.max(x.t) OVER (PARTITION BY x.pk COLLATE "C") AS last
-              FROM (SELECT DISTINCT ON (w.pk COLLATE "C", w.t) w.* FROM pg_temp.synchro_b_rows w
+              FROM (SELECT DISTINCT ON (w.pk COLLATE "C", w.t) w.*,
+                           pg_catalog.count(*) OVER (PARTITION BY w.pk COLLATE "C", w.t ORDER BY w.seq DESC
+                                                     ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS n_txn
+                      FROM pg_temp.synchro_b_rows w
                      WHERE w.relation_id = rid ORDER BY w.pk COLLATE "C", w.t, w.seq DESC) x
             OFFSET 0) y
     RETURNING link, last AND op = 'delete' AS dropped, last AND op <> 'delete' AND NOT fresh AS kept)
@@ -1844,54 +1849,97 @@ BEGIN
     ANALYZE pg_temp.synchro_stage (txn, kind);
   END IF;
 
-  -- Row events, each ranked within its row identity in its own transaction and paired
-  -- with its fence in the same statement (fence reconciliation inside each
-  -- transaction: per row identity, the k-th row event pairs with the fence of the k-th
-  -- lowest registered-DML ordinal). The runner staged each fence's fields as typed
-  -- columns after checking its MAC: nothing is parsed here.
+  -- Fence reconciliation inside each transaction (ADR 001): per row identity, the k-th
+  -- row event in source order pairs with the fence of the k-th lowest registered-DML
+  -- ordinal. The runner staged each fence's fields as typed columns after checking its
+  -- MAC: nothing is parsed here.
   --
-  -- The planner cannot estimate this join of two derived sets: guessing a few rows, it
-  -- chose a nested loop, or a merge join on (txn, relation) alone with the key as a
-  -- filter, quadratic in a transaction's rows (1.9 s for one 1,000-row transaction).
-  -- A hash join on all four keys is linear (synchro._materialize_run turned nested
-  -- loops and merge joins off for the whole run, and says why).
-  WITH ev AS (
-    SELECT x.*, row_number() OVER (PARTITION BY x.t, x.relation_id, x.pk ORDER BY x.seq) AS grp_rank
-      FROM (SELECT s.txn AS t, s.seq, s.event_ordinal,
-                   CASE s.kind WHEN 'I' THEN 'insert' WHEN 'U' THEN 'update' ELSE 'delete' END AS op,
-                   r.relation_id, r.table_id, r.key_column, r.key_type, r.schema_name, r.table_name,
-                   CASE WHEN s.kind = 'D' THEN s.old_row ->> r.key_column::text
-                        ELSE s.new_row ->> r.key_column::text END AS pk,
-                   s.new_row, s.old_row ->> r.key_column::text AS old_pk
-              FROM pg_temp.synchro_stage s
-              JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
-              JOIN synchro.relation r ON r.relid = s.relid
-             WHERE s.kind IN ('I', 'U', 'D')) x),
-  fr AS (
-    SELECT s.txn AS t, s.f_relation_id AS rid, s.f_kind AS kind, s.f_schema AS sch, s.f_table AS tbl,
-           s.f_op AS op, s.f_old_key AS old_key, s.f_new_key AS new_key, s.f_version AS version,
-           s.f_fence_id AS fid, s.f_table_id AS tid, coalesce(s.f_new_key, s.f_old_key) AS k,
-           row_number() OVER (PARTITION BY s.txn, s.f_relation_id, coalesce(s.f_new_key, s.f_old_key) COLLATE "C"
-                              ORDER BY s.f_ordinal) AS rnk
-      FROM pg_temp.synchro_stage s
-      JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
-     WHERE s.kind = 'M' AND s.prefix = 'synchro.fence')
+  -- By number first. The runner numbered each transaction's row events and its fences
+  -- in decoded order (pair_no; fences only while their ordinals rise: runner/stage.go).
+  -- If every row event meets the fence of its own number with the same relation, key
+  -- and operation, both numberings are in the ADR's orders, so for each row identity
+  -- they pair its k-th event with its k-th fence: the ADR's pairing, found by one hash
+  -- join on (transaction, number) with no sort. That is every transaction whose rows
+  -- fire their fences in row order (a multi-row statement fires them after its rows,
+  -- in the same order). When numbers do not pair every row event (fences interleaved
+  -- by an earlier row's trigger, or unnumbered), the pairing is made again by rank
+  -- below. A number given twice (not by the runner) pairs an event twice: synchro.event's
+  -- primary key refuses the second when the run's events are written, as it refuses
+  -- a replayed fence id (synchro._mat_run_ledger).
   INSERT INTO pg_temp.synchro_b_rows (t, seq, event_ordinal, op, relation_id, table_id, key_column, key_type, pk,
-                                      new_row, old_pk, grp_rank, fence_id, version)
+                                      new_row, old_pk, fence_id, version)
   SELECT ev.t, ev.seq, ev.event_ordinal, ev.op, ev.relation_id, ev.table_id, ev.key_column, ev.key_type, ev.pk,
-         ev.new_row, ev.old_pk, ev.grp_rank, fr.fid, fr.version
-    FROM ev
-    LEFT JOIN fr
-      ON fr.t = ev.t AND fr.rid = ev.relation_id AND fr.k = ev.pk AND fr.rnk = ev.grp_rank
-     AND fr.kind = 'synced' AND fr.op = ev.op
-     AND fr.sch = ev.schema_name::text AND fr.tbl = ev.table_name::text
-     AND fr.tid IS NOT DISTINCT FROM ev.table_id
+         ev.new_row, ev.old_pk, fr.f_fence_id, fr.f_version
+    FROM (SELECT s.txn AS t, s.seq, s.event_ordinal, s.pair_no,
+                 CASE s.kind WHEN 'I' THEN 'insert' WHEN 'U' THEN 'update' ELSE 'delete' END AS op,
+                 r.relation_id, r.table_id, r.key_column, r.key_type, r.schema_name, r.table_name,
+                 CASE WHEN s.kind = 'D' THEN s.old_row ->> r.key_column::text
+                      ELSE s.new_row ->> r.key_column::text END AS pk,
+                 s.new_row, s.old_row ->> r.key_column::text AS old_pk
+            FROM pg_temp.synchro_stage s
+            JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
+            JOIN synchro.relation r ON r.relid = s.relid
+           WHERE s.kind IN ('I', 'U', 'D')) ev
+    JOIN pg_temp.synchro_stage fr
+      ON fr.txn = ev.t AND fr.pair_no = ev.pair_no AND fr.kind = 'M' AND fr.prefix = 'synchro.fence'
+   WHERE fr.f_relation_id = ev.relation_id AND fr.f_kind = 'synced' AND fr.f_op = ev.op
+     AND fr.f_schema = ev.schema_name::text AND fr.f_table = ev.table_name::text
+     AND fr.f_table_id IS NOT DISTINCT FROM ev.table_id
      AND CASE ev.op
-           WHEN 'insert' THEN fr.old_key IS NULL AND fr.new_key = ev.pk
-           WHEN 'update' THEN fr.old_key = ev.pk AND fr.new_key = ev.pk
-           ELSE fr.old_key = ev.pk AND fr.new_key IS NULL END
-     AND fr.version IS NOT NULL AND fr.fid IS NOT NULL;
+           WHEN 'insert' THEN fr.f_old_key IS NULL AND fr.f_new_key = ev.pk
+           WHEN 'update' THEN fr.f_old_key = ev.pk AND fr.f_new_key = ev.pk
+           ELSE fr.f_old_key = ev.pk AND fr.f_new_key IS NULL END
+     AND fr.f_version IS NOT NULL AND fr.f_fence_id IS NOT NULL;
   GET DIAGNOSTICS n_rows = ROW_COUNT;
+  IF n_rows <> n_ev THEN
+    DELETE FROM pg_temp.synchro_b_rows;
+
+    -- By rank: each row event ranked within its row identity in its own transaction and
+    -- paired with the fence of the same rank in the same statement.
+    --
+    -- The planner cannot estimate this join of two derived sets: guessing a few rows, it
+    -- chose a nested loop, or a merge join on (txn, relation) alone with the key as a
+    -- filter, quadratic in a transaction's rows (1.9 s for one 1,000-row transaction).
+    -- A hash join on all four keys is linear (synchro._materialize_run turned nested
+    -- loops and merge joins off for the whole run, and says why).
+    WITH ev AS (
+      SELECT x.*, row_number() OVER (PARTITION BY x.t, x.relation_id, x.pk ORDER BY x.seq) AS grp_rank
+        FROM (SELECT s.txn AS t, s.seq, s.event_ordinal,
+                     CASE s.kind WHEN 'I' THEN 'insert' WHEN 'U' THEN 'update' ELSE 'delete' END AS op,
+                     r.relation_id, r.table_id, r.key_column, r.key_type, r.schema_name, r.table_name,
+                     CASE WHEN s.kind = 'D' THEN s.old_row ->> r.key_column::text
+                          ELSE s.new_row ->> r.key_column::text END AS pk,
+                     s.new_row, s.old_row ->> r.key_column::text AS old_pk
+                FROM pg_temp.synchro_stage s
+                JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
+                JOIN synchro.relation r ON r.relid = s.relid
+               WHERE s.kind IN ('I', 'U', 'D')) x),
+    fr AS (
+      SELECT s.txn AS t, s.f_relation_id AS rid, s.f_kind AS kind, s.f_schema AS sch, s.f_table AS tbl,
+             s.f_op AS op, s.f_old_key AS old_key, s.f_new_key AS new_key, s.f_version AS version,
+             s.f_fence_id AS fid, s.f_table_id AS tid, coalesce(s.f_new_key, s.f_old_key) AS k,
+             row_number() OVER (PARTITION BY s.txn, s.f_relation_id, coalesce(s.f_new_key, s.f_old_key) COLLATE "C"
+                                ORDER BY s.f_ordinal) AS rnk
+        FROM pg_temp.synchro_stage s
+        JOIN pg_temp.synchro_b_txn b ON b.t = s.txn
+       WHERE s.kind = 'M' AND s.prefix = 'synchro.fence')
+    INSERT INTO pg_temp.synchro_b_rows (t, seq, event_ordinal, op, relation_id, table_id, key_column, key_type, pk,
+                                        new_row, old_pk, fence_id, version)
+    SELECT ev.t, ev.seq, ev.event_ordinal, ev.op, ev.relation_id, ev.table_id, ev.key_column, ev.key_type, ev.pk,
+           ev.new_row, ev.old_pk, fr.fid, fr.version
+      FROM ev
+      LEFT JOIN fr
+        ON fr.t = ev.t AND fr.rid = ev.relation_id AND fr.k = ev.pk AND fr.rnk = ev.grp_rank
+       AND fr.kind = 'synced' AND fr.op = ev.op
+       AND fr.sch = ev.schema_name::text AND fr.tbl = ev.table_name::text
+       AND fr.tid IS NOT DISTINCT FROM ev.table_id
+       AND CASE ev.op
+             WHEN 'insert' THEN fr.old_key IS NULL AND fr.new_key = ev.pk
+             WHEN 'update' THEN fr.old_key = ev.pk AND fr.new_key = ev.pk
+             ELSE fr.old_key = ev.pk AND fr.new_key IS NULL END
+       AND fr.version IS NOT NULL AND fr.fid IS NOT NULL;
+    GET DIAGNOSTICS n_rows = ROW_COUNT;
+  END IF;
   IF n_rows > 1000 THEN
     -- Temp tables have no statistics: give the planner real ones for the joins below.
     ANALYZE pg_temp.synchro_b_rows (t, relation_id);
@@ -1905,10 +1953,11 @@ BEGIN
   -- (a replayed or forged fence) is refused by synchro.event's unique index when the
   -- run's events are written (synchro._mat_run_ledger): that error, like every other one here, makes the
   -- runner re-run the batch through the reference path, which names the class.
-  -- No fence pairs twice, with no count of distinct fence ids: both sides are ranked
-  -- uniquely within their (transaction, relation, key) group and paired on the rank, so
-  -- each row event meets at most one fence and each fence at most one row event; with
-  -- every row event paired and as many fences as row events, the pairing is one to one.
+  -- No fence pairs twice, with no count of distinct fence ids: both sides are numbered
+  -- uniquely within their transaction (or ranked uniquely within their (transaction,
+  -- relation, key) group) and paired on the number (or rank), so each row event meets
+  -- at most one fence and each fence at most one row event; with every row event
+  -- paired and as many fences as row events, the pairing is one to one.
   IF EXISTS (SELECT 1 FROM pg_temp.synchro_b_rows w WHERE w.fence_id IS NULL)
      OR n_fence <> n_rows THEN
     RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'fence reconciliation';
@@ -7054,7 +7103,11 @@ BEGIN
     f_ordinal     bigint,
     f_table_id    text,
     a_generation  bigint,
-    a_previous    bigint
+    a_previous    bigint,
+    -- I/U/D and fence M rows: the runner's numbering of the transaction's row events
+    -- and of its fences, each from 1 in decoded order (a fence out of ordinal order,
+    -- and every later one, unnumbered): synchro._mat_run_pair_fences pairs by it.
+    pair_no       int
   ) ON COMMIT PRESERVE ROWS;
   EXECUTE format('GRANT INSERT, SELECT ON TABLE pg_temp.synchro_stage TO %I', session_user);
 
@@ -7093,7 +7146,7 @@ BEGIN
   ) ON COMMIT PRESERVE ROWS;
   CREATE TEMP TABLE synchro_b_rows (
     t int, seq int, event_ordinal int, op text, relation_id bigint, table_id text, key_column name,
-    key_type text, pk text, new_row jsonb, old_pk text, grp_rank int, fence_id uuid, version text
+    key_type text, pk text, new_row jsonb, old_pk text, fence_id uuid, version text
   ) ON COMMIT PRESERVE ROWS;
   -- One link per (transaction, row): the row's last event in that transaction. No
   -- index: every join of the run over it is a hash join, and the statement that

@@ -42,7 +42,7 @@ var StageColumns = []string{
 	"txn", "seq", "kind", "event_ordinal", "relid", "nspname", "relname", "replident",
 	"col_names", "col_types", "col_keys", "new_row", "old_row", "toast", "truncated",
 	"prefix", "f_kind", "f_relation_id", "f_schema", "f_table", "f_op", "f_old_key", "f_new_key",
-	"f_version", "f_fence_id", "f_ordinal", "f_table_id", "a_generation", "a_previous",
+	"f_version", "f_fence_id", "f_ordinal", "f_table_id", "a_generation", "a_previous", "pair_no",
 }
 
 // StageRow is one row of pg_temp.synchro_stage. Nil slices and nil pointers are
@@ -69,6 +69,10 @@ type StageRow struct {
 	Prefix       *string
 	Fence        *decode.Fence      // a synchro.fence message
 	Activation   *decode.Activation // a synchro.registry message
+	// PairNo numbers a transaction's row events (I, U, D) and its fences, each from
+	// 1 in decoded order (Stager.Row, Stager.Fence): materialization pairs the k-th
+	// row event with the k-th fence when that pairing is the ADR's (see Stager).
+	PairNo *int32
 }
 
 // size is what the row counts against Config.BatchBytes: its row data and
@@ -107,7 +111,7 @@ func (s *StageRow) Values() []any {
 	} else {
 		v = append(v, nil, nil)
 	}
-	return v
+	return append(v, nullable(s.PairNo))
 }
 
 func nullable[T any](p *T) any {
@@ -160,6 +164,20 @@ func uuidBytes(s string) any {
 // keeps its identity. Call NewBatch when a batch opens and Reset at every Begin.
 // Not safe for concurrent use.
 //
+// Positional pairing numbers (StageRow.PairNo). The ADR pairs, per row identity
+// in a transaction, the k-th row event in source order with the fence of the k-th
+// lowest registered-DML ordinal. The Stager numbers a transaction's row events in
+// decoded order and its fences in decoded order too, but only while their ordinals
+// rise (a transaction's fences are emitted by one backend, which draws its ordinals
+// from one sequence in the order it emits them, so they always do); a fence out of
+// that order and every later one of the transaction get none. When each row event
+// and the fence of the same number match (same relation, key and operation: the SQL
+// checks all of it), numbering both sides in order restricts, for each row identity,
+// to the ADR's pairing: the set-based path then pairs by number with one hash join
+// instead of ranking both sides (synchro._mat_run_pair_fences), and pairs by rank
+// whenever numbers do not pair every row event (rows changed by an earlier row's
+// trigger, whose fences interleave differently).
+//
 // Only registered columns of a row are staged (SetRegistered): a value in a column
 // nobody registered (json that jsonb refuses, a huge document) never reaches
 // materialization, so it cannot stop the stream. The relation row still lists every
@@ -167,7 +185,13 @@ func uuidBytes(s string) any {
 type Stager struct {
 	txn    int32
 	seq    int32
-	staged map[uint32]*decode.Relation // relation shape already staged in this batch
+	rowNo  int32 // row events staged in this transaction
+	fenceN int32 // fences numbered in this transaction
+	// lastOrd is the ordinal of the last fence numbered; fenceOff: a fence came out of
+	// ordinal order, so no later fence of the transaction is numbered.
+	lastOrd  int64
+	fenceOff bool
+	staged   map[uint32]*decode.Relation // relation shape already staged in this batch
 	// registered: relation OID → the names of its registered columns (every
 	// generation's, key included). A relation not in it stages its key columns
 	// only: it is not registered, and materialization refuses its events.
@@ -197,6 +221,7 @@ func (s *Stager) NewBatch() { clear(s.staged) }
 func (s *Stager) Reset(txn int32) {
 	s.txn = txn
 	s.seq = 0
+	s.rowNo, s.fenceN, s.lastOrd, s.fenceOff = 0, 0, 0, false
 }
 
 // Staged returns the number of rows staged in this transaction.
@@ -270,6 +295,8 @@ func (s *Stager) Row(out []StageRow, ordinal uint64, row *decode.Row) ([]StageRo
 		}
 	}
 	r.Seq = s.next()
+	s.rowNo++
+	r.PairNo = ptr(s.rowNo)
 	return append(out, r), nil
 }
 
@@ -288,8 +315,18 @@ func (s *Stager) Truncate(out []StageRow, ordinal uint64, t *decode.Truncate) ([
 }
 
 // Fence appends a staged row for a parsed, authenticated synchro.fence message.
+// It numbers the fence (PairNo) while the transaction's fences come in rising
+// ordinal order.
 func (s *Stager) Fence(out []StageRow, f *decode.Fence) []StageRow {
-	return append(out, StageRow{Txn: s.txn, Seq: s.next(), Kind: StageMessage, Prefix: ptr(decode.PrefixFence), Fence: f})
+	r := StageRow{Txn: s.txn, Seq: s.next(), Kind: StageMessage, Prefix: ptr(decode.PrefixFence), Fence: f}
+	if !s.fenceOff && (s.fenceN == 0 || f.Ordinal > s.lastOrd) {
+		s.fenceN++
+		s.lastOrd = f.Ordinal
+		r.PairNo = ptr(s.fenceN)
+	} else {
+		s.fenceOff = true
+	}
+	return append(out, r)
 }
 
 // Activation appends a staged row for a parsed, authenticated synchro.registry

@@ -292,9 +292,65 @@ func TestRunnerStageRowValuesOrder(t *testing.T) {
 	require.NotNil(t, v[11]) // new_row
 	require.Nil(t, v[12])    // old_row
 	require.Equal(t, []string{"body"}, v[13])
-	for i := 14; i < len(v); i++ {
+	for i := 14; i < len(v)-1; i++ {
 		require.Nil(t, v[i], StageColumns[i])
 	}
+	require.Equal(t, "pair_no", StageColumns[len(v)-1])
+	require.Equal(t, int32(1), v[len(v)-1]) // the transaction's first row event
+}
+
+// The stager numbers a transaction's row events, and its fences while their ordinals
+// rise, each from 1 in decoded order (StageRow.PairNo), and starts again at every
+// transaction; relation, truncate and registry rows get no number. A fence whose
+// ordinal does not rise stops the fences' numbering for the rest of the transaction:
+// materialization then pairs that transaction by rank.
+func TestRunnerStagerPairNumbers(t *testing.T) {
+	t.Parallel()
+	s := testStager()
+	rel := testRelation()
+	key := func(k string) *string { return &k }
+	fence := func(ord int64) *decode.Fence {
+		return &decode.Fence{Kind: decode.FenceSynced, RelationID: 3, Schema: "public", Table: "tasks",
+			Op: decode.FenceInsert, NewKey: key("1"), Version: "v", FenceID: "6f1e2c3d-4b5a-4789-9abc-def012345678",
+			Ordinal: ord, TableID: "tasks"}
+	}
+	insert := func(out []StageRow, id string) []StageRow {
+		out, err := s.Row(out, 1, &decode.Row{Op: decode.OpInsert, Relation: rel, New: &decode.Tuple{Kind: decode.TupleNew,
+			Values: []decode.Value{text(id), null, null, null, null}}})
+		require.NoError(t, err)
+		return out
+	}
+	nums := func(rows []StageRow) []any {
+		var n []any
+		for _, r := range rows {
+			n = append(n, nullable(r.PairNo))
+		}
+		return n
+	}
+
+	s.Reset(0)
+	out := insert(nil, "1") // R, I
+	out = insert(out, "2")
+	out = s.Fence(out, fence(10))
+	out = s.Fence(out, fence(11))
+	out, err := s.Truncate(out, 3, &decode.Truncate{Relations: []*decode.Relation{rel}})
+	require.NoError(t, err)
+	out = s.Activation(out, &decode.Activation{Generation: 2})
+	require.Equal(t, []any{nil, int32(1), int32(2), int32(1), int32(2), nil, nil}, nums(out))
+
+	// A new transaction numbers from 1 again; a fence whose ordinal falls (or repeats)
+	// gets no number, nor does any later fence of the transaction, even a rising one.
+	s.Reset(1)
+	out = insert(nil, "3")
+	out = s.Fence(out, fence(7))
+	out = s.Fence(out, fence(7))
+	out = s.Fence(out, fence(20))
+	out = insert(out, "4")
+	require.Equal(t, []any{int32(1), int32(1), nil, nil, int32(2)}, nums(out))
+
+	s.Reset(2)
+	out = s.Fence(nil, fence(5))
+	require.Equal(t, []any{int32(1)}, nums(out), "numbering restarts after a transaction that stopped it")
 }
 
 // Integers and booleans are staged as the JSON values to_jsonb() gives them (the

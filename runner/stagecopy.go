@@ -189,7 +189,7 @@ func (s *StageRow) AppendBinary(b []byte) []byte {
 		b = appendNull(b)
 		b = appendNull(b)
 	}
-	return b
+	return appendInt32Ptr(b, s.PairNo)
 }
 
 // stageReader streams rows as a binary COPY of the stage, encoding them as the

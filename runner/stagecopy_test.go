@@ -19,7 +19,7 @@ var stageColumnTypes = []uint32{
 	pgtype.QCharOID, pgtype.TextArrayOID, 1028 /* oid[] */, pgtype.BoolArrayOID, pgtype.JSONBOID, pgtype.JSONBOID,
 	pgtype.TextArrayOID, 1028, pgtype.TextOID, pgtype.TextOID, pgtype.Int8OID, pgtype.TextOID, pgtype.TextOID,
 	pgtype.TextOID, pgtype.TextOID, pgtype.TextOID, pgtype.TextOID, pgtype.UUIDOID, pgtype.Int8OID, pgtype.TextOID,
-	pgtype.Int8OID, pgtype.Int8OID,
+	pgtype.Int8OID, pgtype.Int8OID, pgtype.Int4OID,
 }
 
 // The binary COPY tuple of every kind of staged row holds, column by column, exactly

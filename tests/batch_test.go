@@ -102,7 +102,8 @@ $$`)
 
 // batchWorkload writes n random source transactions: tasks and notes changed
 // directly (several times in one transaction too, rows moving between scopes),
-// dependency changes, pushes, an unchanged-TOAST update, and one registry activation
+// dependency changes, pushes, an unchanged-TOAST update, notes whose trigger changes a
+// task between their row events and their fences, and one registry activation
 // with a new scope rule halfway.
 func batchWorkload(t *testing.T, db *testdb.DB, rng *rand.Rand, n int) {
 	t.Helper()
@@ -170,6 +171,13 @@ func batchWorkload(t *testing.T, db *testdb.DB, rng *rand.Rand, n int) {
 			case r < 18:
 				// The same row changed twice in one transaction.
 				stmts = append(stmts, fmt.Sprintf(`UPDATE tasks SET owner = 'a' WHERE id = %d; UPDATE tasks SET owner = 'c', v = v + 1 WHERE id = %d`, id, id))
+			case r < 19:
+				// Rows whose fences come in another order than their row events: each
+				// note's trigger updates a task (its row event and fence) before the
+				// note's own fence fires, so the set-based run pairs this transaction
+				// by rank, not by the runner's numbers (TestMaterializeRunPairsByNumberThenRank).
+				stmts = append(stmts, fmt.Sprintf(`UPDATE notes SET body = 'i%d' WHERE id IN ('n%d', 'n%d', 'n%d')`,
+					i, id%20, (id+1)%20, (id+2)%20))
 			default:
 				// A dependency change: moves tasks between user scopes.
 				stmts = append(stmts, fmt.Sprintf(`INSERT INTO project_members VALUES (%d, %d, 'u%d') ON CONFLICT (id) DO UPDATE SET user_id = excluded.user_id`,
@@ -206,7 +214,13 @@ func TestBatchInvariant(t *testing.T) {
 	require.NotEqual(t, syncSchema, schema)
 	e := newSyncEnvSchema(t, schema+`
 		INSERT INTO project_members VALUES (1, 1, 'u1'), (2, 2, 'u2'), (3, 3, 'u3');
-		INSERT INTO tasks (id, project_id, owner, title) SELECT g, g % 4 + 1, 'a', 'seed' FROM generate_series(1, 20) g;`)
+		INSERT INTO tasks (id, project_id, owner, title) SELECT g, g % 4 + 1, 'a', 'seed' FROM generate_series(1, 20) g;
+		CREATE FUNCTION touch_task() RETURNS trigger LANGUAGE plpgsql AS $f$
+		BEGIN
+		  UPDATE tasks SET v = v + 1 WHERE id = 1 + abs(hashtext(NEW.id)) % 20;
+		  RETURN NULL;
+		END $f$;
+		CREATE TRIGGER a_touch_task AFTER UPDATE OF body ON notes FOR EACH ROW EXECUTE FUNCTION touch_task();`)
 	db := e.db
 	e.stopRunner(t)
 
@@ -565,4 +579,85 @@ func freshSession(t *testing.T) *pgxpool.Conn {
 	require.NoError(t, err)
 	t.Cleanup(conn.Release)
 	return conn
+}
+
+// Fence pairing in the set-based run (synchro._mat_run_pair_fences) goes by the
+// runner's pair numbers when they pair every row event with a fence of the same row
+// and operation, and ranks both sides otherwise (ADR 001: per row identity, the k-th
+// row event with the fence of the k-th lowest ordinal). Staged by hand here, to see
+// which way it went:
+//   - numbered and matching: paired by number (the fences' ordinals are reversed on
+//     purpose: ranked, the insert would meet the update's fence and the run would
+//     fall back, SYB01, as it does once the numbers are gone);
+//   - two rows whose fences came in the other order (a trigger's DML fires its fence
+//     before the outer row's): numbers mismatch, ranks pair each row with its own.
+func TestMaterializeRunPairsByNumberThenRank(t *testing.T) {
+	t.Parallel()
+	db := runnerSetup(t)
+	rel := itemsRelationID(t, db)
+	ctx := context.Background()
+	conn, err := db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		_, err := conn.Exec(ctx, sql, args...)
+		require.NoError(t, err)
+	}
+	exec(`SELECT synchro.runner_stage_open()`)
+	stage := func(events, fences [][]any) {
+		t.Helper()
+		exec(`DELETE FROM pg_temp.synchro_stage; DELETE FROM pg_temp.synchro_b_rows; DELETE FROM pg_temp.synchro_b_txn`)
+		exec(`INSERT INTO pg_temp.synchro_b_txn (t, commit_lsn, end_lsn, xid, commit_time, n_events, n_fences)
+			VALUES (0, '0/10', '0/20', 1, now(), $1, $2)`, len(events), len(fences))
+		for _, e := range events { // seq, kind, id, pair_no
+			exec(`INSERT INTO pg_temp.synchro_stage (txn, seq, kind, event_ordinal, relid, new_row, old_row, pair_no)
+				VALUES (0, $1::int, $2::text::"char", $1::int, 'items'::regclass,
+				        CASE WHEN $2::text <> 'D' THEN jsonb_build_object('id', $3::int8, 'owner', 'a') END,
+				        jsonb_build_object('id', $3::int8), $4::int)`, e...)
+		}
+		for _, f := range fences { // seq, op, id, ordinal, version, pair_no
+			exec(`INSERT INTO pg_temp.synchro_stage (txn, seq, kind, prefix, f_kind, f_relation_id, f_schema, f_table, f_op,
+				      f_old_key, f_new_key, f_version, f_fence_id, f_ordinal, f_table_id, pair_no)
+				VALUES (0, $1::int, 'M', 'synchro.fence', 'synced', $7::int8, 'public', 'items', $2::text,
+				        CASE WHEN $2::text <> 'insert' THEN $3::text END, CASE WHEN $2::text <> 'delete' THEN $3::text END,
+				        $5::text, gen_random_uuid(), $4::int8, 'items', $6::int)`, append(f, rel)...)
+		}
+	}
+	pair := func(n int) (map[string]string, error) {
+		t.Helper()
+		var got int
+		if err := conn.QueryRow(ctx, `SELECT synchro._mat_run_pair_fences($1::int8, $1::int8::int)`, n).Scan(&got); err != nil {
+			return nil, err
+		}
+		require.Equal(t, n, got)
+		rows, err := conn.Query(ctx, `SELECT seq || ':' || pk || ':' || op, version FROM pg_temp.synchro_b_rows`)
+		require.NoError(t, err)
+		out := map[string]string{}
+		for rows.Next() {
+			var k, v string
+			require.NoError(t, rows.Scan(&k, &v))
+			out[k] = v
+		}
+		require.NoError(t, rows.Err())
+		return out, nil
+	}
+
+	// Numbered and matching: by number, whatever the ordinals say.
+	events := [][]any{{0, "I", 7, 1}, {1, "U", 7, 2}}
+	stage(events, [][]any{{2, "insert", "7", 20, "v-insert", 1}, {3, "update", "7", 10, "v-update", 2}})
+	got, err := pair(2)
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"0:7:insert": "v-insert", "1:7:update": "v-update"}, got)
+	// The same without numbers: by rank, where the insert meets the update's fence.
+	stage(events, [][]any{{2, "insert", "7", 20, "v-insert", nil}, {3, "update", "7", 10, "v-update", nil}})
+	_, err = pair(2)
+	requireSQLState(t, err, "SYB01")
+
+	// Fences in the other order than their rows (numbers mismatch): by rank.
+	stage([][]any{{0, "I", 8, 1}, {1, "I", 9, 2}},
+		[][]any{{2, "insert", "9", 30, "v-9", 1}, {3, "insert", "8", 31, "v-8", 2}})
+	got, err = pair(2)
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"0:8:insert": "v-8", "1:9:insert": "v-9"}, got)
 }

@@ -783,7 +783,7 @@ func TestMaterializeRefusesSessionFunction(t *testing.T) {
 	conn, _ := runnerSession(t, db)
 	_, err := conn.Exec(ctx, `SELECT synchro.runner_stage_open();
 		CREATE TEMP TABLE hit (who text);
-		CREATE FUNCTION pg_temp.synchro_links_7_3_2(rid bigint, OUT more boolean, OUT gone boolean, OUT known boolean)
+		CREATE FUNCTION pg_temp.synchro_links_7_3_3(rid bigint, OUT more boolean, OUT gone boolean, OUT known boolean)
 		LANGUAGE plpgsql AS $f$ BEGIN INSERT INTO pg_temp.hit VALUES (current_user); more := false; gone := false; known := false; END $f$;
 		RESET ROLE`)
 	require.NoError(t, err)
@@ -797,7 +797,7 @@ func TestMaterializeRefusesSessionFunction(t *testing.T) {
 	// become ambiguous, or pick it.
 	other, _ := runnerSession(t, db)
 	_, err = other.Exec(ctx, `SELECT synchro.runner_stage_open();
-		CREATE FUNCTION pg_temp.synchro_links_7_3_2(rid int, OUT more boolean, OUT gone boolean, OUT known boolean)
+		CREATE FUNCTION pg_temp.synchro_links_7_3_3(rid int, OUT more boolean, OUT gone boolean, OUT known boolean)
 		LANGUAGE plpgsql AS $f$ BEGIN more := false; gone := false; known := false; END $f$;
 		RESET ROLE`)
 	require.NoError(t, err)
@@ -816,7 +816,7 @@ func TestMaterializeRefusesSessionFunction(t *testing.T) {
 	var n int
 	var ownerIsCaller bool
 	require.NoError(t, clean.QueryRow(ctx, `SELECT count(*), bool_and(p.proowner = (SELECT oid FROM pg_roles WHERE rolname = current_user))
-		FROM pg_proc p WHERE p.pronamespace = pg_my_temp_schema() AND p.proname = 'synchro_links_7_3_2'`).Scan(&n, &ownerIsCaller))
+		FROM pg_proc p WHERE p.pronamespace = pg_my_temp_schema() AND p.proname = 'synchro_links_7_3_3'`).Scan(&n, &ownerIsCaller))
 	require.Equal(t, 1, n, "created once")
 	require.True(t, ownerIsCaller)
 }

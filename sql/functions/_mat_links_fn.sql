@@ -5,8 +5,8 @@
 -- (more: some row of the relation has more than one link; gone: some row's last link
 -- deletes it; known: some row the run leaves in place is not fresh).
 --
--- fresh: the row's only event in the run is an insert (one link, and its event the
--- first of the row in its transaction: grp_rank 1). Such a row did not exist before
+-- fresh: the row's only event in the run is an insert (one link, and no other event
+-- of the row in its transaction: n_txn 1). Such a row did not exist before
 -- the run, so it has no projection, membership or rule value to read or replace:
 -- synchro._mat_run_project inserts its projection without ON CONFLICT and skips its
 -- probes. Should the pack's state disagree (a projection row there anyway), that
@@ -35,9 +35,11 @@ LANGUAGE plpgsql
 -- search_path and row-image settings of synchro.materialize_batch.
 AS $$
 DECLARE
-  -- _2: the second shape of this function (00019 added fresh and known); a session
-  -- that made the first before an upgrade keeps it under the old name.
-  name  text := format('synchro_links_%s_%s_2', rid, gen);
+  -- _3: the third shape of this function (00019 added fresh and known; 00020 counts
+  -- a row's events in its transaction instead of reading the rank that pairing no
+  -- longer writes); a session that made an earlier one before an upgrade keeps it
+  -- under its old name.
+  name  text := format('synchro_links_%s_%s_3', rid, gen);
   fn    regprocedure := pg_catalog.to_regprocedure(format('pg_temp.%I(bigint)', name));
 BEGIN
   IF fn IS NULL THEN
@@ -52,13 +54,16 @@ BEGIN
                                          event_ordinal, image, image_bytes, link, last, fresh)
     SELECT y.t, y.relation_id, y.pk, y.pk_int, y.table_id, y.key_type, y.op, y.version, y.event_ordinal,
            y.image, pg_catalog.octet_length(y.image::pg_catalog.text), y.link, y.last,
-           y.link = 1 AND y.last AND y.op = 'insert' AND y.grp_rank = 1
+           y.link = 1 AND y.last AND y.op = 'insert' AND y.n_txn = 1
       FROM (SELECT x.t, x.relation_id, x.pk, CASE WHEN x.key_type <> 'string' THEN x.pk::bigint END AS pk_int,
-                   x.table_id, x.key_type, x.op, x.version, x.event_ordinal, x.grp_rank,
+                   x.table_id, x.key_type, x.op, x.version, x.event_ordinal, x.n_txn,
                    CASE WHEN x.op <> 'delete' THEN %s END AS image,
                    pg_catalog.row_number() OVER (PARTITION BY x.pk COLLATE "C" ORDER BY x.t) AS link,
                    x.t = pg_catalog.max(x.t) OVER (PARTITION BY x.pk COLLATE "C") AS last
-              FROM (SELECT DISTINCT ON (w.pk COLLATE "C", w.t) w.* FROM pg_temp.synchro_b_rows w
+              FROM (SELECT DISTINCT ON (w.pk COLLATE "C", w.t) w.*,
+                           pg_catalog.count(*) OVER (PARTITION BY w.pk COLLATE "C", w.t ORDER BY w.seq DESC
+                                                     ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS n_txn
+                      FROM pg_temp.synchro_b_rows w
                      WHERE w.relation_id = rid ORDER BY w.pk COLLATE "C", w.t, w.seq DESC) x
             OFFSET 0) y
     RETURNING link, last AND op = 'delete' AS dropped, last AND op <> 'delete' AND NOT fresh AS kept)

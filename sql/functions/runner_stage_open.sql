@@ -61,7 +61,11 @@ BEGIN
     f_ordinal     bigint,
     f_table_id    text,
     a_generation  bigint,
-    a_previous    bigint
+    a_previous    bigint,
+    -- I/U/D and fence M rows: the runner's numbering of the transaction's row events
+    -- and of its fences, each from 1 in decoded order (a fence out of ordinal order,
+    -- and every later one, unnumbered): synchro._mat_run_pair_fences pairs by it.
+    pair_no       int
   ) ON COMMIT PRESERVE ROWS;
   EXECUTE format('GRANT INSERT, SELECT ON TABLE pg_temp.synchro_stage TO %I', session_user);
 
@@ -100,7 +104,7 @@ BEGIN
   ) ON COMMIT PRESERVE ROWS;
   CREATE TEMP TABLE synchro_b_rows (
     t int, seq int, event_ordinal int, op text, relation_id bigint, table_id text, key_column name,
-    key_type text, pk text, new_row jsonb, old_pk text, grp_rank int, fence_id uuid, version text
+    key_type text, pk text, new_row jsonb, old_pk text, fence_id uuid, version text
   ) ON COMMIT PRESERVE ROWS;
   -- One link per (transaction, row): the row's last event in that transaction. No
   -- index: every join of the run over it is a hash join, and the statement that
