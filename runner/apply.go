@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -192,10 +193,28 @@ func loadMessageKey(ctx context.Context, conn *pgx.Conn) (*msgauth.Key, error) {
 	return msgauth.NewKey(k.InnerPad, k.OuterPad)
 }
 
-// openStage creates pg_temp.synchro_stage for this session.
-func openStage(ctx context.Context, conn *pgx.Conn) error {
+// OpenStage creates pg_temp.synchro_stage for this session (synchro.runner_stage_open)
+// and checks that it has every column the runner COPYs (StageColumns). A pack older
+// than the runner (not migrated yet) makes a table without the newer ones, and the
+// COPY naming them would fail with 42703 while a source transaction is being staged:
+// judged as that transaction's failure, it could quarantine a good transaction. The
+// session fails here instead, before it reads anything, and is retried (the error is
+// not a server error: Transient) until the pack is migrated.
+func OpenStage(ctx context.Context, conn *pgx.Conn) error {
 	if err := gen.New(conn).RunnerStageOpen(ctx); err != nil {
 		return fmt.Errorf("synchro: runner_stage_open: %w", err)
+	}
+	var missing []string
+	if err := conn.QueryRow(ctx, `SELECT coalesce(pg_catalog.array_agg(c.name ORDER BY c.n), '{}')
+		  FROM pg_catalog.unnest($1::pg_catalog.text[]) WITH ORDINALITY AS c(name, n)
+		 WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
+		                    WHERE a.attrelid = 'pg_temp.synchro_stage'::pg_catalog.regclass
+		                      AND a.attname = c.name AND NOT a.attisdropped)`, StageColumns).Scan(&missing); err != nil {
+		return fmt.Errorf("synchro: runner_stage_open: columns: %w", err)
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("synchro: the pack is older than this runner: its staging table has no column %s (run `synchro migrate up`)",
+			strings.Join(missing, ", "))
 	}
 	return nil
 }

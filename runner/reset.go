@@ -326,7 +326,7 @@ func (r *Runner) resetCatchUp(work, stop context.Context, conn *pgx.Conn, rs gen
 		barrierXid = uint32(x)
 	}
 
-	if err := openStage(work, conn); err != nil {
+	if err := OpenStage(work, conn); err != nil {
 		return err
 	}
 	repl, err := connectReplication(work, r.cfg.DatabaseURL)

@@ -43,7 +43,7 @@ func (r *Runner) session(work, stop context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := openStage(work, apply); err != nil {
+	if err := OpenStage(work, apply); err != nil {
 		return err
 	}
 	key, err := loadMessageKey(work, apply)

@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"math/rand"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -583,28 +586,45 @@ func freshSession(t *testing.T) *pgxpool.Conn {
 
 // Fence pairing in the set-based run (synchro._mat_run_pair_fences) goes by the
 // runner's pair numbers when they pair every row event with a fence of the same row
-// and operation, and ranks both sides otherwise (ADR 001: per row identity, the k-th
-// row event with the fence of the k-th lowest ordinal). Staged by hand here, to see
-// which way it went:
-//   - numbered and matching: paired by number (the fences' ordinals are reversed on
-//     purpose: ranked, the insert would meet the update's fence and the run would
-//     fall back, SYB01, as it does once the numbers are gone);
+// and operation and are in the ADR's orders (row events 1..n in source order, fences
+// 1..n in rising ordinal order), and ranks both sides otherwise (ADR 001: per row
+// identity, the k-th row event with the fence of the k-th lowest ordinal). Staged by
+// hand here; the rank way says so in a DEBUG message:
+//   - numbered and matching: by number, no rank message;
+//   - the same with the fences' ordinals reversed: the numbers are refused, and ranked,
+//     the insert meets the update's fence (SYB01): the numbers are checked, not trusted;
+//   - no numbers: by rank, the same pairs as by number;
 //   - two rows whose fences came in the other order (a trigger's DML fires its fence
-//     before the outer row's): numbers mismatch, ranks pair each row with its own.
+//     before the outer row's): numbers mismatch, ranks pair each row with its own;
+//   - three rows of which only the last pairs by number: the partial pairing is
+//     discarded, every row is paired once, by rank;
+//   - numbers with a gap (stage rows deleted before pairing): by rank.
 func TestMaterializeRunPairsByNumberThenRank(t *testing.T) {
 	t.Parallel()
 	db := runnerSetup(t)
 	rel := itemsRelationID(t, db)
 	ctx := context.Background()
-	conn, err := db.Pool.Acquire(ctx)
+	var mu sync.Mutex
+	var ranked int
+	cfg, err := pgx.ParseConfig(db.URL)
 	require.NoError(t, err)
-	defer conn.Release()
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		if n.Message == "synchro: fences paired by rank" {
+			mu.Lock()
+			ranked++
+			mu.Unlock()
+		}
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
 	exec := func(sql string, args ...any) {
 		t.Helper()
 		_, err := conn.Exec(ctx, sql, args...)
 		require.NoError(t, err)
 	}
 	exec(`SELECT synchro.runner_stage_open()`)
+	exec(`SET client_min_messages = debug1`)
 	stage := func(events, fences [][]any) {
 		t.Helper()
 		exec(`DELETE FROM pg_temp.synchro_stage; DELETE FROM pg_temp.synchro_b_rows; DELETE FROM pg_temp.synchro_b_txn`)
@@ -624,40 +644,95 @@ func TestMaterializeRunPairsByNumberThenRank(t *testing.T) {
 				        $5::text, gen_random_uuid(), $4::int8, 'items', $6::int)`, append(f, rel)...)
 		}
 	}
-	pair := func(n int) (map[string]string, error) {
+	// pair pairs the staged transaction and returns its pairs (seq:pk:op → version)
+	// and whether it went by rank.
+	pair := func(n int) (map[string]string, bool, error) {
 		t.Helper()
+		mu.Lock()
+		before := ranked
+		mu.Unlock()
+		byRank := func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return ranked > before
+		}
 		var got int
 		if err := conn.QueryRow(ctx, `SELECT synchro._mat_run_pair_fences($1::int8, $1::int8::int)`, n).Scan(&got); err != nil {
-			return nil, err
+			return nil, byRank(), err
 		}
 		require.Equal(t, n, got)
 		rows, err := conn.Query(ctx, `SELECT seq || ':' || pk || ':' || op, version FROM pg_temp.synchro_b_rows`)
 		require.NoError(t, err)
 		out := map[string]string{}
+		count := 0
 		for rows.Next() {
 			var k, v string
 			require.NoError(t, rows.Scan(&k, &v))
 			out[k] = v
+			count++
 		}
 		require.NoError(t, rows.Err())
-		return out, nil
+		require.Equal(t, n, count, "each row event paired once")
+		return out, byRank(), nil
 	}
 
-	// Numbered and matching: by number, whatever the ordinals say.
 	events := [][]any{{0, "I", 7, 1}, {1, "U", 7, 2}}
-	stage(events, [][]any{{2, "insert", "7", 20, "v-insert", 1}, {3, "update", "7", 10, "v-update", 2}})
-	got, err := pair(2)
+	want := map[string]string{"0:7:insert": "v-insert", "1:7:update": "v-update"}
+	stage(events, [][]any{{2, "insert", "7", 10, "v-insert", 1}, {3, "update", "7", 11, "v-update", 2}})
+	got, byRank, err := pair(2)
 	require.NoError(t, err)
-	require.Equal(t, map[string]string{"0:7:insert": "v-insert", "1:7:update": "v-update"}, got)
-	// The same without numbers: by rank, where the insert meets the update's fence.
-	stage(events, [][]any{{2, "insert", "7", 20, "v-insert", nil}, {3, "update", "7", 10, "v-update", nil}})
-	_, err = pair(2)
-	requireSQLState(t, err, "SYB01")
+	require.Equal(t, want, got)
+	require.False(t, byRank, "paired by number")
 
-	// Fences in the other order than their rows (numbers mismatch): by rank.
+	stage(events, [][]any{{2, "insert", "7", 20, "v-insert", 1}, {3, "update", "7", 10, "v-update", 2}})
+	_, byRank, err = pair(2)
+	requireSQLState(t, err, "SYB01")
+	require.True(t, byRank, "numbers against the ordinals' order are refused")
+
+	stage(events, [][]any{{2, "insert", "7", 10, "v-insert", nil}, {3, "update", "7", 11, "v-update", nil}})
+	got, byRank, err = pair(2)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+	require.True(t, byRank)
+
 	stage([][]any{{0, "I", 8, 1}, {1, "I", 9, 2}},
 		[][]any{{2, "insert", "9", 30, "v-9", 1}, {3, "insert", "8", 31, "v-8", 2}})
-	got, err = pair(2)
+	got, byRank, err = pair(2)
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{"0:8:insert": "v-8", "1:9:insert": "v-9"}, got)
+	require.True(t, byRank)
+
+	stage([][]any{{0, "I", 11, 1}, {1, "I", 12, 2}, {2, "I", 13, 3}},
+		[][]any{{3, "insert", "12", 40, "v-12", 1}, {4, "insert", "11", 41, "v-11", 2}, {5, "insert", "13", 42, "v-13", 3}})
+	got, byRank, err = pair(3)
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"0:11:insert": "v-11", "1:12:insert": "v-12", "2:13:insert": "v-13"}, got)
+	require.True(t, byRank)
+
+	stage([][]any{{0, "I", 14, 1}, {1, "I", 15, 3}},
+		[][]any{{2, "insert", "14", 50, "v-14", 1}, {3, "insert", "15", 51, "v-15", 3}})
+	got, byRank, err = pair(2)
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"0:14:insert": "v-14", "1:15:insert": "v-15"}, got)
+	require.True(t, byRank, "numbers with a gap are not trusted")
+}
+
+// A runner on a pack older than itself (not migrated yet): the session's staging table
+// lacks a column the runner COPYs. runner.OpenStage refuses the session before anything
+// is staged, with an error the runner retries (Transient). Without the check, the COPY
+// failed with 42703 while a source transaction was being staged, and that was judged
+// as the transaction's failure: a good transaction could be quarantined.
+func TestRunnerRefusesStageOfOlderPack(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	require.NoError(t, runner.OpenStage(ctx, conn))
+	_, err = conn.Exec(ctx, `ALTER TABLE pg_temp.synchro_stage DROP COLUMN pair_no`)
+	require.NoError(t, err)
+	err = runner.OpenStage(ctx, conn)
+	require.ErrorContains(t, err, "no column pair_no")
+	require.Equal(t, runner.Transient, runner.Classify(err).Disposition)
 }

@@ -35,8 +35,8 @@ BEGIN
   -- join on (transaction, number) with no sort. That is every transaction whose rows
   -- fire their fences in row order (a multi-row statement fires them after its rows,
   -- in the same order). When numbers do not pair every row event (fences interleaved
-  -- by an earlier row's trigger, or unnumbered), the pairing is made again by rank
-  -- below. A number given twice (not by the runner) pairs an event twice: synchro.event's
+  -- by an earlier row's trigger, or unnumbered), or are not in those orders (checked
+  -- below), the pairing is made again by rank. A number given twice (not by the runner) pairs an event twice: synchro.event's
   -- primary key refuses the second when the run's events are written, as it refuses
   -- a replayed fence id (synchro._mat_run_ledger).
   INSERT INTO pg_temp.synchro_b_rows (t, seq, event_ordinal, op, relation_id, table_id, key_column, key_type, pk,
@@ -64,7 +64,24 @@ BEGIN
            ELSE fr.f_old_key = ev.pk AND fr.f_new_key IS NULL END
      AND fr.f_version IS NOT NULL AND fr.f_fence_id IS NOT NULL;
   GET DIAGNOSTICS n_rows = ROW_COUNT;
+  -- The numbers are checked, not trusted: in each transaction, the row events' numbers
+  -- are 1..n in source order and the fences' 1..n in rising ordinal order (each number
+  -- but the last has a successor of its kind that comes later, and the last is the
+  -- count), else the pairing is made by rank. One hash join on (transaction, number).
+  IF n_rows = n_ev AND EXISTS (
+       SELECT 1 FROM pg_temp.synchro_stage a
+         JOIN pg_temp.synchro_b_txn t ON t.t = a.txn
+         LEFT JOIN pg_temp.synchro_stage b
+           ON b.txn = a.txn AND b.pair_no = a.pair_no + 1 AND (b.kind = 'M') = (a.kind = 'M')
+        WHERE a.pair_no IS NOT NULL
+          AND CASE WHEN b.txn IS NULL THEN a.pair_no <> CASE WHEN a.kind = 'M' THEN t.n_fences ELSE t.n_events END
+                   WHEN a.kind = 'M' THEN b.f_ordinal <= a.f_ordinal
+                   ELSE b.seq <= a.seq END) THEN
+    n_rows := -1;
+  END IF;
   IF n_rows <> n_ev THEN
+    -- Observable by tests (client_min_messages = debug1): which way the run paired.
+    RAISE DEBUG 'synchro: fences paired by rank';
     DELETE FROM pg_temp.synchro_b_rows;
 
     -- By rank: each row event ranked within its row identity in its own transaction and

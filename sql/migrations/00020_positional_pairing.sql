@@ -7,7 +7,9 @@
 -- ranks them (synchro._mat_run_pair_fences; issue 7). A runner of an earlier release
 -- stages no numbers: the upgrade procedure stops it first (docs/install.md), and a
 -- session that opened its work tables before the upgrade fails its set-based batches
--- (no column pair_no), which the runner then re-runs one transaction at a time.
+-- (no column pair_no), which the runner then re-runs one transaction at a time. This
+-- release's runner on a pack not migrated yet refuses the session before it stages
+-- anything (runner.OpenStage: the staging table lacks pair_no) and retries.
 SELECT 1;
 
 -- +goose Down
