@@ -38,6 +38,11 @@ var fastConf = map[string]string{
 	"track_functions":                  "none",
 	// The lag suite reads the commit time of materialization transactions.
 	"track_commit_timestamp": "on",
+	// A server in steady state recycles its WAL segments; this fresh cluster has none
+	// to recycle, so each new 16 MB segment was written full of zeros first, by
+	// whichever backend crossed into it: 5 % of the runner's apply backend in a
+	// 1,000-row run (perf, 2026-12-03, XLogFileInit), charged to no raw decode.
+	"wal_init_zero": "off",
 }
 
 // fastCluster starts the fast cluster on first use.
@@ -51,7 +56,54 @@ func (b *bench) fastCluster(ctx context.Context) (*pgcluster.Cluster, error) {
 		return nil, err
 	}
 	b.fast = c
+	if err := b.warmSharedBuffers(ctx, c); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+// warmSharedBuffers touches every page of the fast cluster's shared buffers once,
+// as a server that has been running for a while has. On a fresh cluster the first use
+// of each buffer faults its page in, and on a virtual machine whose host backs guest
+// memory only when it is first touched (this one: 1.3 s per GiB the first time, 0.44
+// s after: docs/benchmarks.md, "tenth session") that cost 8.6 % of the runner's apply
+// backend in a 1,000-row run (perf, 2026-12-03: shmem_fault under ReadBuffer), charged
+// to the runner, whose tables fill new buffers, and not to the raw decode. It reads a
+// table as large as shared_buffers with pg_prewarm (a seq scan would go through a
+// small ring of buffers), then drops it: the freed buffers stay faulted in. Skipped,
+// and said so, where the server has no pg_prewarm.
+func (b *bench) warmSharedBuffers(ctx context.Context, c *pgcluster.Cluster) error {
+	conn, err := pgx.Connect(ctx, c.URL("postgres"))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_prewarm"); err != nil {
+		fmt.Fprintf(b.stdout, "shared buffers not warmed (no pg_prewarm: %v)\n", err)
+		return nil
+	}
+	start := time.Now()
+	var blocks int64
+	err = conn.QueryRow(ctx, `
+		WITH t AS (SELECT setting::bigint AS n FROM pg_settings WHERE name = 'shared_buffers')
+		SELECT n FROM t`).Scan(&blocks)
+	if err != nil {
+		return err
+	}
+	// About 7 rows of 1,000 bytes fill an 8 kB page.
+	for _, q := range []string{
+		"DROP TABLE IF EXISTS synchro_bench_warm",
+		fmt.Sprintf("CREATE TABLE synchro_bench_warm AS SELECT repeat('x', 1000) AS pad FROM generate_series(1, %d)", blocks*7),
+		"SELECT pg_prewarm('synchro_bench_warm')",
+		"DROP TABLE synchro_bench_warm",
+		"DROP EXTENSION pg_prewarm",
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			return fmt.Errorf("warm shared buffers: %w", err)
+		}
+	}
+	fmt.Fprintf(b.stdout, "shared buffers warmed (%d pages, %.1fs)\n", blocks, time.Since(start).Seconds())
+	return nil
 }
 
 // startFastConf starts a cluster with the fast settings.
@@ -70,6 +122,9 @@ func (b *bench) floorCluster(ctx context.Context) (*pgcluster.Cluster, error) {
 		return nil, err
 	}
 	b.floor = c
+	if err := b.warmSharedBuffers(ctx, c); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -202,7 +257,9 @@ func startRunnerWith(ctx context.Context, b *bench, url, slot, decoder string) (
 // synchroBinary builds ./cmd/synchro once per benchmark run (or takes --synchro-bin).
 func (b *bench) synchroBinary(ctx context.Context) (string, error) {
 	if b.synchroBin == "" {
-		fmt.Fprintln(b.stdout, "building ./cmd/synchro (the suites run `synchro run` as a child process) ...")
+		if b.cfg.synchroBin == "" {
+			fmt.Fprintln(b.stdout, "building ./cmd/synchro (the suites run `synchro run` as a child process) ...")
+		}
 		bin, err := b.buildSynchro(ctx, b.scriptDir)
 		if err != nil {
 			return "", err
