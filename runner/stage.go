@@ -3,6 +3,7 @@ package runner
 import (
 	"encoding/hex"
 	"encoding/json"
+	"slices"
 	"unicode/utf8"
 
 	"github.com/synchro/synchro/runner/decode"
@@ -285,7 +286,7 @@ func (s *Stager) Row(out []StageRow, ordinal uint64, row *decode.Row) ([]StageRo
 	}
 	cols := s.registered[rel.OID]
 	if row.New != nil {
-		if r.NewRow, r.Toast, err = encodeTuple(rel, row.New, cols); err != nil {
+		if r.NewRow, r.Toast, err = encodeTuple(rel, keyFromOld(rel, row.New, row.Old), cols); err != nil {
 			return out, err
 		}
 	}
@@ -298,6 +299,33 @@ func (s *Stager) Row(out []StageRow, ordinal uint64, row *decode.Row) ([]StageRo
 	s.rowNo++
 	r.PairNo = ptr(s.rowNo)
 	return append(out, r), nil
+}
+
+// keyFromOld returns the new image of an update with each key column that came as
+// unchanged TOAST taken from the old image. A key stored out of line (a long text key
+// in a wide row) is not sent when the update leaves it as it is (pgoutput's 'u',
+// a column wal2json leaves out), and PostgreSQL then logs the old key image, which
+// carries it: the value is the same, since it did not change. Without this the staged
+// row had no key, and a good transaction was quarantined as a fence mismatch
+// (TestRunnerToastedKeyUpdate). n itself is returned when there is nothing to take.
+func keyFromOld(rel *decode.Relation, n, o *decode.Tuple) *decode.Tuple {
+	if o == nil || len(o.Values) != len(n.Values) || len(n.Values) != len(rel.Columns) {
+		return n // encodeTuple refuses a tuple that does not match its relation
+	}
+	var out *decode.Tuple
+	for i, c := range rel.Columns {
+		if !c.Key || n.Values[i].Kind != decode.ValueUnchangedToast || o.Values[i].Kind != decode.ValueText {
+			continue
+		}
+		if out == nil {
+			out = &decode.Tuple{Kind: n.Kind, Values: slices.Clone(n.Values)}
+		}
+		out.Values[i] = o.Values[i]
+	}
+	if out == nil {
+		return n
+	}
+	return out
 }
 
 // Truncate appends the staged rows of one truncate event.

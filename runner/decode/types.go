@@ -148,7 +148,9 @@ func (t *Tuple) LogValue() slog.Value { return slog.StringValue(t.String()) }
 //
 // Insert: Old nil, New set. Update: New set; Old is nil when the server sent
 // no old image (REPLICA IDENTITY DEFAULT without a key change), a TupleKey
-// image when the key changed, a TupleOld image under REPLICA IDENTITY FULL.
+// image when the key changed or a key column is stored out of line (New then
+// has that column as unchanged TOAST when it did not change), a TupleOld image
+// under REPLICA IDENTITY FULL.
 // Delete: New nil, Old is a TupleKey or TupleOld image.
 type Row struct {
 	Op       Op
