@@ -6530,10 +6530,10 @@ $_$;
 ALTER FUNCTION synchro.runner_claim(owner text, pid integer, slot_name text, publication text, heartbeat_interval interval, decoder text) OWNER TO postgres;
 
 --
--- Name: runner_columns(bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
+-- Name: runner_columns(bigint, bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
-CREATE FUNCTION synchro.runner_columns(xid bigint DEFAULT NULL::bigint) RETURNS TABLE(relid oid, columns text[])
+CREATE FUNCTION synchro.runner_columns(xid bigint DEFAULT NULL::bigint, from_generation bigint DEFAULT NULL::bigint) RETURNS TABLE(relid oid, columns text[])
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -6542,14 +6542,16 @@ BEGIN
   RETURN QUERY
   SELECT r.relid, array_agg(DISTINCT c.name ORDER BY c.name)
     FROM synchro.relation r
-    LEFT JOIN synchro.registration g ON g.relation_id = r.relation_id
+    LEFT JOIN synchro.registration g
+      ON g.relation_id = r.relation_id
+     AND g.generation >= coalesce(runner_columns.from_generation, (SELECT p.registry_generation FROM synchro.progress p), 0)
     CROSS JOIN LATERAL unnest(coalesce(g.columns::text[], '{}') || r.key_column::text) AS c(name)
    GROUP BY r.relid;
 END
 $$;
 
 
-ALTER FUNCTION synchro.runner_columns(xid bigint) OWNER TO postgres;
+ALTER FUNCTION synchro.runner_columns(xid bigint, from_generation bigint) OWNER TO postgres;
 
 --
 -- Name: runner_heartbeat(pg_lsn, text); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -9609,11 +9611,11 @@ GRANT ALL ON FUNCTION synchro.runner_claim(owner text, pid integer, slot_name te
 
 
 --
--- Name: FUNCTION runner_columns(xid bigint); Type: ACL; Schema: synchro; Owner: postgres
+-- Name: FUNCTION runner_columns(xid bigint, from_generation bigint); Type: ACL; Schema: synchro; Owner: postgres
 --
 
-REVOKE ALL ON FUNCTION synchro.runner_columns(xid bigint) FROM PUBLIC;
-GRANT ALL ON FUNCTION synchro.runner_columns(xid bigint) TO synchro_runner;
+REVOKE ALL ON FUNCTION synchro.runner_columns(xid bigint, from_generation bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.runner_columns(xid bigint, from_generation bigint) TO synchro_runner;
 
 
 --

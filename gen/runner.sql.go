@@ -229,8 +229,13 @@ func (q *Queries) RunnerClaim(ctx context.Context, arg RunnerClaimParams) error 
 
 const runnerColumns = `-- name: RunnerColumns :many
 SELECT c.relid::bigint AS relid, c.columns::text[] AS columns
-FROM synchro.runner_columns($1::bigint) AS c
+FROM synchro.runner_columns($1::bigint, $2::bigint) AS c
 `
+
+type RunnerColumnsParams struct {
+	Xid            *int64
+	FromGeneration *int64
+}
 
 type RunnerColumnsRow struct {
 	Relid   int64
@@ -238,9 +243,10 @@ type RunnerColumnsRow struct {
 }
 
 // Applier (runner/apply.go, stage.go): the registered columns of every relation (union over
-// generations, key included), after the source transaction xid is visible (NULL: none).
-func (q *Queries) RunnerColumns(ctx context.Context, xid *int64) ([]RunnerColumnsRow, error) {
-	rows, err := q.db.Query(ctx, runnerColumns, xid)
+// the generations from from_generation on, NULL: the stream's; key included), after the
+// source transaction xid is visible (NULL: none).
+func (q *Queries) RunnerColumns(ctx context.Context, arg RunnerColumnsParams) ([]RunnerColumnsRow, error) {
+	rows, err := q.db.Query(ctx, runnerColumns, arg.Xid, arg.FromGeneration)
 	if err != nil {
 		return nil, err
 	}

@@ -94,10 +94,11 @@ SELECT synchro.runner_poison(sqlc.arg(stream_generation)::bigint, sqlc.arg(commi
                              sqlc.arg(failure_class)::text, sqlc.narg(relation_id)::bigint);
 
 -- Applier (runner/apply.go, stage.go): the registered columns of every relation (union over
--- generations, key included), after the source transaction xid is visible (NULL: none).
+-- the generations from from_generation on, NULL: the stream's; key included), after the
+-- source transaction xid is visible (NULL: none).
 -- name: RunnerColumns :many
 SELECT c.relid::bigint AS relid, c.columns::text[] AS columns
-FROM synchro.runner_columns(sqlc.narg(xid)::bigint) AS c;
+FROM synchro.runner_columns(sqlc.narg(xid)::bigint, sqlc.narg(from_generation)::bigint) AS c;
 
 -- Liveness (runner/liveness.go): is this backend working on a statement (active, not
 -- waiting for a heavyweight lock or for the runner's own client)?

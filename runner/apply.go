@@ -85,10 +85,15 @@ type applier struct {
 	ackDue bool
 
 	// reloaded: the registered columns (Stager.SetRegistered) were reloaded in
-	// the open source transaction. Once is enough: the reload waits until the
-	// transaction is visible, so it sees every registration the transaction
-	// made, and any number of (forged) activation messages cost one query.
+	// the open source transaction. Once is enough for a relation the stager did
+	// not know: the reload waits until the transaction is visible, so it sees
+	// every registration the transaction made. An activation message reloads
+	// again (messages reach maybeReload only once authenticated): it moves colsFrom.
 	reloaded bool
+	// colsFrom: the registry generation the registered columns were loaded from,
+	// that of the last activation message staged (nil: the stream's, at session
+	// start). Columns of older generations are not staged (synchro.runner_columns).
+	colsFrom *int64
 
 	// fl is the batch whose materialization call is in flight (nil: none);
 	// failed is one whose call failed, until fail takes it over.
@@ -142,9 +147,10 @@ func newApplier(cfg *Config, log *slog.Logger, conn *pgx.Conn, gen int64, f *Fro
 
 // loadRegistered loads the registered columns of every relation into the
 // stager, on q (the open materialization transaction, or the connection), once
-// the source transaction xid is visible (nil: at session start).
-func (a *applier) loadRegistered(ctx context.Context, q gen.DBTX, xid *int64) error {
-	rows, err := gen.New(q).RunnerColumns(ctx, xid)
+// the source transaction xid is visible (nil: at session start), over the
+// registry generations from from on (nil: the stream's generation).
+func (a *applier) loadRegistered(ctx context.Context, q gen.DBTX, xid, from *int64) error {
+	rows, err := gen.New(q).RunnerColumns(ctx, gen.RunnerColumnsParams{Xid: xid, FromGeneration: from})
 	if err != nil {
 		return fmt.Errorf("synchro: runner_columns: %w", err)
 	}
@@ -160,28 +166,34 @@ func (a *applier) loadRegistered(ctx context.Context, q gen.DBTX, xid *int64) er
 	return nil
 }
 
-// maybeReload reloads the registered columns, at most once per source
-// transaction, when event e may need columns the stager does not know: a
-// registry activation message (it may register columns that the same
-// transaction's later row events carry; row events before it belong to the
-// previous generation, whose columns are loaded), or a row of a relation the
-// stager does not know. A relation still unknown after that is not registered:
-// its key alone is staged and materialization refuses the event.
+// maybeReload reloads the registered columns when event e may need columns the
+// stager does not know: a registry activation message (it may register columns
+// that the same transaction's later row events carry, and it leaves the
+// previous generation behind: row events before it belong to that generation,
+// whose columns are loaded), or a row of a relation the stager does not know
+// (at most once per source transaction). A relation still unknown after that is
+// not registered: its key alone is staged and materialization refuses the event.
 func (a *applier) maybeReload(ctx context.Context, e collate.Event) error {
-	if a.reloaded {
-		return nil
-	}
 	activation := e.Kind == collate.KindMessage && e.Activation != nil
 	unknown := e.Kind == collate.KindRow && e.Row != nil && e.Row.Relation != nil && !a.stager.Registered(e.Row.Relation.OID)
-	if !activation && !unknown {
+	if (!activation && !unknown) || (a.reloaded && !activation) {
 		return nil
 	}
 	a.reloaded = true
 	if err := a.ensureTx(ctx); err != nil {
 		return err
 	}
+	from := a.colsFrom
+	if activation {
+		g := e.Activation.Generation
+		from = &g
+	}
 	xid := int64(a.hdr.Xid)
-	return a.loadRegistered(ctx, a.tx, &xid)
+	if err := a.loadRegistered(ctx, a.tx, &xid, from); err != nil {
+		return err
+	}
+	a.colsFrom = from
+	return nil
 }
 
 // loadMessageKey reads the server key's HMAC pads (synchro.runner_message_key).

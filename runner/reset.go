@@ -374,7 +374,7 @@ func (r *Runner) resetCatchUp(work, stop context.Context, conn *pgx.Conn, rs gen
 		return err
 	}
 	cu.ap = newApplier(&r.cfg, r.log, conn, rs.TargetGeneration, NewFrontier(s.ConfirmedFlush, s.ConfirmedFlush), func() {}, 0, key)
-	if err := cu.ap.loadRegistered(work, conn, nil); err != nil {
+	if err := cu.ap.loadRegistered(work, conn, nil, nil); err != nil {
 		return err
 	}
 	coll := collate.New(cu.ap)

@@ -90,7 +90,7 @@ func (r *Runner) session(work, stop context.Context) error {
 	ap.dec = dec
 	ap.budget = budget
 	ap.slot = slotName
-	if err := ap.loadRegistered(work, apply, nil); err != nil {
+	if err := ap.loadRegistered(work, apply, nil, nil); err != nil {
 		return err
 	}
 	// While the session streams, the reader and the applier are watched, not the
@@ -167,7 +167,7 @@ func (r *Runner) reconcile(ctx context.Context, conn *pgx.Conn) (Progress, error
 	if !found {
 		// Before the first activation there is nothing to stream and no
 		// publication yet: wait for it. After it, the publication was dropped.
-		cols, err := gen.New(conn).RunnerColumns(ctx, nil)
+		cols, err := gen.New(conn).RunnerColumns(ctx, gen.RunnerColumnsParams{})
 		if err != nil {
 			return st, fmt.Errorf("synchro: runner_columns: %w", err)
 		}

@@ -553,7 +553,7 @@ func TestPrivilegeBoundary(t *testing.T) {
 		"synchro.runner_bootstrap_stage(pg_lsn,text)",
 		"synchro.runner_bootstrap_versions(bigint,text,integer)",
 		"synchro.runner_claim(text,integer,text,text,interval,text)",
-		"synchro.runner_columns(bigint)",
+		"synchro.runner_columns(bigint,bigint)",
 		"synchro.runner_heartbeat(pg_lsn,text)",
 		"synchro.runner_idle(pg_lsn)",
 		"synchro.runner_message_key()",
