@@ -391,6 +391,14 @@ func countOf(t *testing.T, db *testdb.DB, sql string, args ...any) int {
 	return n
 }
 
+// textOf runs a query of one text value.
+func textOf(t *testing.T, db *testdb.DB, sql string, args ...any) string {
+	t.Helper()
+	var s string
+	require.NoError(t, db.Pool.QueryRow(context.Background(), sql, args...).Scan(&s))
+	return s
+}
+
 // quarantine is the blocking quarantine record, if any.
 type quarantineRow struct {
 	CommitLSN  string

@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"context"
 	"math/rand"
 	"strings"
 	"testing"
@@ -67,12 +66,4 @@ func TestRunnerToastedKeyUpdate(t *testing.T) {
 func toastTable(t *testing.T, db *testdb.DB, table string) string {
 	t.Helper()
 	return textOf(t, db, `SELECT reltoastrelid::regclass::text FROM pg_class WHERE oid = $1::regclass`, table)
-}
-
-// textOf runs a query of one text value.
-func textOf(t *testing.T, db *testdb.DB, sql string, args ...any) string {
-	t.Helper()
-	var s string
-	require.NoError(t, db.Pool.QueryRow(context.Background(), sql, args...).Scan(&s))
-	return s
 }
