@@ -700,8 +700,15 @@ func TestRetentionAgeLimits(t *testing.T) {
 	mustExec(t, db, `UPDATE synchro.mutation_outcome SET decided_at = now() - interval '31 days'
 		WHERE mutation_id IN ($1::uuid, $2::uuid)`, mutationID(1, 1), mutationID(1, 2))
 	var rep map[string]any
+	// The default keeps every outcome while its client exists (CONTRACT.md, push).
+	require.Equal(t, "never", textOf(t, db, `SELECT value FROM synchro.setting WHERE name = 'outcome_retention'`))
 	require.NoError(t, callJSON(db, &rep, `SELECT synchro.compact('100 years')::text`))
-	require.EqualValues(t, 2, rep["deleted_outcomes"], "%v", rep) // the default: 30 days
+	require.EqualValues(t, 0, rep["deleted_outcomes"], "%v", rep)
+	require.Equal(t, 3, countOf(t, db, `SELECT count(*) FROM synchro.mutation_outcome WHERE client_id = 'aging'`))
+
+	setSetting(t, db, "outcome_retention", "30 days")
+	require.NoError(t, callJSON(db, &rep, `SELECT synchro.compact('100 years')::text`))
+	require.EqualValues(t, 2, rep["deleted_outcomes"], "%v", rep)
 	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.mutation_outcome WHERE client_id = 'aging'`))
 
 	setSetting(t, db, "outcome_retention", "1 year")
@@ -720,11 +727,18 @@ func TestRetentionAgeLimits(t *testing.T) {
 	mustPush(t, db, "aging", []map[string]any{{"id": mutationID(1, 9), "table": "tasks", "op": "insert", "pk": 9,
 		"row": map[string]any{"owner": "a"}}})
 
-	// Values that do not read as a non-negative interval are refused when written.
+	// Values that do not read as a non-negative interval (or 'never', for outcomes only)
+	// are refused when written.
 	for _, bad := range []string{"-1 day", "forever", "", "1 day -25 hours"} {
 		_, err := db.Pool.Exec(ctx, `UPDATE synchro.setting SET value = $1 WHERE name = 'outcome_retention'`, bad)
 		require.Error(t, err, "outcome_retention %q", bad)
 	}
+	_, err = db.Pool.Exec(ctx, `UPDATE synchro.setting SET value = 'never' WHERE name = 'retired_client_retention'`)
+	require.Error(t, err, "retired_client_retention 'never'")
+	setSetting(t, db, "outcome_retention", "never")
+	mustExec(t, db, `UPDATE synchro.mutation_outcome SET decided_at = now() - interval '100 years'`)
+	require.NoError(t, callJSON(db, &rep, `SELECT synchro.compact('100 years')::text`))
+	require.EqualValues(t, 0, rep["deleted_outcomes"], "%v", rep)
 	for _, bad := range []string{"0", "-5", "x", "1000001"} {
 		_, err := db.Pool.Exec(ctx, `UPDATE synchro.setting SET value = $1 WHERE name = 'compact_batch_rows'`, bad)
 		require.Error(t, err, "compact_batch_rows %q", bad)

@@ -1,5 +1,5 @@
 -- An interval setting of synchro.setting (retention: docs/retention.md), or NULL when
--- it is missing or unreadable: its callers then keep what the setting would have let
+-- it is 'never', missing or unreadable: its callers then keep what the setting would have let
 -- them delete. The CHECK on synchro.setting refuses such values when written; this is
 -- the second line, so a bad row can never turn into a deletion.
 CREATE OR REPLACE FUNCTION synchro._setting_interval(setting_name text) RETURNS interval
@@ -14,8 +14,8 @@ DECLARE
   i interval;
 BEGIN
   SELECT s.value INTO v FROM synchro.setting s WHERE s.name = setting_name;
-  IF v IS NULL THEN
-    RETURN NULL;
+  IF v IS NULL OR v = 'never' THEN
+    RETURN NULL; -- 'never': outcome_retention's default (the contract keeps outcomes)
   END IF;
   BEGIN
     i := v::interval;

@@ -9,7 +9,8 @@
 --      covered and the deletion reservations (row_version tombstones) they left;
 --   3. replay ledger transactions at or below the ledger floor;
 --   4. resolved quarantine records at or below the ledger floor;
---   5. push outcomes older than outcome_retention (a setting);
+--   5. push outcomes older than outcome_retention, when the operator set one (by default
+--      'never': the contract keeps a client's outcomes as long as the client exists);
 --   6. outcomes and fences a push racing synchro.retire_client wrote;
 --   7. retired client ids older than retired_client_retention (a setting).
 -- It returns "done": false when the budget ran out: call it again, each call in its own
@@ -169,8 +170,8 @@ BEGIN
     lim := lim - n;
   END IF;
 
-  -- 5. Push outcomes older than the operator's age limit, oldest first. A missing or
-  -- unreadable setting keeps them all.
+  -- 5. Push outcomes older than the operator's age limit, oldest first. 'never' (the
+  -- default), a missing or an unreadable setting keeps them all.
   keep_out := synchro._setting_interval('outcome_retention');
   IF lim > 0 AND keep_out IS NOT NULL THEN
     BEGIN
