@@ -67,3 +67,37 @@ func toastTable(t *testing.T, db *testdb.DB, table string) string {
 	t.Helper()
 	return textOf(t, db, `SELECT reltoastrelid::regclass::text FROM pg_class WHERE oid = $1::regclass`, table)
 }
+
+// An array column stored out of line and left unchanged by an UPDATE comes as unchanged
+// TOAST; the reference path takes its value from the prior projection, where it is
+// rendered (a JSON array). Put back into the staged row, it was cast again as the
+// array's text and failed (22P02): a good transaction quarantined. It goes into the
+// image as rendered.
+func TestRunnerToastedArrayUpdate(t *testing.T) {
+	eachDecoder(t, func(t *testing.T) {
+		t.Parallel()
+		db := testdb.New(t)
+		mustExec(t, db, `
+			CREATE TABLE tagged (id int8 PRIMARY KEY, owner text, tags text[]);
+			ALTER TABLE tagged ALTER COLUMN tags SET STORAGE EXTERNAL;
+			SELECT synchro.register_table('tagged', 'tagged');
+			SELECT synchro.add_scope_rule('tagged', 'owner:', 'owner');
+			SELECT synchro.activate_registry();`)
+		rr := startRunner(t, testRunnerConfig(t, db))
+		waitStream(t, db)
+
+		mustExec(t, db, `INSERT INTO tagged SELECT 1, 'a', array_agg(md5(g::text)) FROM generate_series(1, 100) g`)
+		require.Equal(t, 1, countOf(t, db, `SELECT count(DISTINCT chunk_id)::int FROM `+toastTable(t, db, "tagged")),
+			"the array is stored out of line")
+		waitEffects(t, db, 1)
+		want := textOf(t, db, `SELECT to_jsonb(tags)::text FROM tagged`)
+
+		mustExec(t, db, `UPDATE tagged SET owner = 'b' WHERE id = 1`)
+		waitEffects(t, db, 3)
+		require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM synchro.quarantine`), "nothing quarantined")
+		require.Equal(t, "b", textOf(t, db, `SELECT image ->> 'owner' FROM synchro.projection`))
+		require.Equal(t, want, textOf(t, db, `SELECT (image -> 'tags')::text FROM synchro.projection`))
+		require.Equal(t, want, textOf(t, db, `SELECT (image -> 'tags')::text FROM synchro.effect WHERE scope = 'owner:b'`))
+		require.NoError(t, rr.stop(t))
+	})
+}

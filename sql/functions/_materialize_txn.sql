@@ -41,6 +41,9 @@ DECLARE
   t         record;
   col       text;
   val       jsonb;
+  -- [relation_id, pk, column, rendered value]: unchanged TOAST from the prior projection.
+  rendered  jsonb := '[]';
+  fill      record;
   n_events  int;
   n_fences  int;
 BEGIN
@@ -185,15 +188,21 @@ BEGIN
       SELECT w.new_row -> col INTO val FROM pg_temp.synchro_w_rows w
        WHERE w.relation_id = t.relation_id AND w.pk = t.pk AND w.new_row ? col
        ORDER BY w.seq DESC LIMIT 1;
-      IF NOT FOUND THEN
-        SELECT pr.image -> col INTO val FROM synchro.projection pr
-         WHERE pr.relation_id = t.relation_id AND pr.pk = t.pk AND pr.image ? col;
-        IF NOT FOUND THEN
-          RAISE EXCEPTION 'poison: toast_missing' USING ERRCODE = 'SYP07', DETAIL = format('relation_id=%s', t.relation_id);
-        END IF;
+      IF FOUND THEN
+        UPDATE pg_temp.synchro_w_final f SET new_row = f.new_row || jsonb_build_object(col, val)
+         WHERE f.relation_id = t.relation_id AND f.pk = t.pk;
+        CONTINUE;
       END IF;
-      UPDATE pg_temp.synchro_w_final f SET new_row = f.new_row || jsonb_build_object(col, val)
-       WHERE f.relation_id = t.relation_id AND f.pk = t.pk;
+      -- The prior projection holds the value rendered (an array as a JSON array, not
+      -- the array's text the WAL gives): it goes into the image after rendering, not
+      -- into the staged row, where rendering would cast it again (22P02 for an array:
+      -- a good transaction quarantined, TestRunnerToastedArrayUpdate).
+      SELECT pr.image -> col INTO val FROM synchro.projection pr
+       WHERE pr.relation_id = t.relation_id AND pr.pk = t.pk AND pr.image ? col;
+      IF NOT FOUND THEN
+        RAISE EXCEPTION 'poison: toast_missing' USING ERRCODE = 'SYP07', DETAIL = format('relation_id=%s', t.relation_id);
+      END IF;
+      rendered := rendered || jsonb_build_array(jsonb_build_array(t.relation_id, t.pk, col, val));
     END LOOP;
   END LOOP;
 
@@ -211,6 +220,11 @@ BEGIN
     EXECUTE format('UPDATE pg_temp.synchro_w_final f SET image = %s WHERE f.relation_id = $1 AND f.op <> $2',
                    synchro._image_sql(rel.relation_id, rel.generation, 'f.new_row', false))
     USING rel.relation_id, 'delete';
+  END LOOP;
+  -- Unchanged TOAST values taken from the prior projection, already rendered (above).
+  FOR fill IN SELECT e.value AS v FROM jsonb_array_elements(rendered) e LOOP
+    UPDATE pg_temp.synchro_w_final f SET image = f.image || jsonb_build_object(fill.v ->> 2, fill.v -> 3)
+     WHERE f.relation_id = (fill.v ->> 0)::bigint AND f.pk = fill.v ->> 1;
   END LOOP;
 
   -- Consumer groups (issue 11): the transaction's change record, from its final state
