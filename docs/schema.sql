@@ -513,10 +513,23 @@ DECLARE
   result name[];
   missing name;
 BEGIN
+  -- Generated columns are not in the WAL's row images (logical replication leaves them
+  -- out), so a registered one read as a column the table lost: relation drift (SYP03)
+  -- at the table's first write, a good transaction quarantined. "Every column" leaves
+  -- them out; naming one, or a generated key, is refused.
+  SELECT a.attname INTO missing
+    FROM pg_attribute a
+   WHERE a.attrelid = relation AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated <> ''
+     AND (a.attname = key_column OR a.attname = ANY (columns))
+   ORDER BY a.attnum LIMIT 1;
+  IF FOUND THEN
+    RAISE EXCEPTION 'registration refused: column % is generated, and logical replication does not carry generated columns',
+      quote_ident(missing) USING ERRCODE = 'SY400';
+  END IF;
   IF columns IS NULL THEN
     SELECT array_agg(a.attname ORDER BY a.attnum) INTO result
       FROM pg_attribute a
-     WHERE a.attrelid = relation AND a.attnum > 0 AND NOT a.attisdropped;
+     WHERE a.attrelid = relation AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '';
     PERFORM synchro._check_render(relation, result);
     RETURN result;
   END IF;
@@ -660,10 +673,10 @@ BEGIN
   SELECT a.attname INTO bad
     FROM pg_catalog.pg_attribute a
    WHERE a.attrelid = relation AND a.attname = ANY (columns) AND a.attnum > 0 AND NOT a.attisdropped
-     AND synchro._render_kind(a.atttypid) IS NULL
+     AND (synchro._render_kind(a.atttypid) IS NULL OR synchro._render_unreadable(a.atttypid))
    ORDER BY a.attnum LIMIT 1;
   IF FOUND THEN
-    RAISE EXCEPTION 'registration refused: column % has a type row images cannot render (composite, range or a base type of the application''s own; register a built-in type, an array of one, a domain over one, or an enum)',
+    RAISE EXCEPTION 'registration refused: column % has a type row images cannot render (composite, range, a base type of the application''s own, or a built-in type whose text does not read back: OID aliases such as regclass, int2vector, oidvector, pg_node_tree; register a built-in type, an array of one, a domain over one, or an enum)',
       pg_catalog.quote_ident(bad) USING ERRCODE = 'SY400';
   END IF;
 END
@@ -2269,6 +2282,9 @@ DECLARE
   t         record;
   col       text;
   val       jsonb;
+  -- [relation_id, pk, column, rendered value]: unchanged TOAST from the prior projection.
+  rendered  jsonb := '[]';
+  fill      record;
   n_events  int;
   n_fences  int;
 BEGIN
@@ -2413,15 +2429,21 @@ BEGIN
       SELECT w.new_row -> col INTO val FROM pg_temp.synchro_w_rows w
        WHERE w.relation_id = t.relation_id AND w.pk = t.pk AND w.new_row ? col
        ORDER BY w.seq DESC LIMIT 1;
-      IF NOT FOUND THEN
-        SELECT pr.image -> col INTO val FROM synchro.projection pr
-         WHERE pr.relation_id = t.relation_id AND pr.pk = t.pk AND pr.image ? col;
-        IF NOT FOUND THEN
-          RAISE EXCEPTION 'poison: toast_missing' USING ERRCODE = 'SYP07', DETAIL = format('relation_id=%s', t.relation_id);
-        END IF;
+      IF FOUND THEN
+        UPDATE pg_temp.synchro_w_final f SET new_row = f.new_row || jsonb_build_object(col, val)
+         WHERE f.relation_id = t.relation_id AND f.pk = t.pk;
+        CONTINUE;
       END IF;
-      UPDATE pg_temp.synchro_w_final f SET new_row = f.new_row || jsonb_build_object(col, val)
-       WHERE f.relation_id = t.relation_id AND f.pk = t.pk;
+      -- The prior projection holds the value rendered (an array as a JSON array, not
+      -- the array's text the WAL gives): it goes into the image after rendering, not
+      -- into the staged row, where rendering would cast it again (22P02 for an array:
+      -- a good transaction quarantined, TestRunnerToastedArrayUpdate).
+      SELECT pr.image -> col INTO val FROM synchro.projection pr
+       WHERE pr.relation_id = t.relation_id AND pr.pk = t.pk AND pr.image ? col;
+      IF NOT FOUND THEN
+        RAISE EXCEPTION 'poison: toast_missing' USING ERRCODE = 'SYP07', DETAIL = format('relation_id=%s', t.relation_id);
+      END IF;
+      rendered := rendered || jsonb_build_array(jsonb_build_array(t.relation_id, t.pk, col, val));
     END LOOP;
   END LOOP;
 
@@ -2439,6 +2461,11 @@ BEGIN
     EXECUTE format('UPDATE pg_temp.synchro_w_final f SET image = %s WHERE f.relation_id = $1 AND f.op <> $2',
                    synchro._image_sql(rel.relation_id, rel.generation, 'f.new_row', false))
     USING rel.relation_id, 'delete';
+  END LOOP;
+  -- Unchanged TOAST values taken from the prior projection, already rendered (above).
+  FOR fill IN SELECT e.value AS v FROM jsonb_array_elements(rendered) e LOOP
+    UPDATE pg_temp.synchro_w_final f SET image = f.image || jsonb_build_object(fill.v ->> 2, fill.v -> 3)
+     WHERE f.relation_id = (fill.v ->> 0)::bigint AND f.pk = fill.v ->> 1;
   END LOOP;
 
   -- Consumer groups (issue 11): the transaction's change record, from its final state
@@ -3850,6 +3877,31 @@ $$;
 ALTER FUNCTION synchro._render_kind(typ oid) OWNER TO postgres;
 
 --
+-- Name: _render_unreadable(oid); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._render_unreadable(typ oid) RETURNS boolean
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+  b pg_catalog.pg_type := synchro._base_type(typ);
+BEGIN
+  IF b.typcategory = 'A' AND b.typelem <> 0 AND b.typlen = -1
+     AND NOT (b.typnamespace = 'pg_catalog'::pg_catalog.regnamespace AND b.typname IN ('int2vector', 'oidvector')) THEN
+    b := synchro._base_type(b.typelem);
+  END IF;
+  RETURN b.typnamespace = 'pg_catalog'::pg_catalog.regnamespace
+     AND b.typname IN ('regclass', 'regtype', 'regproc', 'regprocedure', 'regoper', 'regoperator', 'regconfig',
+                       'regdictionary', 'regnamespace', 'regrole', 'regcollation', 'int2vector', 'oidvector',
+                       'pg_node_tree', 'pg_ndistinct', 'pg_dependencies', 'pg_mcv_list', 'pg_ddl_command',
+                       'pg_brin_bloom_summary', 'pg_brin_minmax_multi_summary');
+END
+$$;
+
+
+ALTER FUNCTION synchro._render_unreadable(typ oid) OWNER TO postgres;
+
+--
 -- Name: _reset_digest(text, text); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -4142,8 +4194,8 @@ DECLARE
   i interval;
 BEGIN
   SELECT s.value INTO v FROM synchro.setting s WHERE s.name = setting_name;
-  IF v IS NULL THEN
-    RETURN NULL;
+  IF v IS NULL OR v = 'never' THEN
+    RETURN NULL; -- 'never': outcome_retention's default (the contract keeps outcomes)
   END IF;
   BEGIN
     i := v::interval;
@@ -5234,8 +5286,8 @@ BEGIN
     lim := lim - n;
   END IF;
 
-  -- 5. Push outcomes older than the operator's age limit, oldest first. A missing or
-  -- unreadable setting keeps them all.
+  -- 5. Push outcomes older than the operator's age limit, oldest first. 'never' (the
+  -- default), a missing or an unreadable setting keeps them all.
   keep_out := synchro._setting_interval('outcome_retention');
   IF lim > 0 AND keep_out IS NOT NULL THEN
     BEGIN
@@ -8065,6 +8117,7 @@ CASE
 END)),
     CONSTRAINT setting_retention_interval CHECK (
 CASE
+    WHEN ((name = 'outcome_retention'::text) AND (value = 'never'::text)) THEN true
     WHEN (name = ANY (ARRAY['outcome_retention'::text, 'retired_client_retention'::text])) THEN
     CASE
         WHEN ((length(value) >= 1) AND (length(value) <= 64)) THEN ((value)::interval >= '00:00:00'::interval)
@@ -9158,6 +9211,13 @@ REVOKE ALL ON FUNCTION synchro._relation_drifted(nspname text, relname text, rep
 --
 
 REVOKE ALL ON FUNCTION synchro._render_kind(typ oid) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _render_unreadable(typ oid); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._render_unreadable(typ oid) FROM PUBLIC;
 
 
 --
