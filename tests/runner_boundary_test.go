@@ -318,7 +318,9 @@ func TestBoundaryUnregisteredValueNeverPoisons(t *testing.T) {
 func TestBoundaryUnrenderableValueRefusedAtSource(t *testing.T) {
 	t.Parallel()
 	e := newAppEnv(t, `
-		CREATE TABLE app.docs (id int8 PRIMARY KEY, owner text, body json, big text);
+		CREATE DOMAIN app.j1 AS json;
+		CREATE DOMAIN app.j2 AS app.j1;
+		CREATE TABLE app.docs (id int8 PRIMARY KEY, owner text, body json, big text, deep app.j2[]);
 		CREATE TABLE app.notes (id text PRIMARY KEY, owner text)`, `
 		SELECT synchro.register_table('app.docs', 'docs');
 		SELECT synchro.register_table('app.notes', 'notes');
@@ -338,6 +340,8 @@ func TestBoundaryUnrenderableValueRefusedAtSource(t *testing.T) {
 	requireClass22(e.appFails(t, `INSERT INTO app.docs (id, owner, body) VALUES (2, 'a', $1)`,
 		`{"a":"\u0000","s":"`+sentinel+`"}`))
 	requireClass22(e.appFails(t, `UPDATE app.docs SET body = $1 WHERE id = 1`, `{"s":"`+sentinel+`","a":"\u0000"}`))
+	// The same inside an array of a domain over a domain over json.
+	requireClass22(e.appFails(t, `UPDATE app.docs SET deep = ARRAY[$1]::app.j2[] WHERE id = 1`, `{"s":"`+sentinel+`","a":"\u0000"}`))
 	// A registered value over the documented size (32 MiB of registered values).
 	requireClass22(e.appFails(t, `INSERT INTO app.docs (id, owner, big) VALUES (3, 'a', $1 || repeat('x', 33 * 1024 * 1024))`, sentinel))
 	// A registered key over the documented size (1024 bytes), incompressible.

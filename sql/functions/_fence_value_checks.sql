@@ -46,10 +46,13 @@ BEGIN
         JOIN pg_attribute a ON a.attrelid = r.relid AND a.attname = ANY (g.columns) AND a.attnum > 0 AND NOT a.attisdropped
        WHERE r.relation_id = rid AND a.attname <> r.key_column)
     SELECT cols.attname, t.typlen, base.typname AS base_name, base.oid AS base_oid,
-           -- json itself, an array of json, or domains over either.
-           (base.oid = 'json'::regtype OR (base.typelem = 'json'::regtype AND base.typlen = -1)
-            OR EXISTS (SELECT 1 FROM pg_type d WHERE d.oid = base.typelem AND d.typtype = 'd'
-                         AND d.typbasetype = 'json'::regtype)) AS holds_json
+           -- json itself, an array of json, or domains over either, at any depth: an
+           -- array of a domain over a domain over json went unchecked (one level only),
+           -- and its \u0000 then failed the row image (22P05), a good transaction
+           -- quarantined (TestBoundaryUnrenderableValueRefusedAtSource).
+           (base.oid = 'json'::regtype
+            OR (base.typelem <> 0 AND base.typlen = -1
+                AND (synchro._base_type(base.typelem)).oid = 'json'::regtype)) AS holds_json
       FROM cols
       JOIN pg_type t ON t.oid = cols.atttypid
       CROSS JOIN LATERAL (
