@@ -1405,6 +1405,23 @@ func TestPushKeys(t *testing.T) {
 		e.requireFence("c1", id1, "tags", "Hello", "insert", v1)
 		e.requireFence("c1", id2, "tags", "hello", "insert", v2)
 	})
+
+	// '' is a text key PostgreSQL accepts: a push writes it like any other.
+	t.Run("TextKeyEmpty", func(t *testing.T) {
+		t.Parallel()
+		e := pushSetup(t)
+		id1, id2, id3 := pushID(), pushID(), pushID()
+		res := e.push("c1", pushJSON(t, pushIns(id1, "tags", "", pm{"n": 1})))
+		v1 := pushAccepted(t, res[0], id1, true)
+		e.requireFence("c1", id1, "tags", "", "insert", v1)
+		res = e.push("c1", pushJSON(t, pushUpd(id2, "tags", "", v1, pm{"n": 2})))
+		v2 := pushAccepted(t, res[0], id2, true)
+		e.requireFence("c1", id2, "tags", "", "update", v2)
+		res = e.push("c1", pushJSON(t, pushDel(id3, "tags", "", v2)))
+		v3 := pushAccepted(t, res[0], id3, false)
+		e.requireFence("c1", id3, "tags", "", "delete", v3)
+		require.Equal(t, 0, e.count(`SELECT count(*) FROM public.tags`))
+	})
 }
 
 func pushField(t *testing.T, obj json.RawMessage, key string) json.RawMessage {

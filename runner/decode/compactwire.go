@@ -134,8 +134,10 @@ func parseFenceCompact(content []byte) (Fence, error) {
 	if f.Ordinal, ok = canonicalInt(ordinal); !ok {
 		return Fence{}, formatErr("fence ordinal is not an integer")
 	}
-	if f.Schema == "" || f.Table == "" || key == "" || f.Version == "" {
-		return Fence{}, formatErr("fence schema, table, key or version is empty")
+	// The key may be empty: '' is a text key PostgreSQL accepts, and a value it
+	// accepted must never stop the stream. The length prefix makes `0:` unambiguous.
+	if f.Schema == "" || f.Table == "" || f.Version == "" {
+		return Fence{}, formatErr("fence schema, table or version is empty")
 	}
 	if !canonicalUUID(f.FenceID) {
 		return Fence{}, formatErr("fence fence_id is not a canonical lowercase uuid")

@@ -159,7 +159,7 @@ func TestCompactFenceMalformed(t *testing.T) {
 		"table empty":         strings.Replace(good, "8:t_fenced1:u", "0:1:u", 1),
 		"op x":                strings.Replace(good, "1:u", "1:x", 1),
 		"op spelled":          strings.Replace(good, "1:u", "6:update", 1),
-		"key empty":           strings.Replace(good, "1:u1:7", "1:u0:", 1),
+		"int key empty":       strings.Replace(good, "1:u1:7", "1:u0:", 1),
 		"int key 07":          strings.Replace(good, "1:u1:7", "1:u2:07", 1),
 		"int key -0":          strings.Replace(good, "1:u1:7", "1:u2:-0", 1),
 		"int key overflow":    strings.Replace(good, "1:u1:7", "1:u19:9223372036854775808", 1),

@@ -317,7 +317,7 @@ func parseFenceFast(content []byte) (f Fence, ok bool) {
 	if !hasNew {
 		key = oldKey
 	}
-	if !ok || key == "" || f.RelationID <= 0 || f.Schema == "" || f.Table == "" ||
+	if !ok || f.RelationID <= 0 || f.Schema == "" || f.Table == "" ||
 		f.Version == "" || !canonicalUUID(f.FenceID) {
 		return Fence{}, false
 	}
@@ -330,7 +330,7 @@ func parseFenceFast(content []byte) (f Fence, ok bool) {
 		p.lit(fencePK)
 		if !p.bad && p.i < len(p.s) && p.s[p.i] == '"' {
 			pk.Str = p.str()
-			ok = pk.Str != "" && pk.Str == key
+			ok = pk.Str == key
 		} else {
 			pk.IsInt, pk.Int = true, p.int()
 			var buf [20]byte
@@ -340,7 +340,6 @@ func parseFenceFast(content []byte) (f Fence, ok bool) {
 	case FenceCaptureDependency:
 		p.lit(fenceCaptureKey)
 		f.CaptureKey = p.str()
-		ok = f.CaptureKey != ""
 	}
 	p.lit(fenceMAC)
 	f.MAC = p.str()

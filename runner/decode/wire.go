@@ -253,9 +253,6 @@ func parseFenceStrict(content []byte) (Fence, error) {
 			return Fence{}, formatErr("update fence needs equal old_key and new_key")
 		}
 	}
-	if f.Key() == "" {
-		return Fence{}, formatErr("fence key is empty")
-	}
 	if f.Version, err = reqNonEmpty(w.Version, "fence version"); err != nil {
 		return Fence{}, err
 	}
@@ -288,7 +285,7 @@ func parseFenceStrict(content []byte) (Fence, error) {
 		if w.TableID != nil || w.PK != nil {
 			return Fence{}, formatErr("capture_dependency fence carries table_id or pk")
 		}
-		if f.CaptureKey, err = reqNonEmpty(w.CaptureKey, "fence capture_key"); err != nil {
+		if f.CaptureKey, err = reqString(w.CaptureKey, "fence capture_key"); err != nil {
 			return Fence{}, err
 		}
 	}
@@ -526,7 +523,7 @@ func reqPK(raw json.RawMessage) (PrimaryKey, error) {
 		return PrimaryKey{}, formatErr("fence pk is missing")
 	}
 	if len(raw) > 0 && raw[0] == '"' {
-		s, err := reqNonEmpty(raw, "fence pk")
+		s, err := reqString(raw, "fence pk") // '' is a text key like any other
 		return PrimaryKey{Str: s}, err
 	}
 	n, ok := intLiteral(raw)

@@ -171,7 +171,7 @@ func TestParseFenceInvalid(t *testing.T) {
 		"insert new_key null":        func(m map[string]any) { m["op"] = "insert"; m["old_key"] = nil; m["new_key"] = nil },
 		"delete with new_key":        func(m map[string]any) { m["op"] = "delete" },
 		"delete old_key null":        func(m map[string]any) { m["op"] = "delete"; m["new_key"] = nil; m["old_key"] = nil },
-		"empty key":                  func(m map[string]any) { m["old_key"] = ""; m["new_key"] = ""; m["pk"] = "" },
+		"empty key, int pk":          func(m map[string]any) { m["old_key"] = ""; m["new_key"] = "" },
 		"missing version":            func(m map[string]any) { delete(m, "version") },
 		"version empty":              func(m map[string]any) { m["version"] = "" },
 		"fence_id uppercase":         func(m map[string]any) { m["fence_id"] = strings.ToUpper(fid) },
