@@ -1351,6 +1351,33 @@ $$;
 ALTER FUNCTION synchro._mac(payload text, scope text) OWNER TO postgres;
 
 --
+-- Name: _mat_batch_alone(); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._mat_batch_alone() RETURNS integer[]
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  alone int[];
+BEGIN
+  WITH odd AS MATERIALIZED (
+    SELECT DISTINCT s.relid FROM pg_temp.synchro_stage s
+      LEFT JOIN synchro.relation r ON r.relid = s.relid
+     WHERE s.kind = 'R' AND r.registration_kind IS DISTINCT FROM 'synced')
+  SELECT coalesce(array_agg(DISTINCT s.txn), '{}') INTO alone
+    FROM pg_temp.synchro_stage s
+   WHERE s.kind = 'T'
+      OR (s.kind = 'M' AND s.prefix IS DISTINCT FROM 'synchro.fence')
+      OR (s.kind IN ('R', 'I', 'U', 'D') AND s.relid IN (SELECT o.relid FROM odd o))
+      OR cardinality(s.toast) > 0;
+  RETURN alone;
+END
+$$;
+
+
+ALTER FUNCTION synchro._mat_batch_alone() OWNER TO postgres;
+
+--
 -- Name: _mat_changes(bigint, pg_lsn, timestamp with time zone); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -1683,6 +1710,25 @@ $$;
 ALTER FUNCTION synchro._mat_run_check_relations(t_first integer, t_last integer, reg bigint) OWNER TO postgres;
 
 --
+-- Name: _mat_run_clear(); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._mat_run_clear() RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  DELETE FROM pg_temp.synchro_b_txn;
+  DELETE FROM pg_temp.synchro_b_rows;
+  DELETE FROM pg_temp.synchro_b_links;
+  DELETE FROM pg_temp.synchro_b_scopes;
+  DELETE FROM pg_temp.synchro_b_old;
+END
+$$;
+
+
+ALTER FUNCTION synchro._mat_run_clear() OWNER TO postgres;
+
+--
 -- Name: _mat_run_effects(bigint, boolean); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -1844,6 +1890,31 @@ $$;
 
 
 ALTER FUNCTION synchro._mat_run_membership(n_old integer) OWNER TO postgres;
+
+--
+-- Name: _mat_run_order(pg_lsn, pg_lsn, pg_lsn); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._mat_run_order(hw_commit_lsn pg_lsn, start_lsn pg_lsn, processed_lsn pg_lsn) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  IF EXISTS (
+    SELECT 1 FROM (
+      SELECT b.commit_lsn, b.end_lsn,
+             coalesce(lag(b.commit_lsn) OVER w, hw_commit_lsn, start_lsn) AS prev_commit,
+             greatest(processed_lsn, max(b.end_lsn) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING))
+               AS prev_end
+        FROM pg_temp.synchro_b_txn b
+      WINDOW w AS (ORDER BY b.t)) x
+     WHERE x.commit_lsn <= x.prev_commit OR x.commit_lsn < x.prev_end OR x.end_lsn <= x.commit_lsn) THEN
+    RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'commit order';
+  END IF;
+END
+$$;
+
+
+ALTER FUNCTION synchro._mat_run_order(hw_commit_lsn pg_lsn, start_lsn pg_lsn, processed_lsn pg_lsn) OWNER TO postgres;
 
 --
 -- Name: _mat_run_pair_fences(bigint, integer); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -2035,24 +2106,34 @@ BEGIN
     RETURN; -- every transaction of the run is durable already
   END IF;
 
-  -- Serial commit order: each new transaction after the high-watermark and the
-  -- processed boundary left by the ones before it.
-  IF EXISTS (
-    SELECT 1 FROM (
-      SELECT b.commit_lsn, b.end_lsn,
-             coalesce(lag(b.commit_lsn) OVER w, hw_commit_lsn, start_lsn) AS prev_commit,
-             greatest(processed_lsn, max(b.end_lsn) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING))
-               AS prev_end
-        FROM pg_temp.synchro_b_txn b
-      WINDOW w AS (ORDER BY b.t)) x
-     WHERE x.commit_lsn <= x.prev_commit OR x.commit_lsn < x.prev_end OR x.end_lsn <= x.commit_lsn) THEN
-    RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'commit order';
-  END IF;
+  PERFORM synchro._mat_run_order(hw_commit_lsn, start_lsn, processed_lsn);
 END
 $$;
 
 
 ALTER FUNCTION synchro._mat_run_position(t_first integer, t_last integer, gen bigint, hw_commit_lsn pg_lsn, start_lsn pg_lsn, processed_lsn pg_lsn, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[], OUT n_new integer, OUT n_ev bigint, OUT n_fence integer) OWNER TO postgres;
+
+--
+-- Name: _mat_run_prepare(integer, integer, bigint, bigint, integer); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._mat_run_prepare(t_first integer, t_last integer, reg bigint, n_ev bigint, n_fence integer, OUT n_rows integer, OUT multi boolean, OUT deletes boolean, OUT anyknown boolean) RETURNS record
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  links record;
+BEGIN
+  PERFORM synchro._mat_run_check_relations(t_first, t_last, reg);
+  n_rows := synchro._mat_run_pair_fences(n_ev, n_fence);
+  SELECT * INTO links FROM synchro._mat_run_links(reg, n_rows);
+  multi := links.multi;
+  deletes := links.deletes;
+  anyknown := links.anyknown;
+END
+$$;
+
+
+ALTER FUNCTION synchro._mat_run_prepare(t_first integer, t_last integer, reg bigint, n_ev bigint, n_fence integer, OUT n_rows integer, OUT multi boolean, OUT deletes boolean, OUT anyknown boolean) OWNER TO postgres;
 
 --
 -- Name: _mat_run_project(bigint, boolean, boolean); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -2172,6 +2253,31 @@ $$;
 ALTER FUNCTION synchro._mat_run_scopes(reg bigint, big boolean) OWNER TO postgres;
 
 --
+-- Name: _mat_run_write(bigint, bigint, integer, boolean, boolean, boolean); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._mat_run_write(gen bigint, reg bigint, n_rows integer, multi boolean, deletes boolean, anyknown boolean) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  n_old int;
+BEGIN
+  -- Consumer groups (issue 11): the run's per-transaction change record, from the links
+  -- and the images rendered with them.
+  PERFORM synchro._mat_changes(gen, NULL, NULL);
+
+  PERFORM synchro._mat_run_project(reg, deletes, anyknown);
+  n_old := synchro._mat_run_scopes(reg, n_rows > 1000);
+  PERFORM synchro._mat_run_effects(gen, multi);
+  PERFORM synchro._mat_run_membership(n_old);
+  PERFORM synchro._mat_run_ledger(gen, reg);
+END
+$$;
+
+
+ALTER FUNCTION synchro._mat_run_write(gen bigint, reg bigint, n_rows integer, multi boolean, deletes boolean, anyknown boolean) OWNER TO postgres;
+
+--
 -- Name: _materialize_run(integer, integer, bigint, pg_lsn[], pg_lsn[], bigint[], timestamp with time zone[]); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -2183,9 +2289,7 @@ DECLARE
   p         synchro.progress;
   reg       bigint;
   pos       record;
-  n_rows    int;
   links     record;
-  n_old     int;
   nestloop  text;
   mergejoin text;
   outcomes  text[];
@@ -2224,19 +2328,8 @@ BEGIN
   -- Each source transaction's own writes to synchro tables (its push write fences)
   -- are visible: synchro.materialize_batch waited for the whole batch before it
   -- called this (synchro._await_visible_all).
-  PERFORM synchro._mat_run_check_relations(t_first, t_last, reg);
-  n_rows := synchro._mat_run_pair_fences(pos.n_ev, pos.n_fence);
-  SELECT * INTO links FROM synchro._mat_run_links(reg, n_rows);
-
-  -- Consumer groups (issue 11): the run's per-transaction change record, from the links
-  -- and the images rendered with them.
-  PERFORM synchro._mat_changes(gen, NULL, NULL);
-
-  PERFORM synchro._mat_run_project(reg, links.deletes, links.anyknown);
-  n_old := synchro._mat_run_scopes(reg, n_rows > 1000);
-  PERFORM synchro._mat_run_effects(gen, links.multi);
-  PERFORM synchro._mat_run_membership(n_old);
-  PERFORM synchro._mat_run_ledger(gen, reg);
+  SELECT * INTO links FROM synchro._mat_run_prepare(t_first, t_last, reg, pos.n_ev, pos.n_fence);
+  PERFORM synchro._mat_run_write(gen, reg, links.n_rows, links.multi, links.deletes, links.anyknown);
 
   IF pos.n_new = t_last - t_first + 1 THEN
     -- No replayed transaction in the run: the common case, without a query.
@@ -2247,14 +2340,7 @@ BEGIN
                         LEFT JOIN pg_temp.synchro_b_txn b ON b.t = g.t
                        ORDER BY g.t);
   END IF;
-  -- Empty for the next run of this batch or of a later one (synchro._stage_reset
-  -- empties only the stage table, and truncates these with it when their dead space
-  -- grows: it says why rows are deleted, not truncated).
-  DELETE FROM pg_temp.synchro_b_txn;
-  DELETE FROM pg_temp.synchro_b_rows;
-  DELETE FROM pg_temp.synchro_b_links;
-  DELETE FROM pg_temp.synchro_b_scopes;
-  DELETE FROM pg_temp.synchro_b_old;
+  PERFORM synchro._mat_run_clear();
   PERFORM set_config('enable_nestloop', nestloop, true), set_config('enable_mergejoin', mergejoin, true);
   RETURN outcomes;
 END
@@ -5521,20 +5607,8 @@ BEGIN
          OR (s.kind = 'M' AND s.prefix = 'synchro.fence' AND s.f_relation_id = b.relation_id));
   END IF;
   IF set_based THEN
-    -- Transactions the set-based path does not take: they go alone, in order. A
-    -- relation that is not a synced one is found among the batch's Relation rows, and
-    -- every transaction with an event of it goes alone: the runner stages a shape once
-    -- per batch, before its first event, not in every transaction that uses it.
-    WITH odd AS MATERIALIZED (
-      SELECT DISTINCT s.relid FROM pg_temp.synchro_stage s
-        LEFT JOIN synchro.relation r ON r.relid = s.relid
-       WHERE s.kind = 'R' AND r.registration_kind IS DISTINCT FROM 'synced')
-    SELECT coalesce(array_agg(DISTINCT s.txn), '{}') INTO alone
-      FROM pg_temp.synchro_stage s
-     WHERE s.kind = 'T'
-        OR (s.kind = 'M' AND s.prefix IS DISTINCT FROM 'synchro.fence')
-        OR (s.kind IN ('R', 'I', 'U', 'D') AND s.relid IN (SELECT o.relid FROM odd o))
-        OR cardinality(s.toast) > 0;
+    -- Transactions the set-based path does not take: they go alone, in order.
+    alone := synchro._mat_batch_alone();
     -- While a projection bootstrap is not merged (synchro._bootstrap_catch_up), the
     -- reference path takes the first transaction at or after each consistent point (the
     -- merge is due before it), and every transaction that touches a relation whose
@@ -5585,6 +5659,142 @@ $$;
 
 
 ALTER FUNCTION synchro.materialize_batch(stream_generation bigint, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[], set_based boolean) OWNER TO postgres;
+
+--
+-- Name: materialize_prepare(bigint, pg_lsn[], pg_lsn[], bigint[], timestamp with time zone[]); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro.materialize_prepare(stream_generation bigint, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[]) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET "TimeZone" TO 'UTC'
+    SET "DateStyle" TO 'ISO'
+    SET "IntervalStyle" TO 'postgres'
+    SET extra_float_digits TO '3'
+    SET jit TO 'off'
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
+    SET enable_nestloop TO 'off'
+    SET enable_mergejoin TO 'off'
+    AS $$
+DECLARE
+  gen   bigint := materialize_prepare.stream_generation;
+  n     int := coalesce(cardinality(commit_lsns), 0);
+  p     record;
+  reg   bigint;
+  pos   record;
+BEGIN
+  IF n = 0 OR cardinality(end_lsns) IS DISTINCT FROM n OR cardinality(xids) IS DISTINCT FROM n
+     OR cardinality(commit_times) IS DISTINCT FROM n THEN
+    RAISE EXCEPTION 'materialize_prepare: the batch arrays must be non-empty and of one length'
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  -- The work tables are the owner's own (synchro.materialize_batch says why this is
+  -- checked on every call).
+  PERFORM synchro.runner_stage_open();
+  PERFORM synchro._await_visible_all(xids);
+  -- While a projection bootstrap is not merged, materialize_batch may drop staged
+  -- events or take transactions alone: not prepared.
+  IF EXISTS (SELECT 1 FROM synchro.bootstrap x WHERE x.merged_at IS NULL AND x.kind = 'project'
+                                                  AND x.phase NOT IN ('merged', 'subsumed'))
+     OR cardinality(synchro._mat_batch_alone()) > 0 THEN
+    RETURN NULL;
+  END IF;
+  -- Read without a lock: the batch before may still be writing the row. What it
+  -- changes is checked again by materialize_write under the row's lock.
+  SELECT x.* INTO p FROM synchro.progress x;
+  IF NOT FOUND OR p.stream_generation <> gen OR p.registry_generation IS NULL THEN
+    RETURN NULL;
+  END IF;
+  reg := p.registry_generation;
+  BEGIN
+    SELECT * INTO pos
+      FROM synchro._mat_run_position(0, n - 1, gen, p.materialized_commit_lsn, p.generation_start_lsn,
+                                     p.processed_end_lsn, commit_lsns, end_lsns, xids, commit_times);
+    IF pos.n_new <> n THEN
+      -- A replayed transaction: the sequential path knows its outcome.
+      RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'replay';
+    END IF;
+    PERFORM synchro._mat_run_prepare(0, n - 1, reg, pos.n_ev, pos.n_fence);
+  EXCEPTION WHEN OTHERS THEN
+    -- Not judged here (above). The block's work-table rows are rolled back.
+    RETURN NULL;
+  END;
+  RETURN reg;
+END
+$$;
+
+
+ALTER FUNCTION synchro.materialize_prepare(stream_generation bigint, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[]) OWNER TO postgres;
+
+--
+-- Name: materialize_write(bigint, bigint, pg_lsn[], pg_lsn[], bigint[], timestamp with time zone[]); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro.materialize_write(stream_generation bigint, prepared bigint, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[]) RETURNS text[]
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET "TimeZone" TO 'UTC'
+    SET "DateStyle" TO 'ISO'
+    SET "IntervalStyle" TO 'postgres'
+    SET extra_float_digits TO '3'
+    SET jit TO 'off'
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
+    AS $$
+DECLARE
+  gen       bigint := materialize_write.stream_generation;
+  n         int := coalesce(cardinality(commit_lsns), 0);
+  p         record;
+  f         record;
+  nestloop  text;
+  mergejoin text;
+BEGIN
+  IF n = 0 OR cardinality(end_lsns) IS DISTINCT FROM n OR cardinality(xids) IS DISTINCT FROM n
+     OR cardinality(commit_times) IS DISTINCT FROM n THEN
+    RAISE EXCEPTION 'materialize_write: the batch arrays must be non-empty and of one length'
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  PERFORM synchro.runner_stage_open();
+  IF prepared IS NOT NULL THEN
+    -- An open stream reset blocks every generation but its own target.
+    PERFORM synchro._reset_guard(gen);
+    SELECT x.* INTO p FROM synchro.progress x FOR UPDATE;
+    -- The prepared work tables hold the whole batch (materialize_prepare filled them
+    -- in this session for these transactions, all of them new), the generations are
+    -- still those it prepared under, and no projection bootstrap appeared since.
+    IF FOUND AND p.stream_generation = gen AND p.registry_generation = prepared
+       AND (SELECT count(*) FROM pg_temp.synchro_b_txn) = n
+       AND NOT EXISTS (SELECT 1 FROM pg_temp.synchro_b_txn b
+                        WHERE b.commit_lsn IS DISTINCT FROM commit_lsns[b.t + 1] OR b.end_lsn IS DISTINCT FROM end_lsns[b.t + 1]
+                           OR b.xid IS DISTINCT FROM xids[b.t + 1])
+       AND NOT EXISTS (SELECT 1 FROM synchro.bootstrap x WHERE x.merged_at IS NULL AND x.kind = 'project'
+                                                  AND x.phase NOT IN ('merged', 'subsumed')) THEN
+      nestloop := current_setting('enable_nestloop');
+      mergejoin := current_setting('enable_mergejoin');
+      PERFORM set_config('enable_nestloop', 'off', true), set_config('enable_mergejoin', 'off', true);
+      -- Checked again with the positions the batch before left: SYB01 if out of order.
+      PERFORM synchro._mat_run_order(p.materialized_commit_lsn, p.generation_start_lsn, p.processed_end_lsn);
+      -- The flags of synchro._mat_run_links, read back from the links it wrote.
+      SELECT (SELECT count(*)::int FROM pg_temp.synchro_b_rows) AS n_rows,
+             coalesce(max(l.link) > 1, false) AS multi,
+             coalesce(bool_or(l.last AND l.op = 'delete'), false) AS deletes,
+             coalesce(bool_or(l.last AND l.op <> 'delete' AND NOT l.fresh), false) AS anyknown
+        INTO f FROM pg_temp.synchro_b_links l;
+      PERFORM synchro._mat_run_write(gen, prepared, f.n_rows, f.multi, f.deletes, f.anyknown);
+      PERFORM synchro._mat_run_clear();
+      PERFORM set_config('enable_nestloop', nestloop, true), set_config('enable_mergejoin', mergejoin, true);
+      PERFORM synchro._stage_reset(-1);
+      RETURN array_fill('materialized'::text, ARRAY[n]);
+    END IF;
+  END IF;
+  PERFORM synchro._mat_run_clear();
+  RETURN synchro.materialize_batch(gen, commit_lsns, end_lsns, xids, commit_times, true);
+END
+$$;
+
+
+ALTER FUNCTION synchro.materialize_write(stream_generation bigint, prepared bigint, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[]) OWNER TO postgres;
 
 --
 -- Name: pull(text, text, text, integer); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -8163,7 +8373,7 @@ CREATE TABLE synchro.txn (
     xid bigint NOT NULL,
     commit_time timestamp with time zone NOT NULL,
     event_count integer NOT NULL,
-    materialized_at timestamp with time zone DEFAULT now() NOT NULL
+    materialized_at timestamp with time zone DEFAULT statement_timestamp() NOT NULL
 );
 
 
@@ -8953,6 +9163,13 @@ REVOKE ALL ON FUNCTION synchro._mac(payload text, scope text) FROM PUBLIC;
 
 
 --
+-- Name: FUNCTION _mat_batch_alone(); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._mat_batch_alone() FROM PUBLIC;
+
+
+--
 -- Name: FUNCTION _mat_changes(gen bigint, clsn pg_lsn, commit_time timestamp with time zone); Type: ACL; Schema: synchro; Owner: postgres
 --
 
@@ -9002,6 +9219,13 @@ REVOKE ALL ON FUNCTION synchro._mat_run_check_relations(t_first integer, t_last 
 
 
 --
+-- Name: FUNCTION _mat_run_clear(); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._mat_run_clear() FROM PUBLIC;
+
+
+--
 -- Name: FUNCTION _mat_run_effects(gen bigint, multi boolean); Type: ACL; Schema: synchro; Owner: postgres
 --
 
@@ -9030,6 +9254,13 @@ REVOKE ALL ON FUNCTION synchro._mat_run_membership(n_old integer) FROM PUBLIC;
 
 
 --
+-- Name: FUNCTION _mat_run_order(hw_commit_lsn pg_lsn, start_lsn pg_lsn, processed_lsn pg_lsn); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._mat_run_order(hw_commit_lsn pg_lsn, start_lsn pg_lsn, processed_lsn pg_lsn) FROM PUBLIC;
+
+
+--
 -- Name: FUNCTION _mat_run_pair_fences(n_ev bigint, n_fence integer); Type: ACL; Schema: synchro; Owner: postgres
 --
 
@@ -9044,6 +9275,13 @@ REVOKE ALL ON FUNCTION synchro._mat_run_position(t_first integer, t_last integer
 
 
 --
+-- Name: FUNCTION _mat_run_prepare(t_first integer, t_last integer, reg bigint, n_ev bigint, n_fence integer, OUT n_rows integer, OUT multi boolean, OUT deletes boolean, OUT anyknown boolean); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._mat_run_prepare(t_first integer, t_last integer, reg bigint, n_ev bigint, n_fence integer, OUT n_rows integer, OUT multi boolean, OUT deletes boolean, OUT anyknown boolean) FROM PUBLIC;
+
+
+--
 -- Name: FUNCTION _mat_run_project(reg bigint, deletes boolean, anyknown boolean); Type: ACL; Schema: synchro; Owner: postgres
 --
 
@@ -9055,6 +9293,13 @@ REVOKE ALL ON FUNCTION synchro._mat_run_project(reg bigint, deletes boolean, any
 --
 
 REVOKE ALL ON FUNCTION synchro._mat_run_scopes(reg bigint, big boolean) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _mat_run_write(gen bigint, reg bigint, n_rows integer, multi boolean, deletes boolean, anyknown boolean); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._mat_run_write(gen bigint, reg bigint, n_rows integer, multi boolean, deletes boolean, anyknown boolean) FROM PUBLIC;
 
 
 --
@@ -9485,6 +9730,22 @@ GRANT ALL ON FUNCTION synchro.create_consumer_group(name text, start text, table
 
 REVOKE ALL ON FUNCTION synchro.materialize_batch(stream_generation bigint, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[], set_based boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION synchro.materialize_batch(stream_generation bigint, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[], set_based boolean) TO synchro_runner;
+
+
+--
+-- Name: FUNCTION materialize_prepare(stream_generation bigint, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[]); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro.materialize_prepare(stream_generation bigint, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.materialize_prepare(stream_generation bigint, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[]) TO synchro_runner;
+
+
+--
+-- Name: FUNCTION materialize_write(stream_generation bigint, prepared bigint, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[]); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro.materialize_write(stream_generation bigint, prepared bigint, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.materialize_write(stream_generation bigint, prepared bigint, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[]) TO synchro_runner;
 
 
 --

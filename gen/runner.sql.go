@@ -69,8 +69,7 @@ type MaterializeBatchParams struct {
 }
 
 // Applier (runner/apply.go): materialize a staged batch of source transactions, inside its database
-// transaction, and how many staged messages it dropped as unauthenticated (synchro._authenticate_messages
-// leaves the count in a transaction-local setting; the subquery runs first, OFFSET 0 keeps it from being flattened).
+// transaction.
 func (q *Queries) MaterializeBatch(ctx context.Context, arg MaterializeBatchParams) ([]string, error) {
 	row := q.db.QueryRow(ctx, materializeBatch,
 		arg.StreamGeneration,
@@ -79,6 +78,67 @@ func (q *Queries) MaterializeBatch(ctx context.Context, arg MaterializeBatchPara
 		arg.Xids,
 		arg.CommitTimes,
 		arg.SetBased,
+	)
+	var outcomes []string
+	err := row.Scan(&outcomes)
+	return outcomes, err
+}
+
+const materializePrepare = `-- name: MaterializePrepare :one
+SELECT coalesce(synchro.materialize_prepare($1::bigint, $2::text[]::pg_lsn[],
+                                            $3::text[]::pg_lsn[], $4::bigint[],
+                                            $5::timestamptz[]), 0)::bigint AS prepared
+`
+
+type MaterializePrepareParams struct {
+	StreamGeneration int64
+	CommitLsns       []string
+	EndLsns          []string
+	Xids             []int64
+	CommitTimes      []time.Time
+}
+
+// Applier (runner/apply.go), pipelined batches: the half that needs only the staged batch, on the
+// batch's session while the batch before still writes; the registry generation it prepared under,
+// 0 when it prepared nothing (generations start at 1).
+func (q *Queries) MaterializePrepare(ctx context.Context, arg MaterializePrepareParams) (int64, error) {
+	row := q.db.QueryRow(ctx, materializePrepare,
+		arg.StreamGeneration,
+		arg.CommitLsns,
+		arg.EndLsns,
+		arg.Xids,
+		arg.CommitTimes,
+	)
+	var prepared int64
+	err := row.Scan(&prepared)
+	return prepared, err
+}
+
+const materializeWrite = `-- name: MaterializeWrite :one
+SELECT synchro.materialize_write($1::bigint, $2::bigint,
+                                 $3::text[]::pg_lsn[], $4::text[]::pg_lsn[],
+                                 $5::bigint[], $6::timestamptz[])::text[] AS outcomes
+`
+
+type MaterializeWriteParams struct {
+	StreamGeneration int64
+	Prepared         *int64
+	CommitLsns       []string
+	EndLsns          []string
+	Xids             []int64
+	CommitTimes      []time.Time
+}
+
+// Applier (runner/apply.go), pipelined batches: the half that follows the batch before, once it
+// committed, in the batch's database transaction.
+func (q *Queries) MaterializeWrite(ctx context.Context, arg MaterializeWriteParams) ([]string, error) {
+	row := q.db.QueryRow(ctx, materializeWrite,
+		arg.StreamGeneration,
+		arg.Prepared,
+		arg.CommitLsns,
+		arg.EndLsns,
+		arg.Xids,
+		arg.CommitTimes,
 	)
 	var outcomes []string
 	err := row.Scan(&outcomes)

@@ -68,12 +68,26 @@ SELECT pg_replication_slot_advance(sqlc.arg(slot_name)::name, sqlc.arg(upto)::te
 SELECT synchro.runner_stage_open();
 
 -- Applier (runner/apply.go): materialize a staged batch of source transactions, inside its database
--- transaction, and how many staged messages it dropped as unauthenticated (synchro._authenticate_messages
--- leaves the count in a transaction-local setting; the subquery runs first, OFFSET 0 keeps it from being flattened).
+-- transaction.
 -- name: MaterializeBatch :one
 SELECT synchro.materialize_batch(sqlc.arg(stream_generation)::bigint, sqlc.arg(commit_lsns)::text[]::pg_lsn[],
                                  sqlc.arg(end_lsns)::text[]::pg_lsn[], sqlc.arg(xids)::bigint[],
                                  sqlc.arg(commit_times)::timestamptz[], sqlc.arg(set_based)::boolean)::text[] AS outcomes;
+
+-- Applier (runner/apply.go), pipelined batches: the half that needs only the staged batch, on the
+-- batch's session while the batch before still writes; the registry generation it prepared under,
+-- 0 when it prepared nothing (generations start at 1).
+-- name: MaterializePrepare :one
+SELECT coalesce(synchro.materialize_prepare(sqlc.arg(stream_generation)::bigint, sqlc.arg(commit_lsns)::text[]::pg_lsn[],
+                                            sqlc.arg(end_lsns)::text[]::pg_lsn[], sqlc.arg(xids)::bigint[],
+                                            sqlc.arg(commit_times)::timestamptz[]), 0)::bigint AS prepared;
+
+-- Applier (runner/apply.go), pipelined batches: the half that follows the batch before, once it
+-- committed, in the batch's database transaction.
+-- name: MaterializeWrite :one
+SELECT synchro.materialize_write(sqlc.arg(stream_generation)::bigint, sqlc.narg(prepared)::bigint,
+                                 sqlc.arg(commit_lsns)::text[]::pg_lsn[], sqlc.arg(end_lsns)::text[]::pg_lsn[],
+                                 sqlc.arg(xids)::bigint[], sqlc.arg(commit_times)::timestamptz[])::text[] AS outcomes;
 
 -- Applier (runner/msgauth): the server key's HMAC pads, read once per session to
 -- authenticate the pack's logical messages before they are staged.

@@ -26,24 +26,40 @@ const (
 
 // applier is the collate.Sink of one session: it stages consecutive source
 // transactions into pg_temp.synchro_stage in COPY batches inside one database
-// transaction on the apply connection (a materialization batch), and calls
-// synchro.materialize_batch once when the batch closes (see closeBatch). It is
-// also the only writer of durable progress in a session (materialize,
-// runner_idle, runner_ack, runner_poison all run here, serially), so they never
-// contend.
+// transaction on an apply connection (a materialization batch), and
+// materializes them when the batch closes (see closeBatch). It is also the only
+// writer of durable progress in a session (materialize, runner_idle, runner_ack,
+// runner_poison all go through it, in order), so they never contend but for the
+// progress row's lock, which orders them.
 //
-// At most one batch is in flight: its materialize_batch call and COMMIT run in a
-// goroutine of their own (inflight) while the applier goes on decoding and
-// staging the next batch in memory, so the apply backend is not idle while Go
-// prepares the next batch. The connection has one user at a time: every other use
-// of it (COPY, BEGIN, runner_columns, runner_idle, runner_ack, runner_poison,
-// rollback) first joins the call in flight (join), and the in-flight batch's
-// outcome (frontier, metrics, fault points) is handled on the applier goroutine.
+// With one apply connection, at most one batch is in flight: its
+// materialize_batch call and COMMIT run in a goroutine of their own (inflight)
+// while the applier goes on decoding and staging the next batch in memory, so
+// the apply backend is not idle while Go prepares the next batch.
+//
+// With two (pipelined, the default), batches alternate between the connections
+// and up to two are in flight: while batch N writes on one, batch N+1 is sent
+// (COPY) and prepared on the other (synchro.materialize_prepare: relation
+// checks, fence pairing, row images), then written once batch N committed
+// (synchro.materialize_write). Only the writes are serial; each batch still
+// commits in commit order, and its outcome is handled in that order.
+//
+// A connection has one user at a time: a batch in flight owns its connection
+// until its outcome is handled (finish); the batch being staged owns another
+// (tx); runner_idle and runner_poison run on the first connection only when no
+// batch is in flight, open or staged, and a pipelined applier records
+// acknowledgements on a connection of its own (ackConn), since a gap between
+// batches may not come for as long as a backlog lasts. The applier never waits
+// for a batch in flight while its own staging transaction is open (it could hold
+// a lock that a third session queues for ahead of the batch in flight: a
+// deadlock the server cannot see), and a batch waiting for the one before it
+// first commits what it prepared (inflight.run).
 type applier struct {
 	dec      decode.Decoder // the session's decoder (its plugin's)
 	cfg      *Config
 	log      *slog.Logger
-	conn     *pgx.Conn
+	conn     *pgx.Conn   // conns[0]: runner_idle, runner_ack and runner_poison between batches
+	conns    []*pgx.Conn // the apply connections: one, or two when batches are pipelined
 	gen      int64
 	frontier *Frontier
 	wake     func() // tells the reader that the durable boundary moved
@@ -57,11 +73,13 @@ type applier struct {
 	batchBytes int64      // row data in batch (Config.BatchBytes)
 	copyBuf    []byte     // the COPY encoder's buffer, kept across flushes
 	// tx is the database transaction of the batch being staged, opened lazily at
-	// its first use of the connection (COPY, reload, materialize: ensureTx), so
-	// that a batch staged while another is in flight stays in memory.
-	tx    pgx.Tx
-	hdr   collate.TxnHeader
-	inTxn bool // a source transaction is being staged
+	// its first use of a connection (COPY, reload, materialize: ensureTx) on one
+	// no batch in flight owns (txConn), so that a batch staged while no
+	// connection is free stays in memory.
+	tx     pgx.Tx
+	txConn int
+	hdr    collate.TxnHeader
+	inTxn  bool // a source transaction is being staged
 
 	txns       []pendingTxn // complete source transactions of the open batch
 	events     int          // their row events
@@ -83,6 +101,12 @@ type applier struct {
 	// moment between batches records it (afterBatch), not only a later tick that
 	// happens to fall between two batches.
 	ackDue bool
+	// ackConn (pipelined only) records acknowledgements in a goroutine of their
+	// own (startAck), whatever is in flight; ackBusy while one runs, which
+	// reports on ackDone.
+	ackConn *pgx.Conn
+	ackBusy bool
+	ackDone chan error
 
 	// reloaded: the registered columns (Stager.SetRegistered) were reloaded in
 	// the open source transaction. Once is enough for a relation the stager did
@@ -95,38 +119,110 @@ type applier struct {
 	// start). Columns of older generations are not staged (synchro.runner_columns).
 	colsFrom *int64
 
-	// fl is the batch whose materialization call is in flight (nil: none);
+	// fls are the batches in flight, oldest first, at most one per connection;
 	// failed is one whose call failed, until fail takes it over.
-	fl, failed *inflight
+	fls    []*inflight
+	failed *inflight
 }
 
-// inflight is a closed batch whose materialize_batch call and COMMIT run in their
-// own goroutine on the apply connection (run). Only that goroutine touches tx
+// inflight is a closed batch whose materialization runs in its own goroutine
+// (run) on the apply connection it owns (conn). Only that goroutine touches tx
 // until done delivers the result; everything else belongs to the applier.
 type inflight struct {
 	tx         pgx.Tx
+	conn       int
 	txns       []pendingTxn
 	events     int
 	setBased   bool
+	pipelined  bool      // materialize_prepare, then materialize_write after prev
+	prev       *inflight // the batch before, still in flight when this one started (pipelined)
 	batchStart time.Time
 	callStart  time.Time
-	outcomes   []string   // set by run before it sends on done
-	err        error      // the call's or the COMMIT's failure, set by finish
-	done       chan error // buffered: run never blocks on it
+	outcomes   []string // set by run before it sends on done
+	prepared   bool     // pipelined: materialize_prepare prepared it (set by run)
+	err        error    // the call's or the COMMIT's failure, set by finish
+	// runErr is run's result, set before settled closes: the batch after reads
+	// it once settled is closed.
+	runErr  error
+	settled chan struct{}
+	done    chan error // buffered: run never blocks on it
 }
 
-// run materializes and commits the batch and reports the outcome on done.
-func (f *inflight) run(ctx context.Context, faults *fault.Injector, p gen.MaterializeBatchParams) {
-	outcomes, err := gen.New(f.tx).MaterializeBatch(ctx, p)
+// errPrevFailed: the batch before a pipelined batch failed, so this one wrote
+// nothing (it comes again from the slot in the next session).
+var errPrevFailed = errors.New("synchro: the batch before failed")
+
+// run materializes and commits the batch on conn and reports the outcome on done.
+func (f *inflight) run(ctx context.Context, faults *fault.Injector, conn *pgx.Conn, p gen.MaterializeBatchParams) {
+	err := f.materialize(ctx, faults, conn, p)
+	f.runErr = err
+	close(f.settled)
+	f.done <- err
+}
+
+func (f *inflight) materialize(ctx context.Context, faults *fault.Injector, conn *pgx.Conn, p gen.MaterializeBatchParams) error {
+	var outcomes []string
+	var err error
+	if !f.pipelined {
+		outcomes, err = gen.New(f.tx).MaterializeBatch(ctx, p)
+	} else {
+		outcomes, err = f.prepareWrite(ctx, faults, conn, p)
+	}
 	if err == nil && len(outcomes) != len(f.txns) {
 		err = fmt.Errorf("synchro: materialize_batch returned %d outcomes for %d transactions", len(outcomes), len(f.txns))
 	}
-	if err == nil {
-		faults.Reach(fault.BeforeCommit)
-		err = f.tx.Commit(ctx)
+	if err != nil {
+		return err
 	}
+	faults.Reach(fault.BeforeCommit)
 	f.outcomes = outcomes
-	f.done <- err
+	return f.tx.Commit(ctx)
+}
+
+// prepareWrite is a pipelined batch's materialization: materialize_prepare,
+// then, once the batch before committed, materialize_write. When it has to wait
+// for the batch before, it first commits what it prepared (the session's work
+// tables keep their rows across commits) and writes in a new transaction: it
+// never waits for another session while it holds locks.
+func (f *inflight) prepareWrite(ctx context.Context, faults *fault.Injector, conn *pgx.Conn,
+	p gen.MaterializeBatchParams) ([]string, error) {
+	prepared, err := gen.New(f.tx).MaterializePrepare(ctx, gen.MaterializePrepareParams{
+		StreamGeneration: p.StreamGeneration, CommitLsns: p.CommitLsns, EndLsns: p.EndLsns,
+		Xids: p.Xids, CommitTimes: p.CommitTimes})
+	if err != nil {
+		return nil, err
+	}
+	f.prepared = prepared != 0
+	if f.prev != nil {
+		select {
+		case <-f.prev.settled:
+		default:
+			if err := f.tx.Commit(ctx); err != nil {
+				return nil, err
+			}
+			f.tx = nil
+			faults.Reach(fault.Prepared)
+			select {
+			case <-f.prev.settled:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		if f.prev.runErr != nil {
+			return nil, errPrevFailed
+		}
+		if f.tx == nil {
+			if f.tx, err = conn.Begin(ctx); err != nil {
+				return nil, err
+			}
+		}
+	}
+	w := gen.MaterializeWriteParams{StreamGeneration: p.StreamGeneration, CommitLsns: p.CommitLsns,
+		EndLsns: p.EndLsns, Xids: p.Xids, CommitTimes: p.CommitTimes}
+	if prepared != 0 {
+		w.Prepared = &prepared
+	}
+	return gen.New(f.tx).MaterializeWrite(ctx, w)
 }
 
 // pendingTxn is one complete source transaction staged in the open batch.
@@ -138,11 +234,20 @@ type pendingTxn struct {
 func newApplier(cfg *Config, log *slog.Logger, conn *pgx.Conn, gen int64, f *Frontier, wake func(),
 	serialUntil pglogrepl.LSN, key *msgauth.Key) *applier {
 	return &applier{
-		cfg: cfg, log: log, conn: conn, gen: gen, frontier: f, wake: wake, key: key,
+		cfg: cfg, log: log, conn: conn, conns: []*pgx.Conn{conn}, gen: gen, frontier: f, wake: wake, key: key,
 		stager:      NewStager(),
 		batch:       make([]StageRow, 0, cfg.BatchRows),
 		serialUntil: serialUntil,
 	}
+}
+
+// pipeline makes the applier pipelined: batches alternate between conn and the
+// second apply connection second, and acknowledgements are recorded on ackConn.
+// Both have their staging tables open (OpenStage).
+func (a *applier) pipeline(second, ackConn *pgx.Conn) {
+	a.conns = []*pgx.Conn{a.conn, second}
+	a.ackConn = ackConn
+	a.ackDone = make(chan error, 1)
 }
 
 // loadRegistered loads the registered columns of every relation into the
@@ -297,56 +402,93 @@ func (a *applier) Event(ctx context.Context, e collate.Event) error {
 	for i := from; i < len(a.batch); i++ {
 		a.batchBytes += a.batch[i].size()
 	}
-	// While a batch is in flight the rows stay in memory up to BatchBytes (a COPY
-	// would have to wait for the call), so the overlap covers a whole batch.
-	if a.batchBytes >= a.cfg.BatchBytes || (a.fl == nil && len(a.batch) >= a.cfg.BatchRows) {
+	// While no connection is free the rows stay in memory up to BatchBytes (a
+	// COPY would have to wait for a call), so the overlap covers a whole batch.
+	if a.batchBytes >= a.cfg.BatchBytes || (len(a.batch) >= a.cfg.BatchRows && (a.tx != nil || a.freeConn() >= 0)) {
 		return a.flush(ctx)
 	}
 	return nil
 }
 
-// ensureTx joins the batch in flight, then opens the staged batch's database
-// transaction if it is not open yet.
+// ensureTx opens the staged batch's database transaction if it is not open
+// yet, on a connection no batch in flight owns, joining the oldest batch in
+// flight until one is free.
 func (a *applier) ensureTx(ctx context.Context) error {
-	if err := a.join(); err != nil {
-		return err
-	}
 	if a.tx != nil {
 		return nil
 	}
-	tx, err := a.conn.Begin(ctx)
+	i := a.freeConn()
+	for i < 0 {
+		if err := a.joinOldest(); err != nil {
+			return err
+		}
+		i = a.freeConn()
+	}
+	tx, err := a.conns[i].Begin(ctx)
 	if err != nil {
 		return err
 	}
-	a.tx = tx
+	a.tx, a.txConn = tx, i
 	return nil
 }
 
-// join waits for the batch in flight, if any, and handles its outcome (finish).
-// The call runs under the session's context, so it returns once that is
-// cancelled: join never waits for ever, and no call outlives its session.
-func (a *applier) join() error {
-	if a.fl == nil {
-		return nil
+// freeConn is the index of an apply connection that no batch in flight owns
+// and the staged batch does not use, -1 if none.
+func (a *applier) freeConn() int {
+	for i := range a.conns {
+		if a.tx != nil && a.txConn == i {
+			continue
+		}
+		used := false
+		for _, f := range a.fls {
+			used = used || f.conn == i
+		}
+		if !used {
+			return i
+		}
 	}
-	return a.finish(<-a.fl.done)
+	return -1
 }
 
-// inflightDone is the channel the batch in flight reports on; nil (never ready)
-// when none is.
+// joinOldest waits for the oldest batch in flight, if any, and handles its
+// outcome (finish). The call runs under the session's context, so it returns
+// once that is cancelled: a join never waits for ever, and no call outlives its
+// session.
+func (a *applier) joinOldest() error {
+	if len(a.fls) == 0 {
+		return nil
+	}
+	return a.finish(<-a.fls[0].done)
+}
+
+// joinAll joins every batch in flight, oldest first, and stops at the first
+// failure.
+func (a *applier) joinAll() error {
+	for len(a.fls) > 0 {
+		if err := a.joinOldest(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// inflightDone is the channel the oldest batch in flight reports on; nil
+// (never ready) when none is.
 func (a *applier) inflightDone() <-chan error {
-	if a.fl == nil {
+	if len(a.fls) == 0 {
 		return nil
 	}
-	return a.fl.done
+	return a.fls[0].done
 }
 
-// finish handles the outcome of the batch in flight, on the applier goroutine: on
-// success the end LSN of its last source transaction becomes the durable processed
-// boundary; a failure is kept (failed) for fail, which attributes it to that batch.
+// finish handles the outcome of the oldest batch in flight, on the applier
+// goroutine: on success the end LSN of its last source transaction becomes the
+// durable processed boundary; a failure is kept (failed) for fail, which
+// attributes it to that batch.
 func (a *applier) finish(err error) error {
-	f := a.fl
-	a.fl = nil
+	f := a.fls[0]
+	a.fls[0] = nil
+	a.fls = a.fls[1:]
 	if err != nil {
 		f.err = err
 		a.failed = f
@@ -362,13 +504,45 @@ func (a *applier) finish(err error) error {
 		a.cfg.Metrics.materialized(f.outcomes[i], t.trailer.EndLSN, t.trailer.RowEvents, t.trailer.CommitTime, now)
 	}
 	a.cfg.Metrics.batch(n)
+	if f.prepared {
+		a.cfg.Metrics.batchPrepared()
+	}
 	a.log.Debug("batch materialized", "transactions", n, "row_events", f.events,
 		"first_commit_lsn", f.txns[0].trailer.CommitLSN, "last_end_lsn", last.EndLSN,
-		"set_based", f.setBased, "stage_time", f.callStart.Sub(f.batchStart), "total_time", time.Since(f.batchStart))
+		"set_based", f.setBased, "pipelined", f.pipelined, "prepared", f.prepared, "stage_time", f.callStart.Sub(f.batchStart),
+		"total_time", time.Since(f.batchStart))
 	if a.frontier.Materialized(last.EndLSN) {
 		a.wake()
 	}
 	return nil
+}
+
+// settle joins every batch in flight after a failure. The first failure is
+// kept (failed); a batch after it wrote nothing (it waited for the failed one,
+// errPrevFailed, or failed itself) and is rolled back: it comes again from the
+// slot in the next session.
+func (a *applier) settle(ctx context.Context) {
+	for len(a.fls) > 0 {
+		if a.failed == nil {
+			_ = a.joinOldest()
+			continue
+		}
+		f := a.fls[0]
+		<-f.done
+		a.fls[0] = nil
+		a.fls = a.fls[1:]
+		rollbackQuietly(ctx, f.tx)
+	}
+}
+
+// rollbackQuietly rolls back tx, if any, even once ctx is cancelled.
+func rollbackQuietly(ctx context.Context, tx pgx.Tx) {
+	if tx == nil {
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+	_ = tx.Rollback(cctx)
+	cancel()
 }
 
 func (a *applier) flush(ctx context.Context) error {
@@ -415,26 +589,33 @@ func (a *applier) serial() bool {
 // one transaction at a time, at the transaction and row-event bounds, or once it
 // has been open as long as the last materialization call took (capped by
 // BatchDelay): while one batch is materialized the next one gathers, as in a
-// group commit. While a batch is in flight only the hard bounds close the next
-// one (it could not start before the call returns anyway); the call's completion
-// closes it otherwise (run).
+// group commit. While no apply connection is left for it, only the hard bounds
+// close the next one (it could not start before a call returns anyway); a
+// call's completion closes it otherwise (run).
 func (a *applier) closeBatch(idle bool) bool {
 	if a.inTxn || len(a.txns) == 0 {
 		return false
 	}
 	hard := a.serial() || a.cfg.PerTransaction ||
 		len(a.txns) >= a.cfg.BatchTxns || a.events >= a.cfg.BatchEvents
-	if a.fl != nil {
+	if a.tx == nil && a.freeConn() < 0 {
 		return hard
 	}
 	return hard || idle || time.Since(a.batchStart) >= min(a.cfg.BatchDelay, a.lastCall)
 }
 
-// materialize closes the staged batch: it joins the batch in flight, sends the
-// rows still in memory (COPY) and starts the batch's materialize_batch call and
-// COMMIT in a goroutine (inflight.run); the call's outcome is handled by join or
-// by run's loop. A serial re-run or a PerTransaction batch is not pipelined: it
-// is joined before materialize returns.
+// pipelined reports whether the open batch is materialized in two calls
+// (materialize_prepare, materialize_write), overlapping the batch before: a
+// set-based batch of a pipelined applier.
+func (a *applier) pipelined() bool {
+	return len(a.conns) > 1 && !a.serial() && !a.cfg.PerTransaction
+}
+
+// materialize closes the staged batch: it sends the rows still in memory (COPY)
+// and starts the batch's materialization and COMMIT in a goroutine
+// (inflight.run); its outcome is handled by a join or by run's loop. A serial
+// re-run or a PerTransaction batch is not pipelined: it starts once nothing is
+// in flight and is joined before materialize returns.
 func (a *applier) materialize(ctx context.Context) error {
 	if err := a.flush(ctx); err != nil {
 		return err
@@ -457,31 +638,42 @@ func (a *applier) materialize(ctx context.Context) error {
 		p.Xids[i] = int64(t.xid)
 		p.CommitTimes[i] = t.trailer.CommitTime
 	}
-	f := &inflight{tx: a.tx, txns: a.txns, events: a.events, setBased: p.SetBased,
-		batchStart: a.batchStart, callStart: time.Now(), done: make(chan error, 1)}
+	pipelined := a.pipelined()
+	if !pipelined && len(a.fls) > 0 {
+		// Not reached: a serial or PerTransaction batch follows a batch that was
+		// joined (serial batches come first in a session, and each is joined).
+		// Never run it beside one in flight, whose commit order it must follow.
+		return errors.New("synchro: a batch that is not pipelined while another is in flight")
+	}
+	f := &inflight{tx: a.tx, conn: a.txConn, txns: a.txns, events: a.events, setBased: p.SetBased,
+		pipelined: pipelined, batchStart: a.batchStart, callStart: time.Now(),
+		settled: make(chan struct{}), done: make(chan error, 1)}
+	if pipelined && len(a.fls) > 0 {
+		f.prev = a.fls[len(a.fls)-1]
+	}
 	a.tx = nil
 	a.txns, a.events = make([]pendingTxn, 0, cap(f.txns)), 0
-	a.fl = f
-	go f.run(ctx, a.cfg.faults, p)
+	a.fls = append(a.fls, f)
+	go f.run(ctx, a.cfg.faults, a.conns[f.conn], p)
 	if !p.SetBased {
-		return a.join()
+		return a.joinAll()
 	}
 	return nil
 }
 
-// abort rolls back an open database transaction after a failure: the staged
-// batch's and a failed in-flight one's, after joining the call in flight.
+// abort rolls back every open database transaction after a failure: the staged
+// batch's first (the applier never waits for a batch in flight while it holds
+// one), then those of the batches in flight once joined, and a failed one's.
 func (a *applier) abort(ctx context.Context) {
-	_ = a.join() // its failure is the session's end either way
-	for _, tx := range []pgx.Tx{a.tx, a.failedTx()} {
-		if tx != nil {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
-			_ = tx.Rollback(cctx)
-			cancel()
-		}
+	rollbackQuietly(ctx, a.tx)
+	a.tx = nil
+	if a.failed == nil {
+		_ = a.joinAll() // its failure is the session's end either way
 	}
+	a.settle(ctx)
+	rollbackQuietly(ctx, a.failedTx())
 	a.failed = nil
-	a.tx, a.inTxn = nil, false
+	a.inTxn = false
 	clear(a.batch)
 	a.batch = a.batch[:0]
 	a.batchBytes = 0
@@ -501,7 +693,7 @@ func (a *applier) failedTx() pgx.Tx {
 // only when no batch is in flight, open or staged (an idle boundary comes after
 // every transaction received before it).
 func (a *applier) maybeIdle(ctx context.Context) error {
-	if a.fl != nil || a.tx != nil || a.inTxn || len(a.txns) > 0 || time.Since(a.lastIdle) < a.cfg.IdleInterval {
+	if len(a.fls) > 0 || a.tx != nil || a.inTxn || len(a.txns) > 0 || time.Since(a.lastIdle) < a.cfg.IdleInterval {
 		return nil
 	}
 	b, ok := a.frontier.TakeIdle(false)
@@ -529,12 +721,58 @@ func (a *applier) maybeIdle(ctx context.Context) error {
 // the reader sent. Only between batches: runner_ack must not join a
 // materialization transaction nor wait for one in flight. Called on every poll
 // tick and, when a tick came while a batch was open or in flight (ackDue), right
-// after the next batch commits: at most one slot query per poll interval.
+// after the next batch commits: at most one slot query per poll interval. A
+// pipelined applier records it on its own connection instead, whatever is in
+// flight (startAck); the session's final acknowledgement comes here once the
+// applier stopped.
 func (a *applier) maybeRecordAck(ctx context.Context) error {
-	if a.tx != nil || a.fl != nil {
+	if a.ackConn != nil && a.ackBusy {
+		return nil
+	}
+	if a.ackConn != nil && (a.tx != nil || len(a.fls) > 0) {
+		a.startAck(ctx)
+		return nil
+	}
+	if a.tx != nil || len(a.fls) > 0 {
 		return nil
 	}
 	a.ackDue = false
+	return a.slotAck(ctx, a.conn)
+}
+
+// startAck records the acknowledgement on ackConn in a goroutine of its own;
+// run's loop takes its outcome (ackDone). runner_ack waits for the progress
+// row's lock while a batch writes, and the applier goes on meanwhile.
+func (a *applier) startAck(ctx context.Context) {
+	a.ackDue = false
+	if !a.frontier.Unrecorded() {
+		return
+	}
+	a.ackBusy = true
+	go func() { a.ackDone <- a.slotAck(ctx, a.ackConn) }()
+}
+
+// ackFinished is the channel a running startAck reports on; nil (never ready)
+// when none runs.
+func (a *applier) ackFinished() <-chan error {
+	if !a.ackBusy {
+		return nil
+	}
+	return a.ackDone
+}
+
+// waitAck waits for a running startAck, whose connection the session closes
+// after the applier returns.
+func (a *applier) waitAck() {
+	if a.ackBusy {
+		<-a.ackDone
+		a.ackBusy = false
+	}
+}
+
+// slotAck records, on conn, the acknowledgement the slot shows, if it moved.
+// Safe beside the applier: the frontier is, and conn is this call's alone.
+func (a *applier) slotAck(ctx context.Context, conn *pgx.Conn) error {
 	if !a.frontier.Unrecorded() {
 		return nil
 	}
@@ -542,7 +780,7 @@ func (a *applier) maybeRecordAck(ctx context.Context) error {
 	if slot == "" {
 		slot = a.cfg.Slot
 	}
-	s, err := slotPosition(ctx, a.conn, slot)
+	s, err := slotPosition(ctx, conn, slot)
 	if err != nil {
 		return err
 	}
@@ -553,12 +791,12 @@ func (a *applier) maybeRecordAck(ctx context.Context) error {
 	if !ok {
 		return nil
 	}
-	return a.recordAck(ctx, lsn)
+	return a.recordAck(ctx, conn, lsn)
 }
 
-func (a *applier) recordAck(ctx context.Context, lsn pglogrepl.LSN) error {
+func (a *applier) recordAck(ctx context.Context, conn *pgx.Conn, lsn pglogrepl.LSN) error {
 	a.cfg.faults.Reach(fault.AfterSlotAck)
-	if err := gen.New(a.conn).RunnerAck(ctx, lsn.String()); err != nil {
+	if err := gen.New(conn).RunnerAck(ctx, lsn.String()); err != nil {
 		return fmt.Errorf("synchro: runner_ack: %w", err)
 	}
 	a.frontier.Recorded(lsn)
@@ -579,10 +817,17 @@ func (a *applier) recordAck(ctx context.Context, lsn pglogrepl.LSN) error {
 // joins it first, and if it failed, the failure is its own (the staged batch is
 // discarded: it comes again from the slot in the next session).
 func (a *applier) fail(ctx context.Context, err error, walStart pglogrepl.LSN) error {
-	_ = a.join() // a failure is kept in a.failed
+	// The staged batch's transaction goes first: the applier never waits for a
+	// batch in flight while it holds one.
+	rollbackQuietly(ctx, a.tx)
+	a.tx = nil
+	if a.failed == nil {
+		_ = a.joinAll() // a failure is kept in a.failed
+	}
+	a.settle(ctx)
 	if f := a.failed; f != nil {
 		a.failed = nil
-		a.discardStaged(ctx)
+		a.discardStaged()
 		a.tx, a.txns, a.events, a.inTxn = f.tx, f.txns, f.events, false
 		err, walStart = f.err, 0
 	}
@@ -631,14 +876,8 @@ func (a *applier) fail(ctx context.Context, err error, walStart pglogrepl.LSN) e
 }
 
 // discardStaged drops the batch being staged behind a failed in-flight one (its
-// transaction, if any, is rolled back).
-func (a *applier) discardStaged(ctx context.Context) {
-	if a.tx != nil {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
-		_ = a.tx.Rollback(cctx)
-		cancel()
-		a.tx = nil
-	}
+// transaction was rolled back already: fail).
+func (a *applier) discardStaged() {
 	clear(a.batch)
 	a.batch = a.batch[:0]
 	a.batchBytes = 0
@@ -670,11 +909,14 @@ func (a *applier) run(ctx, stop context.Context, items <-chan item) error {
 	coll := collate.New(a)
 	tick := time.NewTicker(a.cfg.PollInterval)
 	defer tick.Stop()
-	// Every path below joins the call in flight before it returns; this is the
-	// backstop that keeps one from outliving the session whatever happens.
+	// Every path below joins the calls in flight before it returns; this is the
+	// backstop that keeps one from outliving the session whatever happens. The
+	// acknowledgement's goroutine is waited for last (its connection is closed
+	// once run returns).
+	defer a.waitAck()
 	defer a.abortInflight(ctx)
 	for {
-		if a.fl == nil {
+		if len(a.fls) == 0 {
 			// While a call is in flight, the loop coming round (a tick) is no
 			// progress: taking an item or the call's completion is, and a call
 			// blocked by a lock must still make the applier stuck (/livez;
@@ -685,6 +927,11 @@ func (a *applier) run(ctx, stop context.Context, items <-chan item) error {
 		case <-ctx.Done():
 			a.abort(ctx)
 			return ctx.Err()
+		case err := <-a.ackFinished():
+			a.ackBusy = false
+			if err != nil {
+				return err
+			}
 		case err := <-a.inflightDone():
 			// The batch in flight committed (or failed): record a due
 			// acknowledgement while no batch transaction is open, then start the
@@ -710,19 +957,26 @@ func (a *applier) run(ctx, stop context.Context, items <-chan item) error {
 				a.budget.release(it.size())
 			}
 			if !ok {
-				if err := a.join(); err != nil {
-					return a.fail(ctx, err, 0)
-				}
 				if a.inTxn {
 					// The reader only stops between transactions; anything else
 					// is a broken session.
 					a.abort(ctx)
 					return errors.New("synchro: replication ended inside a source transaction")
 				}
+				if a.tx == nil {
+					// Never while the staged batch's transaction is open (the
+					// applier's doc says why); closeBatch then closes it anyway.
+					if err := a.joinAll(); err != nil {
+						return a.fail(ctx, err, 0)
+					}
+				}
 				if a.closeBatch(true) {
 					if err := a.startBatch(ctx, 0, true); err != nil {
 						return err
 					}
+				}
+				if err := a.joinAll(); err != nil {
+					return a.fail(ctx, err, 0)
 				}
 				return nil
 			}
@@ -742,9 +996,11 @@ func (a *applier) run(ctx, stop context.Context, items <-chan item) error {
 				a.frontier.OfferIdle(it.walStart)
 			}
 			stopping := stop.Err() != nil
-			if stopping {
-				// Finish the transaction in hand, without a batch in flight.
-				if err := a.join(); err != nil {
+			if stopping && a.tx == nil {
+				// Finish the transaction in hand, without a batch in flight
+				// (joined only while no staging transaction is open: the staged
+				// batch then closes and is waited for by startBatch).
+				if err := a.joinAll(); err != nil {
 					return a.fail(ctx, err, it.walStart)
 				}
 			}
@@ -753,7 +1009,7 @@ func (a *applier) run(ctx, stop context.Context, items <-chan item) error {
 					return err
 				}
 			}
-			if stopping && !a.inTxn && len(a.txns) == 0 && a.tx == nil && a.fl == nil {
+			if stopping && !a.inTxn && len(a.txns) == 0 && a.tx == nil && len(a.fls) == 0 {
 				// Finish the transaction in hand, not everything buffered.
 				return errStopped
 			}
@@ -780,14 +1036,15 @@ func (a *applier) run(ctx, stop context.Context, items <-chan item) error {
 }
 
 // startBatch closes the staged batch and starts its materialization (wait: and
-// waits for it). A batch still in flight is joined first, and a due
-// acknowledgement is recorded between the two, while no batch transaction is
-// open: under a backlog the next batch often closes on a hard bound before the
-// call in flight returns, and the acknowledgement must not wait for a gap that
-// never comes. It returns the error the session ends with.
+// waits for every batch in flight). When no apply connection is left for it, the
+// oldest batch in flight is joined first, and a due acknowledgement is recorded
+// between the two, while no batch transaction is open: under a backlog the next
+// batch often closes on a hard bound before the call in flight returns, and the
+// acknowledgement must not wait for a gap that never comes (a pipelined applier
+// records it on its own connection). It returns the error the session ends with.
 func (a *applier) startBatch(ctx context.Context, walStart pglogrepl.LSN, wait bool) error {
-	if a.fl != nil {
-		if err := a.join(); err != nil {
+	if a.tx == nil && a.freeConn() < 0 {
+		if err := a.joinOldest(); err != nil {
 			return a.fail(ctx, err, walStart)
 		}
 		if a.ackDue {
@@ -800,7 +1057,7 @@ func (a *applier) startBatch(ctx context.Context, walStart pglogrepl.LSN, wait b
 		return a.fail(ctx, err, walStart)
 	}
 	if wait {
-		if err := a.join(); err != nil {
+		if err := a.joinAll(); err != nil {
 			return a.fail(ctx, err, walStart)
 		}
 	}
@@ -810,10 +1067,11 @@ func (a *applier) startBatch(ctx context.Context, walStart pglogrepl.LSN, wait b
 	return nil
 }
 
-// abortInflight waits for a call still in flight and rolls back its transaction
-// if it failed; nothing to do when run joined it (every path does).
+// abortInflight waits for the calls still in flight and rolls back their
+// transactions if they failed; nothing to do when run joined them (every path
+// does).
 func (a *applier) abortInflight(ctx context.Context) {
-	if a.fl != nil || a.failed != nil {
+	if len(a.fls) > 0 || a.failed != nil {
 		a.abort(ctx)
 	}
 }

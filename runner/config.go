@@ -62,6 +62,13 @@ type Config struct {
 	// has been open as long as the last materialization call took, and while the
 	// previous batch's call is in flight it closes when that call returns.
 	BatchDelay time.Duration
+	// ApplySessions is how many apply connections materialize batches: 2 (the
+	// default) pipelines them, so that batch N+1's COPY, relation checks, fence
+	// pairing and row images (synchro.materialize_prepare) overlap batch N's
+	// writes, and records acknowledgements on a connection of its own; 1
+	// materializes each batch in one call (synchro.materialize_batch) on one
+	// connection. Commit order and every outcome are the same either way.
+	ApplySessions int
 	// PerTransaction materializes every source transaction alone through the
 	// reference per-transaction path (synchro._materialize_txn), never set-based:
 	// for comparison tests and diagnosis. Much slower.
@@ -155,6 +162,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.BatchRows <= 0 {
 		c.BatchRows = 1000
+	}
+	switch {
+	case c.ApplySessions == 0:
+		c.ApplySessions = 2
+	case c.ApplySessions < 0 || c.ApplySessions > 2:
+		return c, fmt.Errorf("synchro: runner: ApplySessions must be 1 or 2, not %d", c.ApplySessions)
 	}
 	if c.BatchTxns <= 0 {
 		c.BatchTxns = 1000

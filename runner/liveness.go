@@ -43,8 +43,9 @@ type loopClock struct{ last atomic.Int64 }
 type liveness struct {
 	bound  time.Duration
 	clocks [len(allLoops)]loopClock
-	// applyPID is the backend of the session's apply connection, 0 without one.
-	applyPID atomic.Uint32
+	// applyPID is the backend of the session's apply connection, 0 without one;
+	// applyPID2 that of its second (pipelined batches), 0 without one.
+	applyPID, applyPID2 atomic.Uint32
 }
 
 func loopIndex(l Loop) int {
@@ -106,15 +107,22 @@ func (r *Runner) Live() (bool, []string) {
 // long materialization that works is progress; one blocked by a lock, or an
 // apply session that is gone or idle, is not.
 func (r *Runner) refreshApplier(ctx context.Context) {
-	pid := r.live.applyPID.Load()
-	if pid == 0 || !r.live.stale(LoopApplier, time.Now()) {
+	if !r.live.stale(LoopApplier, time.Now()) {
 		return
 	}
-	r.ctl.mu.Lock()
-	working, err := gen.New(r.ctl.conn).BackendWorking(ctx, int32(pid))
-	r.ctl.mu.Unlock()
-	if err == nil && working {
-		r.live.beat(LoopApplier)
-		r.log.Debug("materialization still working: applier live", "backend_pid", pid)
+	// Either apply backend working is progress: with pipelined batches one may
+	// wait (in the runner, not for a lock) for the other's batch.
+	for _, pid := range []uint32{r.live.applyPID.Load(), r.live.applyPID2.Load()} {
+		if pid == 0 {
+			continue
+		}
+		r.ctl.mu.Lock()
+		working, err := gen.New(r.ctl.conn).BackendWorking(ctx, int32(pid))
+		r.ctl.mu.Unlock()
+		if err == nil && working {
+			r.live.beat(LoopApplier)
+			r.log.Debug("materialization still working: applier live", "backend_pid", pid)
+			return
+		}
 	}
 }

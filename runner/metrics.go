@@ -23,6 +23,7 @@ type Metrics struct {
 	received         prometheus.Gauge
 	batchSize        prometheus.Histogram
 	batchFallbacks   prometheus.Counter
+	batchesPrepared  prometheus.Counter
 	bufferBytes      prometheus.Gauge
 	bufferPeak       prometheus.Gauge
 	batchPeak        prometheus.Gauge
@@ -108,6 +109,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "synchro_runner_batch_fallbacks_total",
 			Help: "Failed batches re-run one source transaction at a time.",
 		}),
+		batchesPrepared: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "synchro_runner_batches_prepared_total",
+			Help: "Pipelined batches whose relation checks, fence pairing and row images were prepared beside the batch before.",
+		}),
 		reconnects: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "synchro_runner_reconnects_total",
 			Help: "Replication sessions started after the first (after a failure, a PostgreSQL restart or a network drop).",
@@ -171,7 +176,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.poisonState, m.readyState, m.refreshErrors, m.groupLagTxns, m.groupLagSeconds)
 	reg.MustRegister(m.transactions, m.rowEvents, m.poison, m.ignored, m.transient, m.acks, m.idleAcks,
 		m.lastMaterialized, m.lastAcked, m.received, m.bufferBytes, m.bufferPeak, m.batchPeak,
-		m.batchSize, m.batchFallbacks)
+		m.batchSize, m.batchFallbacks, m.batchesPrepared)
 	return m
 }
 
@@ -192,6 +197,12 @@ func (m *Metrics) materialized(outcome string, end pglogrepl.LSN, rowEvents uint
 func (m *Metrics) batch(transactions int) {
 	if m != nil {
 		m.batchSize.Observe(float64(transactions))
+	}
+}
+
+func (m *Metrics) batchPrepared() {
+	if m != nil {
+		m.batchesPrepared.Inc()
 	}
 }
 

@@ -87,6 +87,26 @@ func (r *Runner) session(work, stop context.Context) error {
 	rd := newReader(&r.cfg, repl, frontier, items, budget, stop, &r.received)
 	rd.boundary = dec.Boundary
 	ap := newApplier(&r.cfg, r.log, apply, st.StreamGeneration, frontier, rd.wake, r.serialUntil, key)
+	if r.cfg.ApplySessions > 1 {
+		// The second apply connection, with staging tables of its own, and the
+		// acknowledgement's (applier: pipelined batches).
+		second, err := connect(work, r.cfg.DatabaseURL, "synchro-runner-apply", applyParams[:]...)
+		if err != nil {
+			return err
+		}
+		defer closeQuietly(work, second)
+		if err := OpenStage(work, second); err != nil {
+			return err
+		}
+		ackConn, err := connect(work, r.cfg.DatabaseURL, "synchro-runner-ack")
+		if err != nil {
+			return err
+		}
+		defer closeQuietly(work, ackConn)
+		ap.pipeline(second, ackConn)
+		r.live.applyPID2.Store(second.PgConn().PID())
+		defer r.live.applyPID2.Store(0)
+	}
 	ap.dec = dec
 	ap.budget = budget
 	ap.slot = slotName

@@ -166,9 +166,10 @@ func requireEachOnce(t *testing.T, db *testdb.DB, from pglogrepl.LSN) {
 	require.Equal(t, pipelineRows, countOf(t, db, workload), "none lost")
 	require.Equal(t, pipelineTxns, countOf(t, db, `SELECT count(*) FROM synchro.txn WHERE commit_lsn > $1::pg_lsn`, from.String()),
 		"one ledger row per source transaction")
-	// Each batch is a database transaction begun after the previous one committed,
-	// so a source transaction materialized before an earlier one shows an earlier
-	// materialized_at (now(): its batch's start).
+	// Each batch's materializing call starts after the previous batch committed
+	// (with pipelined batches too: the write call waits for it), so a source
+	// transaction materialized before an earlier one shows an earlier
+	// materialized_at (statement_timestamp(): its call's start).
 	require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM (SELECT materialized_at < lag(materialized_at)
 		OVER (ORDER BY commit_lsn) AS inverted FROM synchro.txn) x WHERE inverted`), "materialized in commit order")
 	require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM synchro.effect e
@@ -340,12 +341,14 @@ func TestBatchPipelineStopWhileInFlight(t *testing.T) {
 // materializes 100..109 and stops acknowledged, and the rest is written while no
 // runner runs. Its COPY is the first reach of the fault point; the staged batch
 // crosses BatchBytes inside the 2,000-row transaction, joins the call in flight
-// (held at row 500) and COPYs once it committed: the second.
+// (held at row 500) and COPYs once it committed: the second. One apply connection:
+// the staged batch's COPY waits for the call in flight only when no second
+// connection takes it (TestBatchPipelinePreparedBatchDies kills a pipelined one).
 func TestBatchPipelineNextBatchDiesInCopy(t *testing.T) {
 	t.Parallel()
 	bin := runproc.BuildT(t, runproc.FaultTag)
 	db := runnerSetup(t)
-	args := []string{"--batch-txns", "10000", "--batch-delay", "1h", "--batch-bytes", "16384"}
+	args := []string{"--batch-txns", "10000", "--batch-delay", "1h", "--batch-bytes", "16384", "--apply-sessions", "1"}
 	p := startProc(t, bin, db, "", args...)
 	waitStream(t, db)
 	release := holdAtRow(t, db, 500, false)
@@ -378,6 +381,53 @@ func TestBatchPipelineNextBatchDiesInCopy(t *testing.T) {
 	require.Equal(t, float64(pipelineTxns-11), procCounter(t, p, "synchro_runner_transactions_total", "outcome", "materialized"),
 		"the restarted runner materializes the 11 transactions after row 500's, and row 500's not again")
 	require.LessOrEqual(t, procCounter(t, p, "synchro_runner_transactions_total", "outcome", "duplicate"), float64(1))
+	require.NoError(t, p.Stop(10*time.Second))
+}
+
+// Two apply connections: while row 500's batch is held in its write, the batch after
+// it (the 2,000-row transaction; one source transaction a batch) is staged and
+// prepared on the other connection, commits what it prepared and waits; there the
+// process dies (SIGKILL at its fault point). Nothing of either batch is durable, the
+// acknowledgement stays before them, and the next runner materializes every
+// transaction once, in commit order: what a dead session prepared is never written.
+func TestBatchPipelinePreparedBatchDies(t *testing.T) {
+	t.Parallel()
+	bin := runproc.BuildT(t, runproc.FaultTag)
+	db := runnerSetup(t)
+	args := []string{"--batch-txns", "1", "--apply-sessions", "2"}
+	p := startProc(t, bin, db, "", args...)
+	waitStream(t, db)
+	release := holdAtRow(t, db, 500, false)
+	from := currentLSN(t, db)
+	pipelineHead(t, db)
+	eventually(t, 30*time.Second, "items 100..109", func() bool {
+		return countOf(t, db, `SELECT count(*) FROM synchro.effect WHERE pk::int8 BETWEEN 100 AND 109`) == 10
+	})
+	waitAcked(t, db)
+	require.NoError(t, p.Stop(10*time.Second))
+	waitRunnerGone(t, db)
+
+	// Row 500's batch is the armed runner's first, so the batch after it is the
+	// first to wait for one before it: the first reach of the fault point.
+	m := pipelineTail(t, db, false)
+	p = startProc(t, bin, db, fault.Spec{Point: fault.Prepared, N: 1}.String(), args...)
+	requireFaultDeath(t, p, fault.Prepared)
+	// Row 500's batch's statement goes on in its backend after the process died,
+	// and waits at the row; released, it can only roll back (its client is gone).
+	eventually(t, 30*time.Second, "row 500's batch to wait for the lock", func() bool { return heldAt(t, db, 500) != 0 })
+	release()
+	waitRunnerGone(t, db)
+	require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM synchro.txn WHERE commit_lsn > $1::pg_lsn`, m.lo.String()),
+		"nothing from row 500's transaction on is durable")
+	st, _ := runnerState(t, db)
+	require.Less(t, lsnOf(t, st.Acked), m.hi, "the acknowledgement stays before row 500's transaction")
+	require.Less(t, slotLSN(t, db), m.hi, "and so does the slot")
+
+	mustExec(t, db, `DROP TRIGGER hold_row_500 ON synchro.effect`)
+	p = startProc(t, bin, db, "", args...)
+	requireEachOnce(t, db, from)
+	require.Equal(t, float64(pipelineTxns-10), procCounter(t, p, "synchro_runner_transactions_total", "outcome", "materialized"),
+		"the restarted runner materializes row 500's transaction and the 11 after it, each once")
 	require.NoError(t, p.Stop(10*time.Second))
 }
 

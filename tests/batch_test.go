@@ -227,11 +227,28 @@ func TestBatchInvariant(t *testing.T) {
 	db := e.db
 	e.stopRunner(t)
 
-	// A second slot at exactly the stream's acknowledged position: both decode the
-	// same source transactions.
+	// Slots at exactly the stream's acknowledged position, one per batched run: all
+	// decode the same source transactions.
 	slotA := e.cfg.Slot
-	slotB := slotA[:min(len(slotA), 60)] + "_b"
-	mustExec(t, db, `SELECT pg_copy_logical_replication_slot($1, $2)`, slotA, slotB)
+	runs := []struct {
+		name     string
+		sessions int
+		txns     int
+	}{
+		// Large batches, pipelined: a batch waits for the one before.
+		{"large pipelined batches", 2, 10000},
+		// Batches of 3 source transactions, pipelined: those without a transaction the
+		// set-based path does not take (a dependency change, the registry activation,
+		// the unchanged-TOAST update) are prepared, most of them beside the one before.
+		{"pipelined batches of 3", 2, 3},
+		// Large batches on one apply connection (materialize_batch).
+		{"large batches, one session", 1, 10000},
+	}
+	slots := make([]string, len(runs))
+	for i := range runs {
+		slots[i] = fmt.Sprintf("%s_%d", slotA[:min(len(slotA), 60)], i)
+		mustExec(t, db, `SELECT pg_copy_logical_replication_slot($1, $2)`, slotA, slots[i])
+	}
 	snapshotMaterialized(t, db)
 
 	batchWorkload(t, db, rng, *batchTxns)
@@ -246,30 +263,42 @@ func TestBatchInvariant(t *testing.T) {
 	require.Zero(t, countOf(t, db, `SELECT count(*) FROM synchro.quarantine`), "the reference run quarantined nothing")
 	reference := dumpMaterialized(t, db)
 
-	// The same WAL again from the copied slot, in large set-based batches.
-	restoreMaterialized(t, db, slotB)
-	cfg = e.cfg
-	cfg.Slot = slotB
-	cfg.BatchTxns = 10000
-	cfg.BatchEvents = 1000000
-	cfg.BatchDelay = time.Hour
-	rr = startRunner(t, cfg)
-	catchUp(t, db)
-	require.NoError(t, rr.stop(t))
-	require.Zero(t, rr.counter(t, "synchro_runner_batch_fallbacks_total"), "no batch fell back to one at a time")
-	batches, batchedTxns := rr.histogram(t, "synchro_runner_batch_transactions")
-	t.Logf("batched run: %d batches for %.0f source transactions", batches, batchedTxns)
-	require.Less(t, float64(batches)*2, batchedTxns, "most batches hold several transactions")
-	batched := dumpMaterialized(t, db)
+	// The same WAL again from each copied slot, in set-based batches.
+	for i, run := range runs {
+		restoreMaterialized(t, db, slots[i])
+		cfg = e.cfg
+		cfg.Slot = slots[i]
+		cfg.ApplySessions = run.sessions
+		cfg.BatchTxns = run.txns
+		cfg.BatchEvents = 1000000
+		cfg.BatchDelay = time.Hour
+		rr = startRunner(t, cfg)
+		catchUp(t, db)
+		require.NoError(t, rr.stop(t))
+		waitRunnerGone(t, db)
+		require.Zero(t, rr.counter(t, "synchro_runner_batch_fallbacks_total"), "%s: no batch fell back to one at a time", run.name)
+		batches, batchedTxns := rr.histogram(t, "synchro_runner_batch_transactions")
+		prepared := rr.counter(t, "synchro_runner_batches_prepared_total")
+		t.Logf("%s: %d batches for %.0f source transactions, %.0f prepared (materialize_prepare)", run.name, batches,
+			batchedTxns, prepared)
+		require.Less(t, float64(batches)*2, batchedTxns, "%s: most batches hold several transactions", run.name)
+		if run.sessions == 1 {
+			require.Zero(t, prepared, run.name)
+		}
+		if run.txns == 3 {
+			require.Greater(t, prepared*4, float64(batches), "%s: many batches were prepared", run.name)
+		}
+		batched := dumpMaterialized(t, db)
 
-	txns := countOf(t, db, `SELECT count(*) FROM synchro.txn`)
-	require.Greater(t, txns, *batchTxns/2)
-	for _, tb := range materializedTables {
-		require.Equal(t, reference[tb.name], batched[tb.name], "synchro.%s differs between one-at-a-time and batched", tb.name)
+		txns := countOf(t, db, `SELECT count(*) FROM synchro.txn`)
+		require.Greater(t, txns, *batchTxns/2)
+		for _, tb := range materializedTables {
+			require.Equal(t, reference[tb.name], batched[tb.name], "synchro.%s differs between one-at-a-time and %s", tb.name, run.name)
+		}
+		require.Positive(t, countOf(t, db, `SELECT count(*) FROM synchro.change`), "the change record is compared too")
+		t.Logf("%s: %d source transactions, %d events, %d effects identical", run.name, txns,
+			countOf(t, db, `SELECT count(*) FROM synchro.event`), countOf(t, db, `SELECT count(*) FROM synchro.effect`))
 	}
-	require.Positive(t, countOf(t, db, `SELECT count(*) FROM synchro.change`), "the change record is compared too")
-	t.Logf("%d source transactions, %d events, %d effects identical", txns,
-		countOf(t, db, `SELECT count(*) FROM synchro.event`), countOf(t, db, `SELECT count(*) FROM synchro.effect`))
 }
 
 // A poison in the middle of a batch: the batch falls back to one transaction at a

@@ -136,9 +136,10 @@ func TestRunnerSurvivesTerminatedSessions(t *testing.T) {
 		terminate := func() int {
 			return countOf(t, db, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 			WHERE datname = current_database()
-			  AND application_name IN ('synchro-runner-apply', 'synchro-runner-replication')) x`)
+			  AND application_name IN ('synchro-runner-apply', 'synchro-runner-replication', 'synchro-runner-ack')) x`)
 		}
-		require.Equal(t, 2, terminate())
+		// Two apply sessions (pipelined batches), the acknowledgement's, the replication one.
+		require.Equal(t, 4, terminate())
 		mustExec(t, db, `INSERT INTO items (id, owner) VALUES (6, 'a')`)
 		got := waitEffects(t, db, 2)
 		require.Equal(t, "6", got[1].PK)

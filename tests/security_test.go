@@ -546,6 +546,9 @@ func TestPrivilegeBoundary(t *testing.T) {
 	}, app...)
 	runner := []string{
 		"synchro.materialize_batch(bigint,pg_lsn[],pg_lsn[],bigint[],timestamp with time zone[],boolean)",
+		// Pipelined batches (runner/apply.go): the two halves of materialize_batch's set-based path.
+		"synchro.materialize_prepare(bigint,pg_lsn[],pg_lsn[],bigint[],timestamp with time zone[])",
+		"synchro.materialize_write(bigint,bigint,pg_lsn[],pg_lsn[],bigint[],timestamp with time zone[])",
 		"synchro.runner_ack(pg_lsn)",
 		"synchro.runner_baseline(text,text,pg_lsn)",
 		"synchro.runner_bootstrap_begin()",

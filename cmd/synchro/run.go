@@ -33,6 +33,7 @@ const (
 	envBackoffMax  = "SYNCHRO_BACKOFF_MAX"
 	envBufferBytes = "SYNCHRO_BUFFER_BYTES"
 	envBatchBytes  = "SYNCHRO_BATCH_BYTES"
+	envApplySess   = "SYNCHRO_APPLY_SESSIONS"
 )
 
 func envOr(name, def string) string {
@@ -105,6 +106,12 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&batchTxns, "batch-txns", batchTxns, "most source transactions per materialization batch (default $"+envBatchTxns+")")
 	fs.IntVar(&batchEvents, "batch-events", batchEvents, "a batch closes at this many row events (default $"+envBatchEvents+")")
 	fs.DurationVar(&batchDelay, "batch-delay", batchDelay, "a batch closes after this long while transactions keep arriving (default $"+envBatchDelay+")")
+	applySessions, err := envInt(envApplySess, 2)
+	if err != nil {
+		return err
+	}
+	fs.IntVar(&applySessions, "apply-sessions", applySessions,
+		"apply connections: 2 pipelines batches (the next one is prepared while one writes), 1 does not (default $"+envApplySess+")")
 	bufferDef, err := envInt(envBufferBytes, 64<<20)
 	if err != nil {
 		return err
@@ -141,6 +148,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		BatchTxns:         batchTxns,
 		BatchEvents:       batchEvents,
 		BatchDelay:        batchDelay,
+		ApplySessions:     applySessions,
 		BufferBytes:       *bufferBytes,
 		BatchBytes:        *batchBytes,
 	}, *listen)

@@ -44,6 +44,10 @@ const (
 	// BeforeCommit: synchro.materialize_batch returned, the materialization
 	// transaction is not committed.
 	BeforeCommit Point = "before-commit"
+	// Prepared: a pipelined batch committed what it prepared
+	// (synchro.materialize_prepare) and now waits for the batch before it, which
+	// has not committed.
+	Prepared Point = "prepared"
 	// AfterCommit: the materialization transaction committed; its boundary was not
 	// reported to the slot.
 	AfterCommit Point = "after-commit"
@@ -65,8 +69,8 @@ const (
 )
 
 // Points lists every fault point.
-var Points = []Point{SlotCreated, Baseline, Reconcile, Decode, Copy, BeforeCommit, AfterCommit, Idle, StatusSent, AfterSlotAck,
-	BootstrapStaging, BootstrapStaged}
+var Points = []Point{SlotCreated, Baseline, Reconcile, Decode, Copy, Prepared, BeforeCommit, AfterCommit, Idle, StatusSent,
+	AfterSlotAck, BootstrapStaging, BootstrapStaged}
 
 // Spec is a parsed SYNCHRO_FAULT value.
 type Spec struct {

@@ -41,19 +41,7 @@ BEGIN
     RETURN; -- every transaction of the run is durable already
   END IF;
 
-  -- Serial commit order: each new transaction after the high-watermark and the
-  -- processed boundary left by the ones before it.
-  IF EXISTS (
-    SELECT 1 FROM (
-      SELECT b.commit_lsn, b.end_lsn,
-             coalesce(lag(b.commit_lsn) OVER w, hw_commit_lsn, start_lsn) AS prev_commit,
-             greatest(processed_lsn, max(b.end_lsn) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING))
-               AS prev_end
-        FROM pg_temp.synchro_b_txn b
-      WINDOW w AS (ORDER BY b.t)) x
-     WHERE x.commit_lsn <= x.prev_commit OR x.commit_lsn < x.prev_end OR x.end_lsn <= x.commit_lsn) THEN
-    RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'commit order';
-  END IF;
+  PERFORM synchro._mat_run_order(hw_commit_lsn, start_lsn, processed_lsn);
 END
 $$;
 

@@ -18,10 +18,13 @@
 -- failing transaction with its own identity and class.
 --
 -- One phase per function (synchro._mat_run_*), in this order: check the stream
--- position, validate the relations, pair fences, the links (row images), the change
--- records, project, evaluate membership, write effects, write membership, write the
--- ledger. They pass each other the work tables pg_temp.synchro_b_* and a few flags
--- that let a phase skip a statement with nothing to do.
+-- position; then the half that needs only the batch (synchro._mat_run_prepare:
+-- validate the relations, pair fences, the links with their row images); then the
+-- half that follows the batch before (synchro._mat_run_write: the change records,
+-- project, evaluate membership, write effects, write membership, write the ledger).
+-- They pass each other the work tables pg_temp.synchro_b_* and a few flags that let
+-- a phase skip a statement with nothing to do. The runner's pipelined path calls the
+-- two halves in two calls (synchro.materialize_prepare, synchro.materialize_write).
 CREATE OR REPLACE FUNCTION synchro._materialize_run(
   t_first int, t_last int, stream_generation bigint, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[],
   commit_times timestamptz[])
@@ -35,9 +38,7 @@ DECLARE
   p         synchro.progress;
   reg       bigint;
   pos       record;
-  n_rows    int;
   links     record;
-  n_old     int;
   nestloop  text;
   mergejoin text;
   outcomes  text[];
@@ -76,19 +77,8 @@ BEGIN
   -- Each source transaction's own writes to synchro tables (its push write fences)
   -- are visible: synchro.materialize_batch waited for the whole batch before it
   -- called this (synchro._await_visible_all).
-  PERFORM synchro._mat_run_check_relations(t_first, t_last, reg);
-  n_rows := synchro._mat_run_pair_fences(pos.n_ev, pos.n_fence);
-  SELECT * INTO links FROM synchro._mat_run_links(reg, n_rows);
-
-  -- Consumer groups (issue 11): the run's per-transaction change record, from the links
-  -- and the images rendered with them.
-  PERFORM synchro._mat_changes(gen, NULL, NULL);
-
-  PERFORM synchro._mat_run_project(reg, links.deletes, links.anyknown);
-  n_old := synchro._mat_run_scopes(reg, n_rows > 1000);
-  PERFORM synchro._mat_run_effects(gen, links.multi);
-  PERFORM synchro._mat_run_membership(n_old);
-  PERFORM synchro._mat_run_ledger(gen, reg);
+  SELECT * INTO links FROM synchro._mat_run_prepare(t_first, t_last, reg, pos.n_ev, pos.n_fence);
+  PERFORM synchro._mat_run_write(gen, reg, links.n_rows, links.multi, links.deletes, links.anyknown);
 
   IF pos.n_new = t_last - t_first + 1 THEN
     -- No replayed transaction in the run: the common case, without a query.
@@ -99,14 +89,7 @@ BEGIN
                         LEFT JOIN pg_temp.synchro_b_txn b ON b.t = g.t
                        ORDER BY g.t);
   END IF;
-  -- Empty for the next run of this batch or of a later one (synchro._stage_reset
-  -- empties only the stage table, and truncates these with it when their dead space
-  -- grows: it says why rows are deleted, not truncated).
-  DELETE FROM pg_temp.synchro_b_txn;
-  DELETE FROM pg_temp.synchro_b_rows;
-  DELETE FROM pg_temp.synchro_b_links;
-  DELETE FROM pg_temp.synchro_b_scopes;
-  DELETE FROM pg_temp.synchro_b_old;
+  PERFORM synchro._mat_run_clear();
   PERFORM set_config('enable_nestloop', nestloop, true), set_config('enable_mergejoin', mergejoin, true);
   RETURN outcomes;
 END

@@ -98,20 +98,8 @@ BEGIN
          OR (s.kind = 'M' AND s.prefix = 'synchro.fence' AND s.f_relation_id = b.relation_id));
   END IF;
   IF set_based THEN
-    -- Transactions the set-based path does not take: they go alone, in order. A
-    -- relation that is not a synced one is found among the batch's Relation rows, and
-    -- every transaction with an event of it goes alone: the runner stages a shape once
-    -- per batch, before its first event, not in every transaction that uses it.
-    WITH odd AS MATERIALIZED (
-      SELECT DISTINCT s.relid FROM pg_temp.synchro_stage s
-        LEFT JOIN synchro.relation r ON r.relid = s.relid
-       WHERE s.kind = 'R' AND r.registration_kind IS DISTINCT FROM 'synced')
-    SELECT coalesce(array_agg(DISTINCT s.txn), '{}') INTO alone
-      FROM pg_temp.synchro_stage s
-     WHERE s.kind = 'T'
-        OR (s.kind = 'M' AND s.prefix IS DISTINCT FROM 'synchro.fence')
-        OR (s.kind IN ('R', 'I', 'U', 'D') AND s.relid IN (SELECT o.relid FROM odd o))
-        OR cardinality(s.toast) > 0;
+    -- Transactions the set-based path does not take: they go alone, in order.
+    alone := synchro._mat_batch_alone();
     -- While a projection bootstrap is not merged (synchro._bootstrap_catch_up), the
     -- reference path takes the first transaction at or after each consistent point (the
     -- merge is due before it), and every transaction that touches a relation whose

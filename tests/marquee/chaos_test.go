@@ -20,7 +20,7 @@ import (
 // conductor; slot-created and baseline are reached only by a first start (the
 // baseline phase).
 var streamPoints = []fault.Point{fault.AfterSlotAck, fault.Reconcile, fault.Idle, fault.Decode, fault.Copy,
-	fault.BeforeCommit, fault.AfterCommit, fault.StatusSent}
+	fault.Prepared, fault.BeforeCommit, fault.AfterCommit, fault.StatusSent}
 
 // reachCount draws the n of SYNCHRO_FAULT=point:n: how many reaches pass first.
 func reachCount(rng *rand.Rand, p fault.Point) int64 {

@@ -68,10 +68,12 @@ func TestKeepaliveInsideTransaction(t *testing.T) {
 		BackoffMax:        300 * time.Millisecond,
 		BufferBytes:       64 << 10,
 		// While A's call is in flight the applier stages what follows in memory up
-		// to BatchBytes before it waits: a small bound keeps the buffer full.
-		BatchBytes: 64 << 10,
-		Logger:     slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Metrics:    runner.NewMetrics(reg),
+		// to BatchBytes before it waits: a small bound keeps the buffer full. One
+		// apply connection: with a second, B would go to it while A waits.
+		BatchBytes:    64 << 10,
+		ApplySessions: 1,
+		Logger:        slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Metrics:       runner.NewMetrics(reg),
 	})
 	require.NoError(t, err)
 	rctx, stop := context.WithCancel(ctx)

@@ -218,7 +218,10 @@ func TestWalSenderTimeoutDuringLongMaterialization(t *testing.T) {
 	exec(t, db, fmt.Sprintf(`ALTER DATABASE %q SET wal_sender_timeout = '1s'`, db.Name))
 	// --batch-bytes: while the first transaction's call is in flight the applier
 	// stages what follows in memory up to this bound before it waits for the call.
-	p := run(t, bin, db.URL, db, "--buffer-bytes", "65536", "--batch-bytes", "65536", "--standby-interval", "5s", "--receive-timeout", "60s")
+	// One apply connection: with a second, the second transaction would go to it
+	// and the runner would go on reading (it holds back only once both wait).
+	p := run(t, bin, db.URL, db, "--buffer-bytes", "65536", "--batch-bytes", "65536", "--standby-interval", "5s",
+		"--receive-timeout", "60s", "--apply-sessions", "1")
 	// The runner's walsenders, as they come and go.
 	walsenders := map[int]bool{}
 	seen := func() {
