@@ -2278,6 +2278,72 @@ $$;
 ALTER FUNCTION synchro._mat_run_write(gen bigint, reg bigint, n_rows integer, multi boolean, deletes boolean, anyknown boolean) OWNER TO postgres;
 
 --
+-- Name: _materialize_from(integer, bigint, pg_lsn[], pg_lsn[], bigint[], timestamp with time zone[], boolean); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._materialize_from(first integer, stream_generation bigint, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[], set_based boolean) RETURNS text[]
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  n        int := cardinality(commit_lsns);
+  alone    int[] := '{}';
+  outcomes text[] := '{}';
+  i        int := first;
+  j        int;
+BEGIN
+  IF set_based THEN
+    -- Transactions the set-based path does not take: they go alone, in order.
+    alone := synchro._mat_batch_alone();
+    -- While a projection bootstrap is not merged (synchro._bootstrap_catch_up), the
+    -- reference path takes the first transaction at or after each consistent point (the
+    -- merge is due before it), and every transaction that touches a relation whose
+    -- bootstrap is not staged or not activated in the stream yet (its events were not
+    -- dropped by materialize_batch: the reference path waits for the stage or drops them
+    -- itself).
+    -- The others cannot meet a bootstrap that is not merged yet and go set-based.
+    IF EXISTS (SELECT 1 FROM synchro.bootstrap x WHERE x.merged_at IS NULL AND x.kind = 'project'
+                                                  AND x.phase NOT IN ('merged', 'subsumed')) THEN
+      alone := alone || coalesce((
+        SELECT array_agg(DISTINCT s.txn) FROM pg_temp.synchro_stage s
+         WHERE (s.kind IN ('I', 'U', 'D', 'T') AND s.relid IN (
+                  SELECT r.relid FROM synchro.bootstrap x JOIN synchro.relation r USING (relation_id)
+                   WHERE x.merged_at IS NULL AND x.kind = 'project' AND x.phase NOT IN ('merged', 'subsumed')
+                     AND (x.phase <> 'staged' OR x.generation > (SELECT p.registry_generation FROM synchro.progress p))))
+            OR (s.kind = 'M' AND s.prefix = 'synchro.fence' AND s.f_relation_id IN (
+                  SELECT x.relation_id FROM synchro.bootstrap x
+                   WHERE x.merged_at IS NULL AND x.kind = 'project' AND x.phase NOT IN ('merged', 'subsumed')
+                     AND (x.phase <> 'staged' OR x.generation > (SELECT p.registry_generation FROM synchro.progress p))))), '{}')
+        || coalesce((
+        SELECT array_agg(f.t) FROM (
+          SELECT min(i.n) - 1 AS t FROM synchro.bootstrap x, generate_subscripts(commit_lsns, 1) AS i(n)
+           WHERE x.merged_at IS NULL AND x.kind = 'project' AND x.phase = 'staged'
+             AND commit_lsns[i.n] >= x.consistent_point
+           GROUP BY x.consistent_point) f), '{}');
+    END IF;
+  END IF;
+  WHILE i < n LOOP
+    IF NOT set_based OR i = ANY (alone) THEN
+      outcomes := outcomes || synchro._materialize_txn(i, stream_generation, commit_lsns[i + 1], end_lsns[i + 1],
+                                                       xids[i + 1], commit_times[i + 1]);
+      i := i + 1;
+    ELSE
+      j := i;
+      WHILE j + 1 < n AND NOT (j + 1 = ANY (alone)) LOOP
+        j := j + 1;
+      END LOOP;
+      outcomes := outcomes || synchro._materialize_run(i, j, stream_generation, commit_lsns, end_lsns, xids,
+                                                       commit_times);
+      i := j + 1;
+    END IF;
+  END LOOP;
+  RETURN outcomes;
+END
+$$;
+
+
+ALTER FUNCTION synchro._materialize_from(first integer, stream_generation bigint, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[], set_based boolean) OWNER TO postgres;
+
+--
 -- Name: _materialize_run(integer, integer, bigint, pg_lsn[], pg_lsn[], bigint[], timestamp with time zone[]); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -5563,10 +5629,7 @@ CREATE FUNCTION synchro.materialize_batch(stream_generation bigint, commit_lsns 
     AS $$
 DECLARE
   n        int := coalesce(cardinality(commit_lsns), 0);
-  alone    int[] := '{}';
-  outcomes text[] := '{}';
-  i        int := 0;
-  j        int;
+  outcomes text[];
 BEGIN
   IF n = 0 OR cardinality(end_lsns) IS DISTINCT FROM n OR cardinality(xids) IS DISTINCT FROM n
      OR cardinality(commit_times) IS DISTINCT FROM n OR set_based IS NULL THEN
@@ -5606,50 +5669,7 @@ BEGIN
        AND ((s.kind IN ('I', 'U', 'D') AND s.relid = b.relid)
          OR (s.kind = 'M' AND s.prefix = 'synchro.fence' AND s.f_relation_id = b.relation_id));
   END IF;
-  IF set_based THEN
-    -- Transactions the set-based path does not take: they go alone, in order.
-    alone := synchro._mat_batch_alone();
-    -- While a projection bootstrap is not merged (synchro._bootstrap_catch_up), the
-    -- reference path takes the first transaction at or after each consistent point (the
-    -- merge is due before it), and every transaction that touches a relation whose
-    -- bootstrap is not staged or not activated in the stream yet (its events were not
-    -- dropped above: the reference path waits for the stage or drops them itself).
-    -- The others cannot meet a bootstrap that is not merged yet and go set-based.
-    IF EXISTS (SELECT 1 FROM synchro.bootstrap x WHERE x.merged_at IS NULL AND x.kind = 'project'
-                                                  AND x.phase NOT IN ('merged', 'subsumed')) THEN
-      alone := alone || coalesce((
-        SELECT array_agg(DISTINCT s.txn) FROM pg_temp.synchro_stage s
-         WHERE (s.kind IN ('I', 'U', 'D', 'T') AND s.relid IN (
-                  SELECT r.relid FROM synchro.bootstrap x JOIN synchro.relation r USING (relation_id)
-                   WHERE x.merged_at IS NULL AND x.kind = 'project' AND x.phase NOT IN ('merged', 'subsumed')
-                     AND (x.phase <> 'staged' OR x.generation > (SELECT p.registry_generation FROM synchro.progress p))))
-            OR (s.kind = 'M' AND s.prefix = 'synchro.fence' AND s.f_relation_id IN (
-                  SELECT x.relation_id FROM synchro.bootstrap x
-                   WHERE x.merged_at IS NULL AND x.kind = 'project' AND x.phase NOT IN ('merged', 'subsumed')
-                     AND (x.phase <> 'staged' OR x.generation > (SELECT p.registry_generation FROM synchro.progress p))))), '{}')
-        || coalesce((
-        SELECT array_agg(f.t) FROM (
-          SELECT min(i.n) - 1 AS t FROM synchro.bootstrap x, generate_subscripts(commit_lsns, 1) AS i(n)
-           WHERE x.merged_at IS NULL AND x.kind = 'project' AND x.phase = 'staged'
-             AND commit_lsns[i.n] >= x.consistent_point
-           GROUP BY x.consistent_point) f), '{}');
-    END IF;
-  END IF;
-  WHILE i < n LOOP
-    IF NOT set_based OR i = ANY (alone) THEN
-      outcomes := outcomes || synchro._materialize_txn(i, stream_generation, commit_lsns[i + 1], end_lsns[i + 1],
-                                                       xids[i + 1], commit_times[i + 1]);
-      i := i + 1;
-    ELSE
-      j := i;
-      WHILE j + 1 < n AND NOT (j + 1 = ANY (alone)) LOOP
-        j := j + 1;
-      END LOOP;
-      outcomes := outcomes || synchro._materialize_run(i, j, stream_generation, commit_lsns, end_lsns, xids,
-                                                       commit_times);
-      i := j + 1;
-    END IF;
-  END LOOP;
+  outcomes := synchro._materialize_from(0, stream_generation, commit_lsns, end_lsns, xids, commit_times, set_based);
   -- Empty the session's work tables for the next batch (they keep rows across
   -- commits: runner_stage_open).
   PERFORM synchro._stage_reset(-1);
@@ -5683,6 +5703,7 @@ DECLARE
   p     record;
   reg   bigint;
   pos   record;
+  k     int;
 BEGIN
   IF n = 0 OR cardinality(end_lsns) IS DISTINCT FROM n OR cardinality(xids) IS DISTINCT FROM n
      OR cardinality(commit_times) IS DISTINCT FROM n THEN
@@ -5696,8 +5717,12 @@ BEGIN
   -- While a projection bootstrap is not merged, materialize_batch may drop staged
   -- events or take transactions alone: not prepared.
   IF EXISTS (SELECT 1 FROM synchro.bootstrap x WHERE x.merged_at IS NULL AND x.kind = 'project'
-                                                  AND x.phase NOT IN ('merged', 'subsumed'))
-     OR cardinality(synchro._mat_batch_alone()) > 0 THEN
+                                                  AND x.phase NOT IN ('merged', 'subsumed')) THEN
+    RETURN NULL;
+  END IF;
+  -- The leading run: transactions 0 .. k - 1.
+  SELECT coalesce(min(a), n) INTO k FROM unnest(synchro._mat_batch_alone()) a;
+  IF k = 0 THEN
     RETURN NULL;
   END IF;
   -- Read without a lock: the batch before may still be writing the row. What it
@@ -5709,15 +5734,17 @@ BEGIN
   reg := p.registry_generation;
   BEGIN
     SELECT * INTO pos
-      FROM synchro._mat_run_position(0, n - 1, gen, p.materialized_commit_lsn, p.generation_start_lsn,
+      FROM synchro._mat_run_position(0, k - 1, gen, p.materialized_commit_lsn, p.generation_start_lsn,
                                      p.processed_end_lsn, commit_lsns, end_lsns, xids, commit_times);
-    IF pos.n_new <> n THEN
+    IF pos.n_new <> k THEN
       -- A replayed transaction: the sequential path knows its outcome.
       RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'replay';
     END IF;
-    PERFORM synchro._mat_run_prepare(0, n - 1, reg, pos.n_ev, pos.n_fence);
+    PERFORM synchro._mat_run_prepare(0, k - 1, reg, pos.n_ev, pos.n_fence);
   EXCEPTION WHEN OTHERS THEN
-    -- Not judged here (above). The block's work-table rows are rolled back.
+    -- Not judged here (above). The block's work-table rows are rolled back. The
+    -- SQLSTATE only, for a server at log_min_messages = debug1: never a value.
+    RAISE DEBUG 'synchro: materialize_prepare prepared nothing (SQLSTATE %)', SQLSTATE;
     RETURN NULL;
   END;
   RETURN reg;
@@ -5731,7 +5758,7 @@ ALTER FUNCTION synchro.materialize_prepare(stream_generation bigint, commit_lsns
 -- Name: materialize_write(bigint, bigint, pg_lsn[], pg_lsn[], bigint[], timestamp with time zone[]); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
-CREATE FUNCTION synchro.materialize_write(stream_generation bigint, prepared bigint, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[]) RETURNS text[]
+CREATE FUNCTION synchro.materialize_write(stream_generation bigint, prepared bigint, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[], OUT outcomes text[], OUT from_prepared boolean) RETURNS record
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET "TimeZone" TO 'UTC'
@@ -5747,6 +5774,7 @@ DECLARE
   n         int := coalesce(cardinality(commit_lsns), 0);
   p         record;
   f         record;
+  k         int;
   nestloop  text;
   mergejoin text;
 BEGIN
@@ -5760,11 +5788,12 @@ BEGIN
     -- An open stream reset blocks every generation but its own target.
     PERFORM synchro._reset_guard(gen);
     SELECT x.* INTO p FROM synchro.progress x FOR UPDATE;
-    -- The prepared work tables hold the whole batch (materialize_prepare filled them
-    -- in this session for these transactions, all of them new), the generations are
-    -- still those it prepared under, and no projection bootstrap appeared since.
+    -- The prepared work tables hold a leading run of the batch, 0 .. k - 1
+    -- (materialize_prepare filled them in this session for these transactions, all of
+    -- them new), the generations are still those it prepared under, and no projection
+    -- bootstrap appeared since.
     IF FOUND AND p.stream_generation = gen AND p.registry_generation = prepared
-       AND (SELECT count(*) FROM pg_temp.synchro_b_txn) = n
+       AND (SELECT count(*) = max(b.t) + 1 AND min(b.t) = 0 AND max(b.t) < n FROM pg_temp.synchro_b_txn b)
        AND NOT EXISTS (SELECT 1 FROM pg_temp.synchro_b_txn b
                         WHERE b.commit_lsn IS DISTINCT FROM commit_lsns[b.t + 1] OR b.end_lsn IS DISTINCT FROM end_lsns[b.t + 1]
                            OR b.xid IS DISTINCT FROM xids[b.t + 1])
@@ -5781,20 +5810,27 @@ BEGIN
              coalesce(bool_or(l.last AND l.op = 'delete'), false) AS deletes,
              coalesce(bool_or(l.last AND l.op <> 'delete' AND NOT l.fresh), false) AS anyknown
         INTO f FROM pg_temp.synchro_b_links l;
+      SELECT count(*) INTO k FROM pg_temp.synchro_b_txn;
       PERFORM synchro._mat_run_write(gen, prepared, f.n_rows, f.multi, f.deletes, f.anyknown);
       PERFORM synchro._mat_run_clear();
       PERFORM set_config('enable_nestloop', nestloop, true), set_config('enable_mergejoin', mergejoin, true);
+      outcomes := array_fill('materialized'::text, ARRAY[k]);
+      IF k < n THEN
+        outcomes := outcomes || synchro._materialize_from(k, gen, commit_lsns, end_lsns, xids, commit_times, true);
+      END IF;
       PERFORM synchro._stage_reset(-1);
-      RETURN array_fill('materialized'::text, ARRAY[n]);
+      from_prepared := true;
+      RETURN;
     END IF;
   END IF;
   PERFORM synchro._mat_run_clear();
-  RETURN synchro.materialize_batch(gen, commit_lsns, end_lsns, xids, commit_times, true);
+  outcomes := synchro.materialize_batch(gen, commit_lsns, end_lsns, xids, commit_times, true);
+  from_prepared := false;
 END
 $$;
 
 
-ALTER FUNCTION synchro.materialize_write(stream_generation bigint, prepared bigint, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[]) OWNER TO postgres;
+ALTER FUNCTION synchro.materialize_write(stream_generation bigint, prepared bigint, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[], OUT outcomes text[], OUT from_prepared boolean) OWNER TO postgres;
 
 --
 -- Name: pull(text, text, text, integer); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -9303,6 +9339,13 @@ REVOKE ALL ON FUNCTION synchro._mat_run_write(gen bigint, reg bigint, n_rows int
 
 
 --
+-- Name: FUNCTION _materialize_from(first integer, stream_generation bigint, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[], set_based boolean); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._materialize_from(first integer, stream_generation bigint, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[], set_based boolean) FROM PUBLIC;
+
+
+--
 -- Name: FUNCTION _materialize_run(t_first integer, t_last integer, stream_generation bigint, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[]); Type: ACL; Schema: synchro; Owner: postgres
 --
 
@@ -9741,11 +9784,11 @@ GRANT ALL ON FUNCTION synchro.materialize_prepare(stream_generation bigint, comm
 
 
 --
--- Name: FUNCTION materialize_write(stream_generation bigint, prepared bigint, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[]); Type: ACL; Schema: synchro; Owner: postgres
+-- Name: FUNCTION materialize_write(stream_generation bigint, prepared bigint, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[], OUT outcomes text[], OUT from_prepared boolean); Type: ACL; Schema: synchro; Owner: postgres
 --
 
-REVOKE ALL ON FUNCTION synchro.materialize_write(stream_generation bigint, prepared bigint, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[]) FROM PUBLIC;
-GRANT ALL ON FUNCTION synchro.materialize_write(stream_generation bigint, prepared bigint, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[]) TO synchro_runner;
+REVOKE ALL ON FUNCTION synchro.materialize_write(stream_generation bigint, prepared bigint, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[], OUT outcomes text[], OUT from_prepared boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.materialize_write(stream_generation bigint, prepared bigint, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[], OUT outcomes text[], OUT from_prepared boolean) TO synchro_runner;
 
 
 --

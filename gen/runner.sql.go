@@ -115,9 +115,10 @@ func (q *Queries) MaterializePrepare(ctx context.Context, arg MaterializePrepare
 }
 
 const materializeWrite = `-- name: MaterializeWrite :one
-SELECT synchro.materialize_write($1::bigint, $2::bigint,
+SELECT w.outcomes::text[] AS outcomes, w.from_prepared::boolean AS prepared
+  FROM synchro.materialize_write($1::bigint, $2::bigint,
                                  $3::text[]::pg_lsn[], $4::text[]::pg_lsn[],
-                                 $5::bigint[], $6::timestamptz[])::text[] AS outcomes
+                                 $5::bigint[], $6::timestamptz[]) AS w
 `
 
 type MaterializeWriteParams struct {
@@ -129,9 +130,14 @@ type MaterializeWriteParams struct {
 	CommitTimes      []time.Time
 }
 
+type MaterializeWriteRow struct {
+	Outcomes []string
+	Prepared bool
+}
+
 // Applier (runner/apply.go), pipelined batches: the half that follows the batch before, once it
-// committed, in the batch's database transaction.
-func (q *Queries) MaterializeWrite(ctx context.Context, arg MaterializeWriteParams) ([]string, error) {
+// committed, in the batch's database transaction; whether it wrote from what was prepared.
+func (q *Queries) MaterializeWrite(ctx context.Context, arg MaterializeWriteParams) (MaterializeWriteRow, error) {
 	row := q.db.QueryRow(ctx, materializeWrite,
 		arg.StreamGeneration,
 		arg.Prepared,
@@ -140,9 +146,9 @@ func (q *Queries) MaterializeWrite(ctx context.Context, arg MaterializeWritePara
 		arg.Xids,
 		arg.CommitTimes,
 	)
-	var outcomes []string
-	err := row.Scan(&outcomes)
-	return outcomes, err
+	var i MaterializeWriteRow
+	err := row.Scan(&i.Outcomes, &i.Prepared)
+	return i, err
 }
 
 const publicationExists = `-- name: PublicationExists :one

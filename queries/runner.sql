@@ -83,11 +83,12 @@ SELECT coalesce(synchro.materialize_prepare(sqlc.arg(stream_generation)::bigint,
                                             sqlc.arg(commit_times)::timestamptz[]), 0)::bigint AS prepared;
 
 -- Applier (runner/apply.go), pipelined batches: the half that follows the batch before, once it
--- committed, in the batch's database transaction.
+-- committed, in the batch's database transaction; whether it wrote from what was prepared.
 -- name: MaterializeWrite :one
-SELECT synchro.materialize_write(sqlc.arg(stream_generation)::bigint, sqlc.narg(prepared)::bigint,
+SELECT w.outcomes::text[] AS outcomes, w.from_prepared::boolean AS prepared
+  FROM synchro.materialize_write(sqlc.arg(stream_generation)::bigint, sqlc.narg(prepared)::bigint,
                                  sqlc.arg(commit_lsns)::text[]::pg_lsn[], sqlc.arg(end_lsns)::text[]::pg_lsn[],
-                                 sqlc.arg(xids)::bigint[], sqlc.arg(commit_times)::timestamptz[])::text[] AS outcomes;
+                                 sqlc.arg(xids)::bigint[], sqlc.arg(commit_times)::timestamptz[]) AS w;
 
 -- Applier (runner/msgauth): the server key's HMAC pads, read once per session to
 -- authenticate the pack's logical messages before they are staged.

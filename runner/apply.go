@@ -84,6 +84,13 @@ type applier struct {
 	txns       []pendingTxn // complete source transactions of the open batch
 	events     int          // their row events
 	batchStart time.Time
+	// alone: the source transaction being staged is one the set-based path never
+	// takes (a registry activation, a dependency change, a TRUNCATE, an unchanged
+	// out-of-line value: synchro._mat_batch_alone); aloneLast: the open batch ends
+	// with one. A pipelined batch closes right after such a transaction, so that the
+	// run before it is prepared whole (synchro.materialize_prepare prepares a
+	// batch's leading run).
+	alone, aloneLast bool
 	// lastCall is how long the last materialize_batch call took: a batch that
 	// keeps receiving transactions closes once it has been open that long (group
 	// commit), so under a steady load the batch size follows the load and the
@@ -138,8 +145,11 @@ type inflight struct {
 	prev       *inflight // the batch before, still in flight when this one started (pipelined)
 	batchStart time.Time
 	callStart  time.Time
+	// writeStart: when the batch's writes could start (its call, or for a
+	// pipelined batch the moment the batch before settled); set by run.
+	writeStart time.Time
 	outcomes   []string // set by run before it sends on done
-	prepared   bool     // pipelined: materialize_prepare prepared it (set by run)
+	prepared   bool     // pipelined: written from what materialize_prepare prepared (set by run)
 	err        error    // the call's or the COMMIT's failure, set by finish
 	// runErr is run's result, set before settled closes: the batch after reads
 	// it once settled is closed.
@@ -163,6 +173,7 @@ func (f *inflight) run(ctx context.Context, faults *fault.Injector, conn *pgx.Co
 func (f *inflight) materialize(ctx context.Context, faults *fault.Injector, conn *pgx.Conn, p gen.MaterializeBatchParams) error {
 	var outcomes []string
 	var err error
+	f.writeStart = f.callStart
 	if !f.pipelined {
 		outcomes, err = gen.New(f.tx).MaterializeBatch(ctx, p)
 	} else {
@@ -186,16 +197,19 @@ func (f *inflight) materialize(ctx context.Context, faults *fault.Injector, conn
 // never waits for another session while it holds locks.
 func (f *inflight) prepareWrite(ctx context.Context, faults *fault.Injector, conn *pgx.Conn,
 	p gen.MaterializeBatchParams) ([]string, error) {
+	// Only this goroutine reads prev once it runs; dropped here, so that a batch
+	// in flight never keeps the chain of every batch before it alive.
+	prev := f.prev
+	f.prev = nil
 	prepared, err := gen.New(f.tx).MaterializePrepare(ctx, gen.MaterializePrepareParams{
 		StreamGeneration: p.StreamGeneration, CommitLsns: p.CommitLsns, EndLsns: p.EndLsns,
 		Xids: p.Xids, CommitTimes: p.CommitTimes})
 	if err != nil {
 		return nil, err
 	}
-	f.prepared = prepared != 0
-	if f.prev != nil {
+	if prev != nil {
 		select {
-		case <-f.prev.settled:
+		case <-prev.settled:
 		default:
 			if err := f.tx.Commit(ctx); err != nil {
 				return nil, err
@@ -203,12 +217,13 @@ func (f *inflight) prepareWrite(ctx context.Context, faults *fault.Injector, con
 			f.tx = nil
 			faults.Reach(fault.Prepared)
 			select {
-			case <-f.prev.settled:
+			case <-prev.settled:
 			case <-ctx.Done():
 				return nil, ctx.Err()
 			}
+			f.writeStart = time.Now()
 		}
-		if f.prev.runErr != nil {
+		if prev.runErr != nil {
 			return nil, errPrevFailed
 		}
 		if f.tx == nil {
@@ -222,7 +237,12 @@ func (f *inflight) prepareWrite(ctx context.Context, faults *fault.Injector, con
 	if prepared != 0 {
 		w.Prepared = &prepared
 	}
-	return gen.New(f.tx).MaterializeWrite(ctx, w)
+	r, err := gen.New(f.tx).MaterializeWrite(ctx, w)
+	if err != nil {
+		return nil, err
+	}
+	f.prepared = r.Prepared
+	return r.Outcomes, nil
 }
 
 // pendingTxn is one complete source transaction staged in the open batch.
@@ -365,7 +385,7 @@ func (a *applier) Begin(_ context.Context, h collate.TxnHeader) error {
 		a.batchStart = time.Now()
 		a.stager.NewBatch()
 	}
-	a.hdr, a.inTxn = h, true
+	a.hdr, a.inTxn, a.alone = h, true, false
 	a.stager.Reset(int32(len(a.txns)))
 	a.reloaded = false
 	return nil
@@ -401,7 +421,10 @@ func (a *applier) Event(ctx context.Context, e collate.Event) error {
 	}
 	for i := from; i < len(a.batch); i++ {
 		a.batchBytes += a.batch[i].size()
+		a.alone = a.alone || len(a.batch[i].Toast) > 0
 	}
+	a.alone = a.alone || e.Kind == collate.KindTruncate || e.Activation != nil ||
+		(e.Fence != nil && e.Fence.Kind == decode.FenceCaptureDependency)
 	// While no connection is free the rows stay in memory up to BatchBytes (a
 	// COPY would have to wait for a call), so the overlap covers a whole batch.
 	if a.batchBytes >= a.cfg.BatchBytes || (len(a.batch) >= a.cfg.BatchRows && (a.tx != nil || a.freeConn() >= 0)) {
@@ -495,7 +518,7 @@ func (a *applier) finish(err error) error {
 		return err
 	}
 	a.beat()
-	a.lastCall = time.Since(f.callStart)
+	a.lastCall = time.Since(f.writeStart)
 	n := len(f.txns)
 	last := f.txns[n-1].trailer
 	a.cfg.faults.Reach(fault.AfterCommit)
@@ -574,6 +597,7 @@ func (a *applier) Commit(_ context.Context, t collate.TxnTrailer) error {
 	a.txns = append(a.txns, pendingTxn{trailer: t, xid: a.hdr.Xid})
 	a.events += int(t.RowEvents)
 	a.inTxn = false
+	a.aloneLast = a.alone
 	return nil
 }
 
@@ -597,7 +621,8 @@ func (a *applier) closeBatch(idle bool) bool {
 		return false
 	}
 	hard := a.serial() || a.cfg.PerTransaction ||
-		len(a.txns) >= a.cfg.BatchTxns || a.events >= a.cfg.BatchEvents
+		len(a.txns) >= a.cfg.BatchTxns || a.events >= a.cfg.BatchEvents ||
+		(a.aloneLast && len(a.conns) > 1)
 	if a.tx == nil && a.freeConn() < 0 {
 		return hard
 	}
@@ -828,7 +853,7 @@ func (a *applier) fail(ctx context.Context, err error, walStart pglogrepl.LSN) e
 	if f := a.failed; f != nil {
 		a.failed = nil
 		a.discardStaged()
-		a.tx, a.txns, a.events, a.inTxn = f.tx, f.txns, f.events, false
+		a.tx, a.txConn, a.txns, a.events, a.inTxn = f.tx, f.conn, f.txns, f.events, false
 		err, walStart = f.err, 0
 	}
 	// The failing source transaction: the one being staged, else the batch's.
@@ -930,6 +955,13 @@ func (a *applier) run(ctx, stop context.Context, items <-chan item) error {
 		case err := <-a.ackFinished():
 			a.ackBusy = false
 			if err != nil {
+				// A batch that failed meanwhile is judged first (its re-run one
+				// transaction at a time must not be lost behind this error).
+				rollbackQuietly(ctx, a.tx)
+				a.tx = nil
+				if jerr := a.joinAll(); jerr != nil {
+					return a.fail(ctx, jerr, 0)
+				}
 				return err
 			}
 		case err := <-a.inflightDone():

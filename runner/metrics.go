@@ -111,7 +111,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		batchesPrepared: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "synchro_runner_batches_prepared_total",
-			Help: "Pipelined batches whose relation checks, fence pairing and row images were prepared beside the batch before.",
+			Help: "Pipelined batches written from the relation checks, fence pairing and row images prepared for them (materialize_prepare).",
 		}),
 		reconnects: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "synchro_runner_reconnects_total",

@@ -87,7 +87,21 @@ func (r *Runner) session(work, stop context.Context) error {
 	rd := newReader(&r.cfg, repl, frontier, items, budget, stop, &r.received)
 	rd.boundary = dec.Boundary
 	ap := newApplier(&r.cfg, r.log, apply, st.StreamGeneration, frontier, rd.wake, r.serialUntil, key)
-	if r.cfg.ApplySessions > 1 {
+	pipelined := r.cfg.ApplySessions > 1
+	if pipelined {
+		// A pack older than this runner (not migrated yet) has no pipelined halves:
+		// one apply session until it is, rather than a failed batch each time.
+		var ok bool
+		if err := apply.QueryRow(work, `SELECT pg_catalog.to_regprocedure('synchro.materialize_write(bigint, bigint, '
+			|| 'pg_lsn[], pg_lsn[], bigint[], timestamptz[])') IS NOT NULL`).Scan(&ok); err != nil {
+			return err
+		}
+		if !ok {
+			pipelined = false
+			r.log.Warn("the pack is older than this runner: one apply session until `synchro migrate up`")
+		}
+	}
+	if pipelined {
 		// The second apply connection, with staging tables of its own, and the
 		// acknowledgement's (applier: pipelined batches).
 		second, err := connect(work, r.cfg.DatabaseURL, "synchro-runner-apply", applyParams[:]...)

@@ -765,3 +765,26 @@ func TestRunnerRefusesStageOfOlderPack(t *testing.T) {
 	require.ErrorContains(t, err, "no column pair_no")
 	require.Equal(t, runner.Transient, runner.Classify(err).Disposition)
 }
+
+// A runner newer than the pack it runs on (the pack not migrated yet) finds no
+// pipelined halves (synchro.materialize_write): it materializes on one apply session,
+// with a warning, instead of failing every pipelined batch.
+func TestRunnerPipelinesOnlyOnAPackThatHasIt(t *testing.T) {
+	t.Parallel()
+	db := runnerSetup(t)
+	mustExec(t, db, `DROP FUNCTION synchro.materialize_write(bigint, bigint, pg_lsn[], pg_lsn[], bigint[], timestamptz[])`)
+	rr := startRunner(t, testRunnerConfig(t, db))
+	waitStream(t, db)
+	for i := 100; i < 120; i++ {
+		mustExec(t, db, `INSERT INTO items (id, owner) VALUES ($1, 'a')`, i)
+	}
+	eventually(t, 30*time.Second, "items 100..119", func() bool {
+		return countOf(t, db, `SELECT count(*) FROM synchro.effect WHERE pk::int8 BETWEEN 100 AND 119`) == 20
+	})
+	require.Zero(t, rr.counter(t, "synchro_runner_batch_fallbacks_total"))
+	require.Zero(t, rr.counter(t, "synchro_runner_batches_prepared_total"))
+	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name = 'synchro-runner-apply'`), "one apply session")
+	require.Empty(t, quarantines(t, db))
+	require.NoError(t, rr.stop(t))
+}

@@ -259,7 +259,8 @@ func runMaterializeDecoder(ctx context.Context, b *bench, decoder string) (strin
 			median(rawS), median(synS), float64(runs[0].walBytes)/1e6, strings.Join(loadTxt, ", "))
 	}
 	sb.WriteString("\nCPU seconds per run (median run by synchro time): the raw decode's walsender and pg_recvlogical; " +
-		"the runner's walsender, its apply backend (COPY staging + `synchro.materialize_batch`) and its Go code; " +
+		"the runner's walsender, its apply backends (both apply sessions: COPY staging and `synchro.materialize_batch`, " +
+		"or its two halves `materialize_prepare` and `materialize_write` for pipelined batches) and its Go code; " +
 		"what the runner's walsender spilled to disk (transactions whose decoded changes passed logical_decoding_work_mem); " +
 		"the WAL records of the source writes (all the raw decode reads) and those written while the runner ran (its walsender reads both):\n\n")
 	sb.WriteString("| source txns | raw walsender | pg_recvlogical | synchro walsender | apply backend | runner (Go) | synchro wall s | spilled txns | spilled MB | source WAL records | runner's WAL records |\n")

@@ -9,9 +9,13 @@
 -- the synchro tables waits for, so the session can hold what it prepared while it
 -- waits for the batch before.
 --
--- Returns the registry generation it prepared under, or NULL when it prepared nothing:
--- a batch the set-based path does not take whole (a transaction that must go alone, a
--- projection bootstrap not merged, a replayed transaction), or any failure. Failures
+-- It prepares the batch's leading run of transactions the set-based path takes: the
+-- whole batch, or the transactions before the first one that must go alone (a registry
+-- activation, a dependency change, a TRUNCATE, an unchanged out-of-line value; the
+-- runner ends a pipelined batch right after such a transaction, so that the rest of
+-- the batch is that run). Returns the registry generation it prepared under, or NULL
+-- when it prepared nothing: the batch starts with a transaction that goes alone, a
+-- projection bootstrap is not merged, a transaction is replayed, or any failure. Failures
 -- are not judged here: the registry and the stream position may still change before
 -- the batch's turn, so materialize_write runs synchro.materialize_batch on the same
 -- staged batch instead, which judges them as an unpipelined batch would.
@@ -41,6 +45,7 @@ DECLARE
   p     record;
   reg   bigint;
   pos   record;
+  k     int;
 BEGIN
   IF n = 0 OR cardinality(end_lsns) IS DISTINCT FROM n OR cardinality(xids) IS DISTINCT FROM n
      OR cardinality(commit_times) IS DISTINCT FROM n THEN
@@ -54,8 +59,12 @@ BEGIN
   -- While a projection bootstrap is not merged, materialize_batch may drop staged
   -- events or take transactions alone: not prepared.
   IF EXISTS (SELECT 1 FROM synchro.bootstrap x WHERE x.merged_at IS NULL AND x.kind = 'project'
-                                                  AND x.phase NOT IN ('merged', 'subsumed'))
-     OR cardinality(synchro._mat_batch_alone()) > 0 THEN
+                                                  AND x.phase NOT IN ('merged', 'subsumed')) THEN
+    RETURN NULL;
+  END IF;
+  -- The leading run: transactions 0 .. k - 1.
+  SELECT coalesce(min(a), n) INTO k FROM unnest(synchro._mat_batch_alone()) a;
+  IF k = 0 THEN
     RETURN NULL;
   END IF;
   -- Read without a lock: the batch before may still be writing the row. What it
@@ -67,15 +76,17 @@ BEGIN
   reg := p.registry_generation;
   BEGIN
     SELECT * INTO pos
-      FROM synchro._mat_run_position(0, n - 1, gen, p.materialized_commit_lsn, p.generation_start_lsn,
+      FROM synchro._mat_run_position(0, k - 1, gen, p.materialized_commit_lsn, p.generation_start_lsn,
                                      p.processed_end_lsn, commit_lsns, end_lsns, xids, commit_times);
-    IF pos.n_new <> n THEN
+    IF pos.n_new <> k THEN
       -- A replayed transaction: the sequential path knows its outcome.
       RAISE EXCEPTION 'batch_fallback' USING ERRCODE = 'SYB01', DETAIL = 'replay';
     END IF;
-    PERFORM synchro._mat_run_prepare(0, n - 1, reg, pos.n_ev, pos.n_fence);
+    PERFORM synchro._mat_run_prepare(0, k - 1, reg, pos.n_ev, pos.n_fence);
   EXCEPTION WHEN OTHERS THEN
-    -- Not judged here (above). The block's work-table rows are rolled back.
+    -- Not judged here (above). The block's work-table rows are rolled back. The
+    -- SQLSTATE only, for a server at log_min_messages = debug1: never a value.
+    RAISE DEBUG 'synchro: materialize_prepare prepared nothing (SQLSTATE %)', SQLSTATE;
     RETURN NULL;
   END;
   RETURN reg;

@@ -6,16 +6,19 @@
 -- Under the progress row's lock it checks what the batch before may have changed since
 -- the batch was prepared: the stream and registry generations, the stream position
 -- (serial commit order after the durable high-watermark), an open stream reset, a
--- projection bootstrap. If all hold, it writes the batch from the prepared work tables
--- (synchro._mat_run_write): the same writes as synchro.materialize_batch's set-based
--- path, since the prepared half depends only on the batch and the registry generation
+-- projection bootstrap. If all hold, it writes the prepared run (the batch's first k
+-- transactions) from the prepared work tables (synchro._mat_run_write), then the rest of
+-- the batch as materialize_batch would (synchro._materialize_from k): the same writes as
+-- synchro.materialize_batch, since the prepared half depends only on the batch and the
+-- registry generation
 -- (tests/pipeline_test.go compares the two byte for byte). Otherwise, and when nothing
 -- was prepared, it empties the work tables and runs synchro.materialize_batch on the
--- same staged batch. Returns one outcome per transaction, as materialize_batch.
+-- same staged batch. Returns one outcome per transaction, as materialize_batch, and
+-- whether it wrote from what was prepared (the runner counts those: a fallback taken
+-- every time would cost the overlap silently).
 CREATE OR REPLACE FUNCTION synchro.materialize_write(
   stream_generation bigint, prepared bigint, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[],
-  commit_times timestamptz[])
-RETURNS text[]
+  commit_times timestamptz[], OUT outcomes text[], OUT from_prepared boolean)
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -33,6 +36,7 @@ DECLARE
   n         int := coalesce(cardinality(commit_lsns), 0);
   p         record;
   f         record;
+  k         int;
   nestloop  text;
   mergejoin text;
 BEGIN
@@ -46,11 +50,12 @@ BEGIN
     -- An open stream reset blocks every generation but its own target.
     PERFORM synchro._reset_guard(gen);
     SELECT x.* INTO p FROM synchro.progress x FOR UPDATE;
-    -- The prepared work tables hold the whole batch (materialize_prepare filled them
-    -- in this session for these transactions, all of them new), the generations are
-    -- still those it prepared under, and no projection bootstrap appeared since.
+    -- The prepared work tables hold a leading run of the batch, 0 .. k - 1
+    -- (materialize_prepare filled them in this session for these transactions, all of
+    -- them new), the generations are still those it prepared under, and no projection
+    -- bootstrap appeared since.
     IF FOUND AND p.stream_generation = gen AND p.registry_generation = prepared
-       AND (SELECT count(*) FROM pg_temp.synchro_b_txn) = n
+       AND (SELECT count(*) = max(b.t) + 1 AND min(b.t) = 0 AND max(b.t) < n FROM pg_temp.synchro_b_txn b)
        AND NOT EXISTS (SELECT 1 FROM pg_temp.synchro_b_txn b
                         WHERE b.commit_lsn IS DISTINCT FROM commit_lsns[b.t + 1] OR b.end_lsn IS DISTINCT FROM end_lsns[b.t + 1]
                            OR b.xid IS DISTINCT FROM xids[b.t + 1])
@@ -67,15 +72,22 @@ BEGIN
              coalesce(bool_or(l.last AND l.op = 'delete'), false) AS deletes,
              coalesce(bool_or(l.last AND l.op <> 'delete' AND NOT l.fresh), false) AS anyknown
         INTO f FROM pg_temp.synchro_b_links l;
+      SELECT count(*) INTO k FROM pg_temp.synchro_b_txn;
       PERFORM synchro._mat_run_write(gen, prepared, f.n_rows, f.multi, f.deletes, f.anyknown);
       PERFORM synchro._mat_run_clear();
       PERFORM set_config('enable_nestloop', nestloop, true), set_config('enable_mergejoin', mergejoin, true);
+      outcomes := array_fill('materialized'::text, ARRAY[k]);
+      IF k < n THEN
+        outcomes := outcomes || synchro._materialize_from(k, gen, commit_lsns, end_lsns, xids, commit_times, true);
+      END IF;
       PERFORM synchro._stage_reset(-1);
-      RETURN array_fill('materialized'::text, ARRAY[n]);
+      from_prepared := true;
+      RETURN;
     END IF;
   END IF;
   PERFORM synchro._mat_run_clear();
-  RETURN synchro.materialize_batch(gen, commit_lsns, end_lsns, xids, commit_times, true);
+  outcomes := synchro.materialize_batch(gen, commit_lsns, end_lsns, xids, commit_times, true);
+  from_prepared := false;
 END
 $$;
 
