@@ -55,7 +55,10 @@ type Config struct {
 	// buffered, so at low load it holds one transaction.
 	BatchTxns int
 	// BatchEvents closes a batch once it holds this many row events (default
-	// 20000). A single larger source transaction is still one batch.
+	// 5000). A single larger source transaction is still one batch. With pipelined
+	// batches, smaller ones overlap more: a backlog of 49 1,000-row transactions
+	// in batches of 20,000 events is three batches, of which only the last two can
+	// be prepared beside the one before (docs/benchmarks.md, eleventh session).
 	BatchEvents int
 	// BatchDelay closes a batch that has been open this long while source
 	// transactions keep arriving (default 100ms). A batch closes earlier, once it
@@ -173,7 +176,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.BatchTxns = 1000
 	}
 	if c.BatchEvents <= 0 {
-		c.BatchEvents = 20000
+		c.BatchEvents = 5000
 	}
 	def(&c.BatchDelay, 100*time.Millisecond)
 	if c.BatchBytes <= 0 {

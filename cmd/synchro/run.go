@@ -95,7 +95,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	batchEvents, err := envInt(envBatchEvents, 20000)
+	batchEvents, err := envInt(envBatchEvents, 5000)
 	if err != nil {
 		return err
 	}

@@ -10,10 +10,9 @@
 -- transactions) from the prepared work tables (synchro._mat_run_write), then the rest of
 -- the batch as materialize_batch would (synchro._materialize_from k): the same writes as
 -- synchro.materialize_batch, since the prepared half depends only on the batch and the
--- registry generation
--- (tests/pipeline_test.go compares the two byte for byte). Otherwise, and when nothing
--- was prepared, it empties the work tables and runs synchro.materialize_batch on the
--- same staged batch. Returns one outcome per transaction, as materialize_batch, and
+-- registry generation (TestBatchInvariant, tests/batch_test.go, compares them byte for
+-- byte). Otherwise, and when nothing was prepared, it empties the work tables and runs
+-- synchro.materialize_batch on the same staged batch. Returns one outcome per transaction, as materialize_batch, and
 -- whether it wrote from what was prepared (the runner counts those: a fallback taken
 -- every time would cost the overlap silently).
 CREATE OR REPLACE FUNCTION synchro.materialize_write(
