@@ -5796,7 +5796,7 @@ BEGIN
        AND (SELECT count(*) = max(b.t) + 1 AND min(b.t) = 0 AND max(b.t) < n FROM pg_temp.synchro_b_txn b)
        AND NOT EXISTS (SELECT 1 FROM pg_temp.synchro_b_txn b
                         WHERE b.commit_lsn IS DISTINCT FROM commit_lsns[b.t + 1] OR b.end_lsn IS DISTINCT FROM end_lsns[b.t + 1]
-                           OR b.xid IS DISTINCT FROM xids[b.t + 1])
+                           OR b.xid IS DISTINCT FROM xids[b.t + 1] OR b.commit_time IS DISTINCT FROM commit_times[b.t + 1])
        AND NOT EXISTS (SELECT 1 FROM synchro.bootstrap x WHERE x.merged_at IS NULL AND x.kind = 'project'
                                                   AND x.phase NOT IN ('merged', 'subsumed')) THEN
       nestloop := current_setting('enable_nestloop');

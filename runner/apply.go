@@ -87,10 +87,13 @@ type applier struct {
 	// alone: the source transaction being staged is one the set-based path never
 	// takes (a registry activation, a dependency change, a TRUNCATE, an unchanged
 	// out-of-line value: synchro._mat_batch_alone); aloneLast: the open batch ends
-	// with one. A pipelined batch closes right after such a transaction, so that the
-	// run before it is prepared whole (synchro.materialize_prepare prepares a
-	// batch's leading run).
-	alone, aloneLast bool
+	// with one; aloneFirst: it began with one. A pipelined batch that began with a
+	// run closes right after such a transaction, so that the run is prepared whole
+	// (synchro.materialize_prepare prepares a batch's leading run). One that began
+	// with such a transaction has no run to prepare and closes at the usual bounds:
+	// closing it early would make a workload of such transactions (an update that
+	// leaves a large value unchanged, say) a batch per transaction.
+	alone, aloneLast, aloneFirst bool
 	// lastCall is how long the last materialize_batch call took: a batch that
 	// keeps receiving transactions closes once it has been open that long (group
 	// commit), so under a steady load the batch size follows the load and the
@@ -598,6 +601,9 @@ func (a *applier) Commit(_ context.Context, t collate.TxnTrailer) error {
 	a.events += int(t.RowEvents)
 	a.inTxn = false
 	a.aloneLast = a.alone
+	if len(a.txns) == 1 {
+		a.aloneFirst = a.alone
+	}
 	return nil
 }
 
@@ -622,7 +628,7 @@ func (a *applier) closeBatch(idle bool) bool {
 	}
 	hard := a.serial() || a.cfg.PerTransaction ||
 		len(a.txns) >= a.cfg.BatchTxns || a.events >= a.cfg.BatchEvents ||
-		(a.aloneLast && len(a.conns) > 1)
+		(a.aloneLast && !a.aloneFirst && len(a.conns) > 1)
 	if a.tx == nil && a.freeConn() < 0 {
 		return hard
 	}

@@ -788,3 +788,32 @@ func TestRunnerPipelinesOnlyOnAPackThatHasIt(t *testing.T) {
 	require.Empty(t, quarantines(t, db))
 	require.NoError(t, rr.stop(t))
 }
+
+// A backlog of updates that leave a large value unchanged (each goes alone: pgoutput
+// sends the value as unchanged TOAST) is materialized in batches of many transactions,
+// as before batches were pipelined: a pipelined batch closes early after such a
+// transaction only when it began with a run it can prepare, so a workload of them is
+// not cut into a batch per transaction.
+func TestPipelinedBatchesOfUnchangedToastUpdates(t *testing.T) {
+	t.Parallel()
+	db, cfg, _ := stoppedStream(t)
+	mustExec(t, db, `ALTER TABLE items ALTER COLUMN note SET STORAGE EXTERNAL`)
+	mustExec(t, db, `UPDATE items SET note = repeat('x', 5000) WHERE id = 1`)
+	const n = 60
+	for i := 0; i < n; i++ {
+		mustExec(t, db, `UPDATE items SET v = v + 1 WHERE id = 1`)
+	}
+	cfg.BatchTxns = 10000
+	cfg.BatchDelay = time.Hour
+	rr := startRunner(t, cfg)
+	catchUp(t, db)
+	require.NoError(t, rr.stop(t))
+	batches, txns := rr.histogram(t, "synchro_runner_batch_transactions")
+	t.Logf("%d batches for %.0f source transactions", batches, txns)
+	require.GreaterOrEqual(t, txns, float64(n))
+	require.Less(t, float64(batches)*4, txns, "not a batch per transaction")
+	require.Equal(t, n+1, countOf(t, db, `SELECT count(*) FROM synchro.txn`), "each update materialized once")
+	require.Equal(t, n+1, countOf(t, db, `SELECT v FROM items WHERE id = 1`))
+	require.Equal(t, n+1, countOf(t, db, `SELECT (image ->> 'v')::int FROM synchro.projection WHERE pk = '1'`))
+	require.Empty(t, quarantines(t, db))
+}

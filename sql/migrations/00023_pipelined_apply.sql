@@ -13,6 +13,10 @@
 -- the ledger's materialized_at must still rise with commit_lsn (synchro._retention_floor
 -- relies on it). Each write call starts once the batch before committed.
 ALTER TABLE synchro.txn ALTER COLUMN materialized_at SET DEFAULT statement_timestamp();
+-- Dropped before the function files re-create them: a database migrated while these
+-- functions were under development may hold an earlier materialize_write (returning
+-- text[]), which CREATE OR REPLACE cannot change into one with OUT parameters.
+DROP FUNCTION IF EXISTS synchro.materialize_write(bigint, bigint, pg_lsn[], pg_lsn[], bigint[], timestamptz[]);
 
 -- +goose Down
 ALTER TABLE synchro.txn ALTER COLUMN materialized_at SET DEFAULT now();
