@@ -241,6 +241,28 @@ $_$;
 ALTER FUNCTION synchro._baseline_rows(reg bigint, sch text) OWNER TO postgres;
 
 --
+-- Name: _batch_arrays_check(text, pg_lsn[], pg_lsn[], bigint[], timestamp with time zone[]); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._batch_arrays_check(caller text, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[]) RETURNS integer
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+DECLARE
+  n int := coalesce(cardinality(commit_lsns), 0);
+BEGIN
+  IF n = 0 OR cardinality(end_lsns) IS DISTINCT FROM n OR cardinality(xids) IS DISTINCT FROM n
+     OR cardinality(commit_times) IS DISTINCT FROM n THEN
+    RAISE EXCEPTION '%: the batch arrays must be non-empty and of one length', caller
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  RETURN n;
+END
+$$;
+
+
+ALTER FUNCTION synchro._batch_arrays_check(caller text, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[]) OWNER TO postgres;
+
+--
 -- Name: _bootstrap_catch_up(bigint, bigint, integer, pg_lsn, boolean); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -5628,13 +5650,11 @@ CREATE FUNCTION synchro.materialize_batch(stream_generation bigint, commit_lsns 
     SET enable_seqscan TO 'off'
     AS $$
 DECLARE
-  n        int := coalesce(cardinality(commit_lsns), 0);
   outcomes text[];
 BEGIN
-  IF n = 0 OR cardinality(end_lsns) IS DISTINCT FROM n OR cardinality(xids) IS DISTINCT FROM n
-     OR cardinality(commit_times) IS DISTINCT FROM n OR set_based IS NULL THEN
-    RAISE EXCEPTION 'materialize_batch: the batch arrays must be non-empty and of one length'
-      USING ERRCODE = 'invalid_parameter_value';
+  PERFORM synchro._batch_arrays_check('materialize_batch', commit_lsns, end_lsns, xids, commit_times);
+  IF set_based IS NULL THEN
+    RAISE EXCEPTION 'materialize_batch: set_based must not be null' USING ERRCODE = 'invalid_parameter_value';
   END IF;
   -- The session's work tables are the owner's own, checked on every call, not only when
   -- the session opened them: a session can drop every temporary object it holds,
@@ -5699,17 +5719,13 @@ CREATE FUNCTION synchro.materialize_prepare(stream_generation bigint, commit_lsn
     AS $$
 DECLARE
   gen   bigint := materialize_prepare.stream_generation;
-  n     int := coalesce(cardinality(commit_lsns), 0);
+  n     int;
   p     record;
   reg   bigint;
   pos   record;
   k     int;
 BEGIN
-  IF n = 0 OR cardinality(end_lsns) IS DISTINCT FROM n OR cardinality(xids) IS DISTINCT FROM n
-     OR cardinality(commit_times) IS DISTINCT FROM n THEN
-    RAISE EXCEPTION 'materialize_prepare: the batch arrays must be non-empty and of one length'
-      USING ERRCODE = 'invalid_parameter_value';
-  END IF;
+  n := synchro._batch_arrays_check('materialize_prepare', commit_lsns, end_lsns, xids, commit_times);
   -- The work tables are the owner's own (synchro.materialize_batch says why this is
   -- checked on every call).
   PERFORM synchro.runner_stage_open();
@@ -5771,18 +5787,14 @@ CREATE FUNCTION synchro.materialize_write(stream_generation bigint, prepared big
     AS $$
 DECLARE
   gen       bigint := materialize_write.stream_generation;
-  n         int := coalesce(cardinality(commit_lsns), 0);
+  n         int;
   p         record;
   f         record;
   k         int;
   nestloop  text;
   mergejoin text;
 BEGIN
-  IF n = 0 OR cardinality(end_lsns) IS DISTINCT FROM n OR cardinality(xids) IS DISTINCT FROM n
-     OR cardinality(commit_times) IS DISTINCT FROM n THEN
-    RAISE EXCEPTION 'materialize_write: the batch arrays must be non-empty and of one length'
-      USING ERRCODE = 'invalid_parameter_value';
-  END IF;
+  n := synchro._batch_arrays_check('materialize_write', commit_lsns, end_lsns, xids, commit_times);
   PERFORM synchro.runner_stage_open();
   IF prepared IS NOT NULL THEN
     -- An open stream reset blocks every generation but its own target.
@@ -9028,6 +9040,13 @@ REVOKE ALL ON FUNCTION synchro._baseline_project(reg bigint) FROM PUBLIC;
 --
 
 REVOKE ALL ON FUNCTION synchro._baseline_rows(reg bigint, sch text) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _batch_arrays_check(caller text, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[]); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._batch_arrays_check(caller text, commit_lsns pg_lsn[], end_lsns pg_lsn[], xids bigint[], commit_times timestamp with time zone[]) FROM PUBLIC;
 
 
 --

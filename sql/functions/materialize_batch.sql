@@ -53,13 +53,11 @@ SET plan_cache_mode TO force_generic_plan
 SET enable_seqscan TO off
 AS $$
 DECLARE
-  n        int := coalesce(cardinality(commit_lsns), 0);
   outcomes text[];
 BEGIN
-  IF n = 0 OR cardinality(end_lsns) IS DISTINCT FROM n OR cardinality(xids) IS DISTINCT FROM n
-     OR cardinality(commit_times) IS DISTINCT FROM n OR set_based IS NULL THEN
-    RAISE EXCEPTION 'materialize_batch: the batch arrays must be non-empty and of one length'
-      USING ERRCODE = 'invalid_parameter_value';
+  PERFORM synchro._batch_arrays_check('materialize_batch', commit_lsns, end_lsns, xids, commit_times);
+  IF set_based IS NULL THEN
+    RAISE EXCEPTION 'materialize_batch: set_based must not be null' USING ERRCODE = 'invalid_parameter_value';
   END IF;
   -- The session's work tables are the owner's own, checked on every call, not only when
   -- the session opened them: a session can drop every temporary object it holds,

@@ -41,17 +41,13 @@ SET enable_mergejoin TO off
 AS $$
 DECLARE
   gen   bigint := materialize_prepare.stream_generation;
-  n     int := coalesce(cardinality(commit_lsns), 0);
+  n     int;
   p     record;
   reg   bigint;
   pos   record;
   k     int;
 BEGIN
-  IF n = 0 OR cardinality(end_lsns) IS DISTINCT FROM n OR cardinality(xids) IS DISTINCT FROM n
-     OR cardinality(commit_times) IS DISTINCT FROM n THEN
-    RAISE EXCEPTION 'materialize_prepare: the batch arrays must be non-empty and of one length'
-      USING ERRCODE = 'invalid_parameter_value';
-  END IF;
+  n := synchro._batch_arrays_check('materialize_prepare', commit_lsns, end_lsns, xids, commit_times);
   -- The work tables are the owner's own (synchro.materialize_batch says why this is
   -- checked on every call).
   PERFORM synchro.runner_stage_open();

@@ -32,18 +32,14 @@ SET enable_seqscan TO off
 AS $$
 DECLARE
   gen       bigint := materialize_write.stream_generation;
-  n         int := coalesce(cardinality(commit_lsns), 0);
+  n         int;
   p         record;
   f         record;
   k         int;
   nestloop  text;
   mergejoin text;
 BEGIN
-  IF n = 0 OR cardinality(end_lsns) IS DISTINCT FROM n OR cardinality(xids) IS DISTINCT FROM n
-     OR cardinality(commit_times) IS DISTINCT FROM n THEN
-    RAISE EXCEPTION 'materialize_write: the batch arrays must be non-empty and of one length'
-      USING ERRCODE = 'invalid_parameter_value';
-  END IF;
+  n := synchro._batch_arrays_check('materialize_write', commit_lsns, end_lsns, xids, commit_times);
   PERFORM synchro.runner_stage_open();
   IF prepared IS NOT NULL THEN
     -- An open stream reset blocks every generation but its own target.
