@@ -952,6 +952,10 @@ DECLARE
   ctx record;
   lsn pg_catalog.pg_lsn;
   refused pg_catalog.text;    -- SQLSTATE of a refused json value (issue 13)
+  sz  pg_catalog.int8;        -- bytes of the registered values, then of the row, as text (issue 13)
+  big boolean;                -- a registered value's rendering overflowed
+  deep boolean;               -- registered json nested deeper than the documented limit
+  jb  pg_catalog.jsonb;       -- a registered json or jsonb value, as jsonb
   ord pg_catalog.text;        -- the registered-DML ordinal, as text
   body pg_catalog.text;       -- the message body (wire format 3), without its MAC
   stk pg_catalog.text;        -- the call stack (PG_CONTEXT): one line when a top-level statement fired it
@@ -1129,8 +1133,10 @@ CREATE FUNCTION synchro._fence_value_checks(rid bigint) RETURNS text
     AS $_$
 DECLARE
   c record;
-  sizes text[] := '{}';
-  out text := '';
+  cheap text[] := '{}';    -- sizes read from the stored length: no rendering
+  rendered text[] := '{}'; -- sizes that render the value, inside a block that catches overflow
+  out text := '
+    sz := 0; big := false; deep := false;';
 BEGIN
   FOR c IN
     WITH cols AS (
@@ -1140,59 +1146,78 @@ BEGIN
         JOIN synchro.registry_generation rg ON rg.generation = g.generation AND rg.state IN ('active', 'pending')
         JOIN pg_attribute a ON a.attrelid = r.relid AND a.attname = ANY (g.columns) AND a.attnum > 0 AND NOT a.attisdropped
        WHERE r.relation_id = rid AND a.attname <> r.key_column)
-    SELECT cols.attname, t.typlen, base.typname AS base_name, base.oid AS base_oid,
-           -- json itself, an array of json, or domains over either, at any depth: an
-           -- array of a domain over a domain over json went unchecked (one level only),
-           -- and its \u0000 then failed the row image (22P05), a good transaction
-           -- quarantined (TestBoundaryUnrenderableValueRefusedAtSource).
-           (base.oid = 'json'::regtype
-            OR (base.typelem <> 0 AND base.typlen = -1
-                AND (synchro._base_type(base.typelem)).oid = 'json'::regtype)) AS holds_json
+    SELECT cols.attname, t.typlen, base.oid AS base_oid, base.typoutput::regproc AS output,
+           -- json or jsonb itself, an array of either, or domains over them, at any
+           -- depth: an array of a domain over a domain over json went unchecked (one
+           -- level only), and its \u0000 then failed the row image (22P05), a good
+           -- transaction quarantined (TestBoundaryUnrenderableValueRefusedAtSource).
+           CASE WHEN base.oid IN ('json'::regtype, 'jsonb'::regtype) THEN base.oid
+                WHEN base.typelem <> 0 AND base.typlen = -1
+                 AND (synchro._base_type(base.typelem)).oid IN ('json'::regtype, 'jsonb'::regtype)
+                THEN (synchro._base_type(base.typelem)).oid END AS json_kind
       FROM cols
       JOIN pg_type t ON t.oid = cols.atttypid
-      CROSS JOIN LATERAL (
-        WITH RECURSIVE dom(oid, depth) AS (
-          SELECT cols.atttypid, 0
-          UNION ALL
-          SELECT d.typbasetype, dom.depth + 1 FROM dom JOIN pg_type d ON d.oid = dom.oid
-           WHERE d.typtype = 'd' AND dom.depth < 32)
-        SELECT b.oid, b.typname, b.typelem, b.typlen FROM dom JOIN pg_type b ON b.oid = dom.oid
-         ORDER BY dom.depth DESC LIMIT 1) base
+      CROSS JOIN LATERAL synchro._base_type(cols.atttypid) base
      ORDER BY cols.attname
   LOOP
-    IF c.holds_json THEN
+    IF c.json_kind IS NOT NULL THEN
+      -- to_jsonb parses json (jsonb refuses what it cannot hold) and is the identity
+      -- for jsonb; the depth is the level of the deepest item (jsonpath's .** is C, and
+      -- stops descending at the level asked for); the size is the text of the jsonb.
       out := out || format($chk$
     BEGIN
-      PERFORM pg_catalog.to_jsonb(NEW.%4$s);
+      jb := pg_catalog.to_jsonb(NEW.%3$s);
+      deep := deep OR coalesce(pg_catalog.jsonb_path_exists(jb, 'strict $.**{8001}'::pg_catalog.jsonpath), false);
+      sz := sz + coalesce(pg_catalog.octet_length(pg_catalog.textin(pg_catalog.jsonb_out(jb))), 0);
     EXCEPTION WHEN data_exception THEN
       GET STACKED DIAGNOSTICS refused := RETURNED_SQLSTATE;
-      RAISE EXCEPTION 'registered value refused: column %% of relation_id %% holds json that jsonb cannot represent', %2$L, %3$s
+      RAISE EXCEPTION 'registered value refused: column %% of relation_id %% holds json that jsonb cannot represent', %1$L, %2$s
         USING ERRCODE = refused;
-    END;$chk$, c.attname, c.attname, rid, synchro._pl_ident(c.attname));
-    END IF;
-    IF c.typlen > 0 THEN
+    WHEN OTHERS THEN
+      big := true;
+    END;$chk$, c.attname, rid, synchro._pl_ident(c.attname));
+    ELSIF c.typlen > 0 THEN
       CONTINUE; -- fixed length: small, not counted
-    END IF;
-    sizes := sizes || CASE
+    ELSIF c.base_oid IN ('text'::regtype, 'varchar'::regtype, 'bpchar'::regtype) THEN
       -- octet_length of these reads the stored length: no detoasting.
-      WHEN c.base_oid IN ('text'::regtype, 'varchar'::regtype, 'bpchar'::regtype)
-        THEN format('coalesce(pg_catalog.octet_length(NEW.%s), 0)', synchro._pl_ident(c.attname))
-      WHEN c.base_oid = 'bytea'::regtype
-        THEN format('coalesce(2 * pg_catalog.octet_length(NEW.%s), 0)', synchro._pl_ident(c.attname))
-      WHEN c.base_oid = 'json'::regtype
-        THEN format('coalesce(pg_catalog.octet_length(NEW.%s::pg_catalog.text), 0)', synchro._pl_ident(c.attname))
-      ELSE format('coalesce(CASE WHEN pg_catalog.pg_column_size(NEW.%1$s) <= 8192 THEN pg_catalog.pg_column_size(NEW.%1$s) '
-                  'ELSE pg_catalog.octet_length(NEW.%1$s::pg_catalog.text) END, 0)', synchro._pl_ident(c.attname))
-      END;
+      cheap := cheap || format('coalesce(pg_catalog.octet_length(NEW.%s), 0)', synchro._pl_ident(c.attname));
+    ELSIF c.base_oid = 'bytea'::regtype THEN
+      cheap := cheap || format('coalesce(2 * pg_catalog.octet_length(NEW.%s), 0)', synchro._pl_ident(c.attname));
+    ELSE
+      rendered := rendered || format('coalesce(pg_catalog.octet_length(pg_catalog.textin(%s(NEW.%s))), 0)',
+                                     c.output, synchro._pl_ident(c.attname));
+    END IF;
   END LOOP;
-  IF cardinality(sizes) > 0 THEN
+  IF cardinality(cheap) > 0 THEN
     out := out || format($chk$
-    IF 0::pg_catalog.int8 + %1$s > 33554432 THEN
-      RAISE EXCEPTION 'registered values of relation_id %% are over 32 MiB together (documented row image limit)', %2$s
-        USING ERRCODE = 'string_data_right_truncation';
-    END IF;$chk$, array_to_string(sizes, ' + '), rid);
+    sz := sz + %s;$chk$, array_to_string(cheap, ' + '));
   END IF;
-  RETURN out;
+  IF cardinality(rendered) > 0 THEN
+    out := out || format($chk$
+    BEGIN
+      sz := sz + %s;
+    EXCEPTION WHEN OTHERS THEN
+      big := true;
+    END;$chk$, array_to_string(rendered, ' + '));
+  END IF;
+  RETURN out || format($chk$
+    IF deep THEN
+      RAISE EXCEPTION 'registered json of relation_id %% is nested deeper than 8000 levels (documented row image limit)', %1$s
+        USING ERRCODE = 'string_data_right_truncation';
+    END IF;
+    IF big OR sz > 33554432 THEN
+      RAISE EXCEPTION 'registered values of relation_id %% are over 32 MiB together as text, or cannot be rendered (documented row image limit)', %1$s
+        USING ERRCODE = 'string_data_right_truncation';
+    END IF;
+    BEGIN
+      sz := pg_catalog.octet_length(pg_catalog.textin(pg_catalog.record_out(NEW)));
+    EXCEPTION WHEN OTHERS THEN
+      sz := NULL;
+    END;
+    IF sz IS NULL OR sz > 67108864 THEN
+      RAISE EXCEPTION 'row of relation_id %% is over 64 MiB as text, or cannot be rendered as text (documented row limit)', %1$s
+        USING ERRCODE = 'string_data_right_truncation';
+    END IF;$chk$, rid);
 END
 $_$;
 

@@ -170,6 +170,47 @@ func TestFenceRunsNoCallerOperator(t *testing.T) {
 	require.Equal(t, 1, n)
 }
 
+// The fence measures the text of the row's values (what the decoders render): a cast
+// the caller defines from its own type to text must never run inside it. The caller
+// owns its enum and so its array type, and may give that a cast to text; the fence
+// rendered a registered value of such a type through "::text" when it was stored in
+// more than 8 kB, and so ran the caller's cast as the pack's owner (found in the
+// twelfth session). The same for a composite column, not registered, and the row's
+// own type. The fence now calls each type's output function (only a superuser defines
+// one) and renders the row with record_out.
+func TestFenceRunsNoCallerCast(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	h := newHostileApp(t, db, true)
+	s := h.qs()
+	h.exec(fmt.Sprintf(`
+		CREATE TABLE %[1]s.log (who text, key_rows bigint);
+		CREATE TYPE %[1]s.mood AS ENUM ('ok', 'sad');
+		CREATE TYPE %[1]s.pair AS (a text, b text);
+		CREATE TABLE %[1]s.moods (id int8 PRIMARY KEY, m %[1]s.mood[], hidden %[1]s.pair);
+		CREATE FUNCTION %[1]s.snoop() RETURNS boolean LANGUAGE plpgsql AS $f$ %[2]s $f$;
+		CREATE FUNCTION %[1]s.moods_text(v %[1]s.mood[]) RETURNS text LANGUAGE plpgsql AS $f$
+		DECLARE ignored boolean; BEGIN ignored := %[1]s.snoop(); RETURN 'x'; END $f$;
+		CREATE CAST (%[1]s.mood[] AS text) WITH FUNCTION %[1]s.moods_text(%[1]s.mood[]);
+		CREATE FUNCTION %[1]s.pair_text(v %[1]s.pair) RETURNS text LANGUAGE plpgsql AS $f$
+		DECLARE ignored boolean; BEGIN ignored := %[1]s.snoop(); RETURN 'x'; END $f$;
+		CREATE CAST (%[1]s.pair AS text) WITH FUNCTION %[1]s.pair_text(%[1]s.pair);
+		CREATE FUNCTION %[1]s.row_text(v %[1]s.moods) RETURNS text LANGUAGE plpgsql AS $f$
+		DECLARE ignored boolean; BEGIN ignored := %[1]s.snoop(); RETURN 'x'; END $f$;
+		CREATE CAST (%[1]s.moods AS text) WITH FUNCTION %[1]s.row_text(%[1]s.moods);`, s, snoop(s+".log")))
+	mustExec(t, db, fmt.Sprintf(`
+		SELECT synchro.register_table('%[1]s.moods', 'moods', ARRAY['m']::name[]);
+		SELECT synchro.activate_registry();`, s))
+	// Small and large (stored in more than 8 kB) values, on insert and update.
+	big := fmt.Sprintf(`(SELECT array_agg(CASE WHEN random() < 0.5 THEN 'ok' ELSE 'sad' END::%s.mood) FROM generate_series(1, 200000))`, s)
+	h.exec(fmt.Sprintf(`INSERT INTO %[1]s.moods VALUES (1, ARRAY['ok']::%[1]s.mood[], ROW('c', 'd'))`, s))
+	h.exec(fmt.Sprintf(`INSERT INTO %[1]s.moods VALUES (2, %[2]s, ROW(repeat('c', 10000), 'd'))`, s, big))
+	h.exec(fmt.Sprintf(`UPDATE %[1]s.moods SET m = %[2]s WHERE id = 1`, s, big))
+	require.Greater(t, countOf(t, db, fmt.Sprintf(`SELECT min(pg_column_size(m)) FROM %s.moods`, s)), 8192)
+	requireOnlyRanAs(t, h.conn, s+".log", h.role)
+	require.Equal(t, 2, countOf(t, db, fmt.Sprintf(`SELECT count(*) FROM %s.moods`, s)))
+}
+
 // A role without a schema of its own uses its TEMP privilege: a domain pg_temp.text
 // whose CHECK calls its own pg_temp function, found first through search_path.
 func TestFenceRunsNoCallerTempType(t *testing.T) {

@@ -80,6 +80,10 @@ DECLARE
   ctx record;
   lsn pg_catalog.pg_lsn;
   refused pg_catalog.text;    -- SQLSTATE of a refused json value (issue 13)
+  sz  pg_catalog.int8;        -- bytes of the registered values, then of the row, as text (issue 13)
+  big boolean;                -- a registered value's rendering overflowed
+  deep boolean;               -- registered json nested deeper than the documented limit
+  jb  pg_catalog.jsonb;       -- a registered json or jsonb value, as jsonb
   ord pg_catalog.text;        -- the registered-DML ordinal, as text
   body pg_catalog.text;       -- the message body (wire format 3), without its MAC
   stk pg_catalog.text;        -- the call stack (PG_CONTEXT): one line when a top-level statement fired it

@@ -1,41 +1,62 @@
 -- The source refusals of a generated fence (issue 13, item 4b), as PL/pgSQL
 -- statements that _fence_source splices into synchro._fence_<relation_id>().
 --
--- A value PostgreSQL accepted must never poison the stream. What materialization could
--- not render into the row image is therefore refused at the source, by the fence, in
--- the writing statement: the writer learns at once (push reports the mutation
--- rejected with that code), nothing is written, and the message names the column and
--- rule, never the value (PostgreSQL's own error for bad json quotes the input in its
--- CONTEXT, so it is caught and replaced). For INSERT and UPDATE:
+-- A value PostgreSQL accepted must never poison or stop the stream. What the decoders
+-- or materialization could not render is therefore refused at the source, by the
+-- fence, in the writing statement: the writer learns at once (push reports the
+-- mutation rejected with that code), nothing is written, and the message names the
+-- column or the rule, never the value (PostgreSQL's own error for bad json quotes the
+-- input in its CONTEXT, so it is caught and replaced). For INSERT and UPDATE:
 --
 --   * json that jsonb refuses (a \u0000 escape, an unpaired surrogate, a number out of
 --     numeric range) in a registered column of type json, json[] or a domain over
 --     them: the original class-22 SQLSTATE (22P05, 22P02, 22003, ...). Composite
 --     types holding json are not inspected: register their fields instead.
---   * registered values over 32 MiB together (33554432 bytes): 22001
---     (string_data_right_truncation). A value counts its bytes (text, varchar,
---     char), twice its bytes (bytea, rendered as hex), its text (json), or, for other
---     variable-length types, its stored size, and its text output when it is stored
---     in more than 8 kB (so a compressed value is not undercounted). Fixed-length
---     values are not counted. The image of a row then stays far below jsonb's 256 MB
---     limit, and a pull page of one change fits a client.
+--   * registered json or jsonb nested deeper than 8,000 levels: 22001. The runner
+--     validates a row image's json with Go's encoding/json, which stops at 10,000
+--     levels, and a pull page nests the image a few levels deeper still; PostgreSQL
+--     itself accepts about 12,000 with its default max_stack_depth.
+--   * registered values over 32 MiB together (33554432 bytes) as the row image holds
+--     them: 22001 (string_data_right_truncation). Text counts its bytes, bytea twice
+--     its bytes (rendered as hex), json and jsonb their text as jsonb, every other
+--     variable-length type its text output; fixed-length values are not counted. The
+--     image of a row then stays far below jsonb's 256 MB limit, and a pull page of one
+--     change fits a client. Size on disk says nothing here: a numeric keeps its weight
+--     and display scale, not its digits, so round(1e131071, 16383) is a few bytes that
+--     render as 147,456 characters, and jsonb numbers render the same way.
+--   * the whole row over 64 MiB as text (record_out of NEW: every column, registered
+--     or not, including one added after this fence was generated): 22001. The
+--     decoders render every column of a published row as text in the walsender, and a
+--     rendering past 1 GB fails there, at every restart: the stream would stop for
+--     good (20,000 such numerics in a numeric[] are 3 kB on disk and 2.9 GB as text).
+--     64 MiB leaves room for wal2json's escaping (up to six bytes a character).
+--     A rendering that fails in the writer (out of memory, 54000; an allocation over
+--     1 GB, XX000; any other error but a cancel) is the same refusal: the walsender
+--     would fail the same way.
 --
--- The registered key is checked by the template itself (1024 bytes, 22001), when
--- it enters (INSERT; a key cannot change).
+-- Rendering calls each type's output function (or record_out) directly, never a cast
+-- to text: the writer may own the type (an enum's array, a composite, the row type)
+-- and give it a cast to text whose function would run here with the owner's rights
+-- (TestFenceRunsNoCallerCast). Output functions are C; only a superuser defines one.
 --
--- The columns are the registered columns of the active and the pending registry
--- generation (the fence is regenerated at each activation; a column registered in the
--- pending generation is checked a little early, which only refuses what would be
--- refused after activation). Every name is quoted with %I and every function
--- qualified: the fence runs as the owner, possibly with the writer's search_path.
+-- The key is checked by the template itself (1024 bytes, 22001), when it enters
+-- (INSERT; a key cannot change).
+--
+-- The registered columns are those of the active and the pending registry generation
+-- (the fence is regenerated at each activation; a column registered in the pending
+-- generation is checked a little early, which only refuses what would be refused
+-- after activation). Every name is quoted with %I and every function qualified: the
+-- fence runs as the owner, possibly with the writer's search_path.
 CREATE OR REPLACE FUNCTION synchro._fence_value_checks(rid bigint) RETURNS text
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   c record;
-  sizes text[] := '{}';
-  out text := '';
+  cheap text[] := '{}';    -- sizes read from the stored length: no rendering
+  rendered text[] := '{}'; -- sizes that render the value, inside a block that catches overflow
+  out text := '
+    sz := 0; big := false; deep := false;';
 BEGIN
   FOR c IN
     WITH cols AS (
@@ -45,59 +66,78 @@ BEGIN
         JOIN synchro.registry_generation rg ON rg.generation = g.generation AND rg.state IN ('active', 'pending')
         JOIN pg_attribute a ON a.attrelid = r.relid AND a.attname = ANY (g.columns) AND a.attnum > 0 AND NOT a.attisdropped
        WHERE r.relation_id = rid AND a.attname <> r.key_column)
-    SELECT cols.attname, t.typlen, base.typname AS base_name, base.oid AS base_oid,
-           -- json itself, an array of json, or domains over either, at any depth: an
-           -- array of a domain over a domain over json went unchecked (one level only),
-           -- and its \u0000 then failed the row image (22P05), a good transaction
-           -- quarantined (TestBoundaryUnrenderableValueRefusedAtSource).
-           (base.oid = 'json'::regtype
-            OR (base.typelem <> 0 AND base.typlen = -1
-                AND (synchro._base_type(base.typelem)).oid = 'json'::regtype)) AS holds_json
+    SELECT cols.attname, t.typlen, base.oid AS base_oid, base.typoutput::regproc AS output,
+           -- json or jsonb itself, an array of either, or domains over them, at any
+           -- depth: an array of a domain over a domain over json went unchecked (one
+           -- level only), and its \u0000 then failed the row image (22P05), a good
+           -- transaction quarantined (TestBoundaryUnrenderableValueRefusedAtSource).
+           CASE WHEN base.oid IN ('json'::regtype, 'jsonb'::regtype) THEN base.oid
+                WHEN base.typelem <> 0 AND base.typlen = -1
+                 AND (synchro._base_type(base.typelem)).oid IN ('json'::regtype, 'jsonb'::regtype)
+                THEN (synchro._base_type(base.typelem)).oid END AS json_kind
       FROM cols
       JOIN pg_type t ON t.oid = cols.atttypid
-      CROSS JOIN LATERAL (
-        WITH RECURSIVE dom(oid, depth) AS (
-          SELECT cols.atttypid, 0
-          UNION ALL
-          SELECT d.typbasetype, dom.depth + 1 FROM dom JOIN pg_type d ON d.oid = dom.oid
-           WHERE d.typtype = 'd' AND dom.depth < 32)
-        SELECT b.oid, b.typname, b.typelem, b.typlen FROM dom JOIN pg_type b ON b.oid = dom.oid
-         ORDER BY dom.depth DESC LIMIT 1) base
+      CROSS JOIN LATERAL synchro._base_type(cols.atttypid) base
      ORDER BY cols.attname
   LOOP
-    IF c.holds_json THEN
+    IF c.json_kind IS NOT NULL THEN
+      -- to_jsonb parses json (jsonb refuses what it cannot hold) and is the identity
+      -- for jsonb; the depth is the level of the deepest item (jsonpath's .** is C, and
+      -- stops descending at the level asked for); the size is the text of the jsonb.
       out := out || format($chk$
     BEGIN
-      PERFORM pg_catalog.to_jsonb(NEW.%4$s);
+      jb := pg_catalog.to_jsonb(NEW.%3$s);
+      deep := deep OR coalesce(pg_catalog.jsonb_path_exists(jb, 'strict $.**{8001}'::pg_catalog.jsonpath), false);
+      sz := sz + coalesce(pg_catalog.octet_length(pg_catalog.textin(pg_catalog.jsonb_out(jb))), 0);
     EXCEPTION WHEN data_exception THEN
       GET STACKED DIAGNOSTICS refused := RETURNED_SQLSTATE;
-      RAISE EXCEPTION 'registered value refused: column %% of relation_id %% holds json that jsonb cannot represent', %2$L, %3$s
+      RAISE EXCEPTION 'registered value refused: column %% of relation_id %% holds json that jsonb cannot represent', %1$L, %2$s
         USING ERRCODE = refused;
-    END;$chk$, c.attname, c.attname, rid, synchro._pl_ident(c.attname));
-    END IF;
-    IF c.typlen > 0 THEN
+    WHEN OTHERS THEN
+      big := true;
+    END;$chk$, c.attname, rid, synchro._pl_ident(c.attname));
+    ELSIF c.typlen > 0 THEN
       CONTINUE; -- fixed length: small, not counted
-    END IF;
-    sizes := sizes || CASE
+    ELSIF c.base_oid IN ('text'::regtype, 'varchar'::regtype, 'bpchar'::regtype) THEN
       -- octet_length of these reads the stored length: no detoasting.
-      WHEN c.base_oid IN ('text'::regtype, 'varchar'::regtype, 'bpchar'::regtype)
-        THEN format('coalesce(pg_catalog.octet_length(NEW.%s), 0)', synchro._pl_ident(c.attname))
-      WHEN c.base_oid = 'bytea'::regtype
-        THEN format('coalesce(2 * pg_catalog.octet_length(NEW.%s), 0)', synchro._pl_ident(c.attname))
-      WHEN c.base_oid = 'json'::regtype
-        THEN format('coalesce(pg_catalog.octet_length(NEW.%s::pg_catalog.text), 0)', synchro._pl_ident(c.attname))
-      ELSE format('coalesce(CASE WHEN pg_catalog.pg_column_size(NEW.%1$s) <= 8192 THEN pg_catalog.pg_column_size(NEW.%1$s) '
-                  'ELSE pg_catalog.octet_length(NEW.%1$s::pg_catalog.text) END, 0)', synchro._pl_ident(c.attname))
-      END;
+      cheap := cheap || format('coalesce(pg_catalog.octet_length(NEW.%s), 0)', synchro._pl_ident(c.attname));
+    ELSIF c.base_oid = 'bytea'::regtype THEN
+      cheap := cheap || format('coalesce(2 * pg_catalog.octet_length(NEW.%s), 0)', synchro._pl_ident(c.attname));
+    ELSE
+      rendered := rendered || format('coalesce(pg_catalog.octet_length(pg_catalog.textin(%s(NEW.%s))), 0)',
+                                     c.output, synchro._pl_ident(c.attname));
+    END IF;
   END LOOP;
-  IF cardinality(sizes) > 0 THEN
+  IF cardinality(cheap) > 0 THEN
     out := out || format($chk$
-    IF 0::pg_catalog.int8 + %1$s > 33554432 THEN
-      RAISE EXCEPTION 'registered values of relation_id %% are over 32 MiB together (documented row image limit)', %2$s
-        USING ERRCODE = 'string_data_right_truncation';
-    END IF;$chk$, array_to_string(sizes, ' + '), rid);
+    sz := sz + %s;$chk$, array_to_string(cheap, ' + '));
   END IF;
-  RETURN out;
+  IF cardinality(rendered) > 0 THEN
+    out := out || format($chk$
+    BEGIN
+      sz := sz + %s;
+    EXCEPTION WHEN OTHERS THEN
+      big := true;
+    END;$chk$, array_to_string(rendered, ' + '));
+  END IF;
+  RETURN out || format($chk$
+    IF deep THEN
+      RAISE EXCEPTION 'registered json of relation_id %% is nested deeper than 8000 levels (documented row image limit)', %1$s
+        USING ERRCODE = 'string_data_right_truncation';
+    END IF;
+    IF big OR sz > 33554432 THEN
+      RAISE EXCEPTION 'registered values of relation_id %% are over 32 MiB together as text, or cannot be rendered (documented row image limit)', %1$s
+        USING ERRCODE = 'string_data_right_truncation';
+    END IF;
+    BEGIN
+      sz := pg_catalog.octet_length(pg_catalog.textin(pg_catalog.record_out(NEW)));
+    EXCEPTION WHEN OTHERS THEN
+      sz := NULL;
+    END;
+    IF sz IS NULL OR sz > 67108864 THEN
+      RAISE EXCEPTION 'row of relation_id %% is over 64 MiB as text, or cannot be rendered as text (documented row limit)', %1$s
+        USING ERRCODE = 'string_data_right_truncation';
+    END IF;$chk$, rid);
 END
 $$;
 

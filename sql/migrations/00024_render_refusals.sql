@@ -1,0 +1,13 @@
+-- +goose Up
+-- The fence refuses, in the writing statement, rows whose text the decoders or the row
+-- image cannot carry (synchro._fence_value_checks): the whole row over 64 MiB as text,
+-- registered values over 32 MiB as the image holds them (counted from their text, not
+-- their size on disk: a numeric renders all the digits its weight and scale imply),
+-- and registered json nested deeper than 8,000 levels. It renders values through their
+-- types' output functions, never a cast the writer may have defined. The function
+-- files of this release ride on this migration (goose.go, finalMigration), which ends
+-- with synchro._refresh_fences(): every registered relation's fence is regenerated.
+
+-- +goose Down
+-- Nothing to undo in the schema: the fences keep the checks until the earlier
+-- release's functions are installed again.
