@@ -3156,8 +3156,19 @@ BEGIN
     RAISE EXCEPTION 'push: an accepted mutation has no write fence in this transaction (is the fence trigger enabled?)'
       USING ERRCODE = 'object_not_in_prerequisite_state';
   END IF;
+  -- Another push of this mutation decided it first. Under READ COMMITTED this push saw
+  -- that outcome after the mutation's lock (synchro._push_prepare) and never gets here;
+  -- at REPEATABLE READ or SERIALIZABLE its snapshot may predate that commit, and the
+  -- outcome's key then collided here with 23505 (unique_violation), which tells a client
+  -- its data is wrong. It is a serialization failure: retried, the push replays the
+  -- recorded outcome. ON CONFLICT raises 40001 itself for a row the snapshot cannot see.
   INSERT INTO synchro.mutation_outcome (client_id, mutation_id, content_hash, outcome)
-  VALUES (client_id, mutation_id, decode(content_hash, 'hex'), outcome);
+  VALUES (client_id, mutation_id, decode(content_hash, 'hex'), outcome)
+  ON CONFLICT DO NOTHING;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'push: a concurrent push decided this mutation first; retry the transaction'
+      USING ERRCODE = 'serialization_failure';
+  END IF;
   RETURN outcome;
 END
 $$;

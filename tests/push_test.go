@@ -874,6 +874,21 @@ func TestPushWholeCallFailure(t *testing.T) {
 func TestPushIdempotency(t *testing.T) {
 	t.Parallel()
 
+	// The id's letter case is not content (a UUID is the same UUID in either case): a
+	// retry that spells it in capitals replays the recorded outcome.
+	t.Run("ReplayWithIDInOtherCase", func(t *testing.T) {
+		t.Parallel()
+		e := pushSetup(t)
+		id := pushID()
+		raw1, err := pushRawOn(e.ctx, e.db.Pool, "c1", pushJSON(t, pushIns(id, "tags", "k", pm{"n": 1})))
+		require.NoError(t, err)
+		state := e.state(true)
+		raw2, err := pushRawOn(e.ctx, e.db.Pool, "c1", pushJSON(t, pushIns(strings.ToUpper(id), "tags", "k", pm{"n": 1})))
+		require.NoError(t, err)
+		require.Equal(t, raw1, raw2)
+		require.Equal(t, state, e.state(true), "a replay writes nothing")
+	})
+
 	t.Run("ReplayIsByteIdentical", func(t *testing.T) {
 		t.Parallel()
 		e := pushSetup(t)
@@ -1239,6 +1254,56 @@ func TestPushConcurrency(t *testing.T) {
 		require.Equal(t, state, e.state(true), "and writes nothing")
 		require.Equal(t, 2, e.count(`SELECT count(*) FROM synchro.write_fence`))
 	})
+
+	// The same at REPEATABLE READ and SERIALIZABLE: the second push's snapshot predates
+	// the first's commit, so it cannot see the recorded outcome after the lock. It must
+	// fail as a serialization failure (40001), which a client retries and then gets the
+	// recorded outcome; it failed with the outcome table's 23505 (unique_violation),
+	// which says "your data is wrong" and is not retried (found in the twelfth session).
+	for _, iso := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
+		t.Run("SameMutationConcurrently/"+strings.ReplaceAll(string(iso), " ", ""), func(t *testing.T) {
+			t.Parallel()
+			e := pushSetup(t)
+			e.exec(`INSERT INTO public.items (id, name) VALUES (1, 'alpha')`)
+			// Each outcome: accepted, and a conflict (a stale base version) that writes
+			// nothing, so only the outcome table could tell the two pushes apart.
+			for _, call := range []string{
+				pushJSON(t, pushIns(pushID(), "tags", "k", pm{"n": 1})),
+				pushJSON(t, pushUpd(pushID(), "items", 1, "0123456789abcdef0123456789abcdef", pm{"name": "beta"})),
+			} {
+				txA, err := e.db.Pool.Begin(e.ctx)
+				require.NoError(t, err)
+				defer func() { _ = txA.Rollback(context.Background()) }()
+				rawA, err := pushRawOn(e.ctx, txA, "c1", call)
+				require.NoError(t, err)
+
+				txB, err := e.db.Pool.BeginTx(e.ctx, pgx.TxOptions{IsoLevel: iso})
+				require.NoError(t, err)
+				defer func() { _ = txB.Rollback(context.Background()) }()
+				var pid uint32
+				require.NoError(t, txB.QueryRow(e.ctx, `SELECT pg_backend_pid()`).Scan(&pid)) // takes the snapshot
+				ch := make(chan pushAsync, 1)
+				go func() {
+					raw, err := pushRawOn(context.Background(), txB, "c1", call)
+					ch <- pushAsync{raw, err}
+				}()
+				pushWaitForLock(t, e.ctx, e.db.Pool, pid)
+				pushRequireBlocked(t, ch)
+				require.NoError(t, txA.Commit(e.ctx))
+				state := e.state(true)
+
+				r := <-ch
+				var pe *pgconn.PgError
+				require.ErrorAs(t, r.err, &pe, "got %q", r.raw)
+				require.Equal(t, "40001", pe.Code, pe.Message)
+				require.NoError(t, txB.Rollback(e.ctx))
+				raw, err := pushRawOn(e.ctx, e.db.Pool, "c1", call)
+				require.NoError(t, err)
+				require.Equal(t, rawA, raw, "the retry gets the recorded outcome")
+				require.Equal(t, state, e.state(true), "and writes nothing")
+			}
+		})
+	}
 
 	t.Run("InsertRacesInsert", func(t *testing.T) {
 		t.Parallel()

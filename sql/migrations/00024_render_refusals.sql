@@ -4,7 +4,9 @@
 -- registered values over 32 MiB as the image holds them (counted from their text, not
 -- their size on disk: a numeric renders all the digits its weight and scale imply),
 -- and registered json nested deeper than 8,000 levels. It renders values through their
--- types' output functions, never a cast the writer may have defined. The function
+-- types' output functions, never a cast the writer may have defined. A push at
+-- REPEATABLE READ or SERIALIZABLE that loses the race for a mutation id fails with
+-- 40001, not 23505 (synchro._push_record). The function
 -- files of this release ride on this migration (goose.go, finalMigration), which ends
 -- with synchro._refresh_fences(): every registered relation's fence is regenerated.
 
