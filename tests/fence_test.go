@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/synchro/synchro/tests/testdb"
@@ -345,4 +346,39 @@ func TestSourceGuards(t *testing.T) {
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM synchro.row_version WHERE pk = '2'`).Scan(&n))
 		require.Zero(t, n)
 	})
+}
+
+// A text key under a nondeterministic collation: 'a' and 'A' are equal to PostgreSQL
+// (case-insensitive ICU), so the key guard's WHEN clause sees no change in
+// UPDATE ... SET id = 'A', yet the key's bytes, its identity in the stream, changed:
+// the update committed and its transaction was quarantined (found in the twelfth
+// session). The fence compares the key byte for byte and refuses it (0A000).
+func TestFenceRefusesKeyChangeUnderNondeterministicCollation(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	if _, err := db.Pool.Exec(context.Background(),
+		`CREATE COLLATION ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false)`); err != nil {
+		// The version matrix's PostgreSQL 16-18 packages may be built without ICU.
+		t.Skipf("no ICU collation on this server: %v", err)
+	}
+	mustExec(t, db, `
+		CREATE TABLE docs (id text COLLATE ci PRIMARY KEY, team text);
+		SELECT synchro.register_table('docs', 'docs');
+		SELECT synchro.add_scope_rule('docs', 'team:', 'team');
+		SELECT synchro.activate_registry();`)
+	rr := startRunner(t, testRunnerConfig(t, db))
+	defer func() { require.NoError(t, rr.stop(t)) }()
+	waitStream(t, db)
+	mustExec(t, db, `INSERT INTO docs VALUES ('a', 'x')`)
+	_, err := db.Pool.Exec(context.Background(), `UPDATE docs SET id = 'A' WHERE id = 'a'`)
+	var pe *pgconn.PgError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, "0A000", pe.Code, pe.Message)
+	// The same key in the same case, and another column, still update.
+	mustExec(t, db, `UPDATE docs SET id = 'a', team = 'y' WHERE id = 'A'`)
+	got := waitEffects(t, db, 3)
+	require.Equal(t, []string{"a upsert team:x", "a delete team:x", "a upsert team:y"},
+		[]string{got[0].PK + " " + got[0].Op + " " + got[0].Scope, got[1].PK + " " + got[1].Op + " " + got[1].Scope,
+			got[2].PK + " " + got[2].Op + " " + got[2].Scope})
+	require.Empty(t, quarantines(t, db))
 }
