@@ -32,8 +32,22 @@ const GooseTable = "synchro.goose_version"
 //     before this prelude ran) it is dropped and the legacy table moves; otherwise the
 //     two histories disagree and the prelude stops with SQLSTATE 55000 instead of
 //     guessing.
-const GoosePrelude = `-- Synchro goose prelude (docs/install.md): schema synchro exists and holds the
--- pack's goose version table, synchro.goose_version.
+const GoosePrelude = `-- Synchro goose prelude (docs/install.md): the database is UTF8, and schema synchro
+-- exists and holds the pack's goose version table, synchro.goose_version.
+--
+-- UTF8 only: the runner reads row values, keys and messages as UTF-8. In a SQL_ASCII
+-- database any byte sequence is text, and in LATIN1 (or another single-byte encoding)
+-- the decoders and the fence messages disagree on a non-ASCII value's bytes: one
+-- INSERT of such a value by any writer was quarantined, under both decoders
+-- (TestInstallRefusesNonUTF8Database).
+DO $synchro_encoding$
+BEGIN
+  IF pg_catalog.getdatabaseencoding() <> 'UTF8' THEN
+    RAISE EXCEPTION 'synchro: the database encoding must be UTF8 (found %)', pg_catalog.getdatabaseencoding()
+      USING ERRCODE = 'SY400';
+  END IF;
+END
+$synchro_encoding$;
 CREATE SCHEMA IF NOT EXISTS synchro;
 DO $synchro_prelude$
 DECLARE

@@ -15,6 +15,29 @@ import (
 	"github.com/synchro/synchro/tests/testdb"
 )
 
+// The runner reads values, keys and messages as UTF-8. In a SQL_ASCII or LATIN1
+// database, one INSERT of a non-ASCII value into a registered table was quarantined,
+// under both decoders (found in the twelfth session): the pack refuses to install there
+// (SY400), before it creates anything.
+func TestInstallRefusesNonUTF8Database(t *testing.T) {
+	t.Parallel()
+	for _, enc := range []string{"SQL_ASCII", "LATIN1"} {
+		t.Run(enc, func(t *testing.T) {
+			t.Parallel()
+			db := testdb.NewEmptyWith(t, "TEMPLATE template0 ENCODING '"+enc+"' LOCALE 'C'")
+			err := synchro.Install(context.Background(), db.SQL)
+			var pe *pgconn.PgError
+			require.ErrorAs(t, err, &pe)
+			require.Equal(t, "SY400", pe.Code)
+			require.Contains(t, pe.Message, "UTF8")
+			var n int
+			require.NoError(t, db.Pool.QueryRow(context.Background(),
+				`SELECT count(*) FROM pg_namespace WHERE nspname = 'synchro'`).Scan(&n))
+			require.Zero(t, n, "nothing installed")
+		})
+	}
+}
+
 func TestInstall(t *testing.T) {
 	t.Parallel()
 

@@ -149,6 +149,13 @@ func New(t testing.TB) *DB {
 // failed). For install tests.
 func NewEmpty(t testing.TB) *DB {
 	t.Helper()
+	return NewEmptyWith(t, "")
+}
+
+// NewEmptyWith is NewEmpty with CREATE DATABASE options, such as
+// "TEMPLATE template0 ENCODING 'SQL_ASCII' LOCALE 'C'".
+func NewEmptyWith(t testing.TB, options string) *DB {
+	t.Helper()
 	requireMain(t)
 	ctx := context.Background()
 	name := "synchro_empty_" + randomHex(6)
@@ -157,7 +164,7 @@ func NewEmpty(t testing.TB) *DB {
 		t.Fatalf("testdb: connect admin: %v", err)
 	}
 	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" "+options); err != nil {
 		t.Fatalf("testdb: create %s: %v", name, err)
 	}
 	t.Logf("testdb: empty database %s", name)
