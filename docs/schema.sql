@@ -2977,6 +2977,7 @@ DECLARE
   item jsonb;
   rec record;
   hash bytea;
+  legacy bytea;
 BEGIN
   IF NOT synchro._called_from_push() THEN
     RAISE EXCEPTION 'push helpers are called by synchro.push only' USING ERRCODE = 'insufficient_privilege';
@@ -3114,13 +3115,18 @@ BEGIN
              FROM unnest(ids) p ORDER BY 1) locks;
   FOR i IN 1 .. n LOOP
     item := items[i];
-    -- The id in canonical (lowercase) form: its letter case is not content.
-    hash := sha256(convert_to(((item -> 'content') || jsonb_build_object('id', item ->> 'id'))::text, 'UTF8'));
+    -- The content, with the id and the key in canonical form: how they are spelled is
+    -- not content. The id in lowercase; the key as the row it names (a uuid in
+    -- lowercase, an integer as an integer: 7.0 is 7), which pushes recorded before the
+    -- twelfth session's release did not canonicalize: a replay of one of those matches
+    -- its recorded (legacy) hash, computed with the key as it was sent.
+    hash := sha256(convert_to(((item -> 'content') || jsonb_build_object('id', item ->> 'id', 'pk', item -> 'pk'))::text, 'UTF8'));
+    legacy := sha256(convert_to(((item -> 'content') || jsonb_build_object('id', item ->> 'id'))::text, 'UTF8'));
     SELECT o.content_hash, o.outcome INTO rec
       FROM synchro.mutation_outcome o
      WHERE o.client_id = _push_prepare.client_id AND o.mutation_id = (item ->> 'id')::uuid;
     IF FOUND THEN
-      IF rec.content_hash <> hash THEN
+      IF rec.content_hash <> hash AND rec.content_hash <> legacy THEN
         RAISE EXCEPTION 'push: mutation id % was already decided for this client with different content', item ->> 'id'
           USING ERRCODE = 'SY410';
       END IF;

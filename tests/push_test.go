@@ -889,6 +889,48 @@ func TestPushIdempotency(t *testing.T) {
 		require.Equal(t, state, e.state(true), "a replay writes nothing")
 	})
 
+	// The key as the same row, spelled another way: a uuid key in capitals, an integer
+	// key as 7.0. Both name the row the first push wrote, so a retry is a replay, not a
+	// mutation "decided with different content" (SY410, before the twelfth session).
+	t.Run("ReplayWithKeySpelledOtherwise", func(t *testing.T) {
+		t.Parallel()
+		e := pushSetup(t)
+		doc := "6f1c2e3a-9b8d-4c7e-a1f2-3b4c5d6e7f80"
+		idD, idI := pushID(), pushID()
+		raw1, err := pushRawOn(e.ctx, e.db.Pool, "c1", pushJSON(t,
+			pushIns(idD, "docs", doc, pm{"title": "t"}), pushIns(idI, "items", 7, pm{"name": "n"})))
+		require.NoError(t, err)
+		state := e.state(true)
+		raw2, err := pushRawOn(e.ctx, e.db.Pool, "c1", pushJSON(t,
+			pushIns(idD, "docs", strings.ToUpper(doc), pm{"title": "t"}), pushIns(idI, "items", json.RawMessage("7.0"), pm{"name": "n"})))
+		require.NoError(t, err)
+		require.Equal(t, raw1, raw2)
+		require.Equal(t, state, e.state(true), "a replay writes nothing")
+		// Another row under the same id is still other content.
+		_, err = pushRawOn(e.ctx, e.db.Pool, "c1", pushJSON(t, pushIns(idI, "items", 8, pm{"name": "n"})))
+		var pe *pgconn.PgError
+		require.ErrorAs(t, err, &pe)
+		require.Equal(t, "SY410", pe.Code)
+	})
+
+	// An outcome recorded by an earlier release holds the hash of the content with the
+	// key as it was sent (the legacy hash): its replay, spelled the same, still matches.
+	t.Run("ReplayOfOutcomeRecordedWithLegacyHash", func(t *testing.T) {
+		t.Parallel()
+		e := pushSetup(t)
+		id := pushID()
+		m := pushIns(id, "docs", "6F1C2E3A-9B8D-4C7E-A1F2-3B4C5D6E7F80", pm{"title": "t"})
+		call := pushJSON(t, m)
+		raw1, err := pushRawOn(e.ctx, e.db.Pool, "c1", call)
+		require.NoError(t, err)
+		e.exec(`UPDATE synchro.mutation_outcome
+		           SET content_hash = sha256(convert_to(($1::jsonb -> 0 || jsonb_build_object('id', lower($1::jsonb -> 0 ->> 'id')))::text, 'UTF8'))
+		         WHERE mutation_id = $2::uuid`, call, id)
+		raw2, err := pushRawOn(e.ctx, e.db.Pool, "c1", call)
+		require.NoError(t, err)
+		require.Equal(t, raw1, raw2)
+	})
+
 	t.Run("ReplayIsByteIdentical", func(t *testing.T) {
 		t.Parallel()
 		e := pushSetup(t)

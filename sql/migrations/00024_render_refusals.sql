@@ -6,7 +6,9 @@
 -- and registered json nested deeper than 8,000 levels. It renders values through their
 -- types' output functions, never a cast the writer may have defined. A push at
 -- REPEATABLE READ or SERIALIZABLE that loses the race for a mutation id fails with
--- 40001, not 23505 (synchro._push_record). The fence compares a key byte for byte,
+-- 40001, not 23505 (synchro._push_record), and a replay whose key is spelled another
+-- way (a uuid in capitals, 7.0 for 7) is a replay, not SY410 (synchro._push_prepare;
+-- outcomes recorded before keep matching their replays). The fence compares a key byte for byte,
 -- so a key change a nondeterministic collation calls equal is refused. The function
 -- files of this release ride on this migration (goose.go, finalMigration), which ends
 -- with synchro._refresh_fences(): every registered relation's fence is regenerated.
