@@ -6904,6 +6904,8 @@ BEGIN
     LEFT JOIN synchro.registration g
       ON g.relation_id = r.relation_id
      AND g.generation >= coalesce(runner_columns.from_generation, (SELECT p.registry_generation FROM synchro.progress p), 0)
+     AND EXISTS (SELECT 1 FROM synchro.registry_generation rg
+                  WHERE rg.generation = g.generation AND rg.state <> 'pending')
     CROSS JOIN LATERAL unnest(coalesce(g.columns::text[], '{}') || r.key_column::text) AS c(name)
    GROUP BY r.relid;
 END

@@ -5,9 +5,17 @@
 -- For each relation ever registered (relid = the WAL's relation OID) this returns the
 -- union of its registered columns over the registry generations from from_generation
 -- on (the generation in effect where the runner stages next; NULL: the stream's, from
--- synchro.progress), pending ones included, plus its key: a superset of the columns of
+-- synchro.progress) that were activated, plus its key: a superset of the columns of
 -- whichever generation materialization selects for an event, so nothing a generation
 -- needs is left out.
+--
+-- Not a pending generation: the fence is generated at activation, so a column only a
+-- pending generation registers is not checked at the source yet, and may hold a value
+-- jsonb refuses. A runner that started while a generation was pending staged it for
+-- every event; one such value failed the stage's COPY and blocked the stream
+-- (TestRunnerPendingColumnNotStaged). No event needs it before the generation's
+-- activation message, where the runner loads the columns again (from that generation
+-- on, once its transaction is visible, when it is active).
 --
 -- Not the older generations: the stream never returns to them, and the fence checks
 -- at the source only the columns of the active and pending generations (synchro.
@@ -37,6 +45,8 @@ BEGIN
     LEFT JOIN synchro.registration g
       ON g.relation_id = r.relation_id
      AND g.generation >= coalesce(runner_columns.from_generation, (SELECT p.registry_generation FROM synchro.progress p), 0)
+     AND EXISTS (SELECT 1 FROM synchro.registry_generation rg
+                  WHERE rg.generation = g.generation AND rg.state <> 'pending')
     CROSS JOIN LATERAL unnest(coalesce(g.columns::text[], '{}') || r.key_column::text) AS c(name)
    GROUP BY r.relid;
 END

@@ -8,7 +8,8 @@
 -- REPEATABLE READ or SERIALIZABLE that loses the race for a mutation id fails with
 -- 40001, not 23505 (synchro._push_record), and a replay whose key is spelled another
 -- way (a uuid in capitals, 7.0 for 7) is a replay, not SY410 (synchro._push_prepare;
--- outcomes recorded before keep matching their replays). The fence compares a key byte for byte,
+-- outcomes recorded before keep matching their replays). The runner no longer stages
+-- the columns of a pending registry generation (synchro.runner_columns). The fence compares a key byte for byte,
 -- so a key change a nondeterministic collation calls equal is refused. The function
 -- files of this release ride on this migration (goose.go, finalMigration), which ends
 -- with synchro._refresh_fences(): every registered relation's fence is regenerated.
