@@ -960,6 +960,8 @@ DECLARE
   body pg_catalog.text;       -- the message body (wire format 3), without its MAC
   stk pg_catalog.text;        -- the call stack (PG_CONTEXT): one line when a top-level statement fired it
 BEGIN
+  -- Before any expression on a column: the columns still have their types of when
+  -- this was generated (synchro._fence_type_checks).%14$s
   IF TG_OP = 'INSERT' THEN
     k := NEW.%13$s::text;
     IF (%7$L::xid8 = pg_catalog.pg_current_xact_id() OR pg_catalog.pg_relation_filenode(TG_RELID) <> %8$s::oid)
@@ -1120,12 +1122,51 @@ $template$,
          THEN concat(length(r.table_id), ':', r.table_id, '1:', CASE WHEN r.key_type = 'string' THEN 's' ELSE 'n' END)
          ELSE '' END,
     encode(convert_to('synchro.msg', 'UTF8') || '\x00'::bytea || convert_to('synchro.fence', 'UTF8') || '\x00'::bytea, 'hex'),
-    synchro._pl_ident(r.key_column));           -- 13 the key as a field of NEW/OLD
+    synchro._pl_ident(r.key_column),           -- 13 the key as a field of NEW/OLD
+    synchro._fence_type_checks(rid));          -- 14 the columns' types are as generated
 END
 $_$;
 
 
 ALTER FUNCTION synchro._fence_source(rid bigint) OWNER TO postgres;
+
+--
+-- Name: _fence_type_checks(bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._fence_type_checks(rid bigint) RETURNS text
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+DECLARE
+  r synchro.relation;
+  key_type oid;
+  cols text;
+BEGIN
+  SELECT * INTO STRICT r FROM synchro.relation WHERE relation_id = rid;
+  SELECT a.atttypid INTO STRICT key_type FROM pg_attribute a
+   WHERE a.attrelid = r.relid AND a.attname = r.key_column AND a.attnum > 0 AND NOT a.attisdropped;
+  SELECT string_agg(format(E'\n     OR (CASE WHEN TG_OP OPERATOR(pg_catalog.=) ''DELETE'' THEN false ELSE '
+                           'pg_catalog.pg_typeof(NEW.%s)::pg_catalog.oid OPERATOR(pg_catalog.<>) %s::pg_catalog.oid END)',
+                           synchro._pl_ident(c.attname), c.atttypid), '' ORDER BY c.attname)
+    INTO cols
+    FROM (SELECT DISTINCT a.attname, a.atttypid
+            FROM synchro.registration g
+            JOIN synchro.registry_generation rg ON rg.generation = g.generation AND rg.state IN ('active', 'pending')
+            JOIN pg_attribute a ON a.attrelid = r.relid AND a.attname = ANY (g.columns) AND a.attnum > 0 AND NOT a.attisdropped
+           WHERE g.relation_id = rid AND a.attname <> r.key_column) c;
+  RETURN format($chk$
+  IF (CASE WHEN TG_OP OPERATOR(pg_catalog.=) 'DELETE' THEN pg_catalog.pg_typeof(OLD.%1$s)
+           ELSE pg_catalog.pg_typeof(NEW.%1$s) END)::pg_catalog.oid OPERATOR(pg_catalog.<>) %2$s::pg_catalog.oid%3$s THEN
+    RAISE EXCEPTION 'a registered column of relation_id %% changed type since its fence was generated (relation drift): register it again and activate the registry'
+      , %4$s USING ERRCODE = 'feature_not_supported';
+  END IF;
+$chk$, synchro._pl_ident(r.key_column), key_type, coalesce(cols, ''), rid);
+END
+$_$;
+
+
+ALTER FUNCTION synchro._fence_type_checks(rid bigint) OWNER TO postgres;
 
 --
 -- Name: _fence_value_checks(bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -1150,7 +1191,16 @@ BEGIN
         JOIN synchro.registry_generation rg ON rg.generation = g.generation AND rg.state IN ('active', 'pending')
         JOIN pg_attribute a ON a.attrelid = r.relid AND a.attname = ANY (g.columns) AND a.attnum > 0 AND NOT a.attisdropped
        WHERE r.relation_id = rid AND a.attname <> r.key_column)
-    SELECT cols.attname, t.typlen, base.oid AS base_oid, base.typoutput::regproc AS output,
+    SELECT cols.attname, t.typlen, base.oid AS base_oid,
+           -- qualified: the fence pins its search_path, but says what it means anyway
+           (SELECT format('%I.%I', n.nspname, f.proname) FROM pg_proc f JOIN pg_namespace n ON n.oid = f.pronamespace
+             WHERE f.oid = base.typoutput) AS output,
+           -- a built-in scalar, or an array of one, through domains: the image is
+           -- to_jsonb of it, which looks up no cast for a built-in type; not an enum
+           -- (the application's type: to_jsonb would look up its cast to json)
+           (SELECT e.oid < 16384 AND e.typtype <> 'e'
+              FROM synchro._base_type(CASE WHEN base.typelem <> 0 AND base.typlen = -1 THEN base.typelem ELSE base.oid END) e)
+             AS builtin,
            -- json or jsonb itself, an array of either, or domains over them, at any
            -- depth: an array of a domain over a domain over json went unchecked (one
            -- level only), and its \u0000 then failed the row image (22P05), a good
@@ -1187,7 +1237,13 @@ BEGIN
       cheap := cheap || format('coalesce(pg_catalog.octet_length(NEW.%s), 0)', synchro._pl_ident(c.attname));
     ELSIF c.base_oid = 'bytea'::regtype THEN
       cheap := cheap || format('coalesce(2 * pg_catalog.octet_length(NEW.%s), 0)', synchro._pl_ident(c.attname));
+    ELSIF c.builtin THEN
+      -- As the image holds it: to_jsonb's text, not the type's own (a float8 array's
+      -- 5e-324 is 7 characters from float8out and 328 as the jsonb number it becomes).
+      rendered := rendered || format('coalesce(pg_catalog.octet_length(pg_catalog.textin(pg_catalog.jsonb_out(pg_catalog.to_jsonb(NEW.%s)))), 0)',
+                                     synchro._pl_ident(c.attname));
     ELSE
+      -- An enum array (or a domain over one): the image holds its labels.
       rendered := rendered || format('coalesce(pg_catalog.octet_length(pg_catalog.textin(%s(NEW.%s))), 0)',
                                      c.output, synchro._pl_ident(c.attname));
     END IF;
@@ -1218,8 +1274,8 @@ BEGIN
     EXCEPTION WHEN OTHERS THEN
       sz := NULL;
     END;
-    IF sz IS NULL OR sz > 67108864 THEN
-      RAISE EXCEPTION 'row of relation_id %% is over 64 MiB as text, or cannot be rendered as text (documented row limit)', %1$s
+    IF sz IS NULL OR sz > 134217728 THEN
+      RAISE EXCEPTION 'row of relation_id %% is over 128 MiB as text, or cannot be rendered as text (documented row limit)', %1$s
         USING ERRCODE = 'string_data_right_truncation';
     END IF;$chk$, rid);
 END
@@ -3171,13 +3227,16 @@ BEGIN
   -- at REPEATABLE READ or SERIALIZABLE its snapshot may predate that commit, and the
   -- outcome's key then collided here with 23505 (unique_violation), which tells a client
   -- its data is wrong. It is a serialization failure: retried, the push replays the
-  -- recorded outcome. ON CONFLICT raises 40001 itself for a row the snapshot cannot see.
+  -- recorded outcome. ON CONFLICT raises 40001 itself for a row the snapshot cannot see
+  -- (TestPushConcurrency/SameMutationConcurrently/repeatableread). A row it can see was
+  -- seen by synchro._push_prepare, which replays it instead of getting here: skipping
+  -- it would be a broken invariant, not a retry.
   INSERT INTO synchro.mutation_outcome (client_id, mutation_id, content_hash, outcome)
   VALUES (client_id, mutation_id, decode(content_hash, 'hex'), outcome)
-  ON CONFLICT DO NOTHING;
+  ON CONFLICT ON CONSTRAINT mutation_outcome_pkey DO NOTHING;
   IF NOT FOUND THEN
-    RAISE EXCEPTION 'push: a concurrent push decided this mutation first; retry the transaction'
-      USING ERRCODE = 'serialization_failure';
+    RAISE EXCEPTION 'push: an outcome for this mutation exists that the push did not replay'
+      USING ERRCODE = 'internal_error';
   END IF;
   RETURN outcome;
 END
@@ -9214,6 +9273,13 @@ REVOKE ALL ON FUNCTION synchro._evaluate_membership(reg_gen bigint) FROM PUBLIC;
 --
 
 REVOKE ALL ON FUNCTION synchro._fence_source(rid bigint) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _fence_type_checks(rid bigint); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._fence_type_checks(rid bigint) FROM PUBLIC;
 
 
 --

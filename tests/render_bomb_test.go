@@ -35,8 +35,8 @@ func TestBoundaryRenderBombsRefusedAtSource(t *testing.T) {
 		t.Parallel()
 		e := newAppEnv(t, `
 			CREATE TABLE app.docs (id int8 PRIMARY KEY, owner text, body jsonb, doc json, nums numeric[], note text,
-			                       hidden numeric[])`, `
-			SELECT synchro.register_table('app.docs', 'docs', ARRAY['owner', 'body', 'doc', 'nums', 'note']::name[]);
+			                       hidden numeric[], xs float8[])`, `
+			SELECT synchro.register_table('app.docs', 'docs', ARRAY['owner', 'body', 'doc', 'nums', 'note', 'xs']::name[]);
 			SELECT synchro.add_scope_rule('docs', 'owner:', 'owner');
 			SELECT synchro.activate_registry();`, nil)
 		const sentinel = "SENTINEL-5b2e91"
@@ -63,6 +63,10 @@ func TestBoundaryRenderBombsRefusedAtSource(t *testing.T) {
 		refused(`INSERT INTO app.docs (id, owner, note, body) VALUES (5, 'a', $1, to_jsonb(`+n(300)+`))`, sentinel)
 		refused(`INSERT INTO app.docs (id, owner, note, doc) VALUES (6, 'a', $1,
 			('[' || (SELECT string_agg('1e131071', ',') FROM generate_series(1, 300)) || ']')::json)`, sentinel)
+		// A float8 array as the image holds it: 5e-324 is 7 characters from float8out
+		// and 328 as the jsonb number to_jsonb makes of it (found by review).
+		refused(`INSERT INTO app.docs (id, owner, note, xs) VALUES (9, 'a', $1,
+			(SELECT array_agg(5e-324::float8) FROM generate_series(1, 110000)))`, sentinel)
 		// json and jsonb nested one level past the documented 8,000.
 		refused(`INSERT INTO app.docs (id, owner, note, doc) VALUES (7, 'a', $1, $2::json)`, sentinel, nestedIn(8001, sentinel))
 		refused(`UPDATE app.docs SET body = $2::jsonb, note = $1 WHERE id = 1`, sentinel, nestedIn(8001, sentinel))
@@ -71,19 +75,20 @@ func TestBoundaryRenderBombsRefusedAtSource(t *testing.T) {
 		refused(`INSERT INTO app.docs (id, owner, note, later) VALUES (8, 'a', $1, `+n(7500)+`)`, sentinel)
 
 		// What stays accepted and flows: 8,000 levels, a 44 MB unregistered value (under
-		// the row's 64 MiB), a numeric with every digit (147 kB as text).
+		// the row's 128 MiB), a numeric with every digit (147 kB as text).
 		e.appExec(t, `INSERT INTO app.docs (id, owner, doc, body) VALUES (10, 'a', $1::json, $1::jsonb)`, nestedIn(8000, "deep"))
 		e.appExec(t, `INSERT INTO app.docs (id, owner, hidden) VALUES (11, 'a', `+n(300)+`)`)
 		e.appExec(t, `INSERT INTO app.docs (id, owner, nums) VALUES (12, 'a', ARRAY[round(1e131071::numeric, 16383)])`)
+		e.appExec(t, `INSERT INTO app.docs (id, owner, xs) VALUES (13, 'a', ARRAY[5e-324, 1.5]::float8[])`)
 		e.requireHealthy(t, `INSERT INTO app.docs (id, owner) VALUES (99, 'a')`, "99")
-		for _, pk := range []string{"10", "11", "12"} {
+		for _, pk := range []string{"10", "11", "12", "13"} {
 			require.Equal(t, 1, countOf(t, e.db, `SELECT count(*) FROM synchro.effect WHERE pk = $1`, pk), pk)
 		}
 		var depth int
 		require.NoError(t, e.db.Pool.QueryRow(context.Background(), `
 			SELECT length(image ->> 'doc') - length(replace(image ->> 'doc', '[', '')) FROM synchro.projection WHERE pk = '10'`).Scan(&depth))
 		require.Equal(t, 8000, depth, "the deep document is projected whole")
-		require.Zero(t, countOf(t, e.db, `SELECT count(*) FROM app.docs WHERE id BETWEEN 2 AND 8`))
+		require.Zero(t, countOf(t, e.db, `SELECT count(*) FROM app.docs WHERE id BETWEEN 2 AND 9`))
 		e.requireNoSentinel(t, sentinel, errs...)
 	})
 }

@@ -211,6 +211,69 @@ func TestFenceRunsNoCallerCast(t *testing.T) {
 	require.Equal(t, 2, countOf(t, db, fmt.Sprintf(`SELECT count(*) FROM %s.moods`, s)))
 }
 
+// The fence's expressions were written for its columns' types when it was generated,
+// but PL/pgSQL plans them against the types now, and PostgreSQL finds a cast by type,
+// not through search_path. The table's owner changes a registered column to its own
+// enum with a cast to json (to_jsonb looks one up) or an implicit cast to text
+// (octet_length), or drops the key guard and retypes the key (NEW.id::text): each ran
+// its cast as the pack's owner (found by review in the twelfth session). The fence
+// checks its columns' types first and refuses the write (0A000, relation drift).
+func TestFenceRunsNoCallerCastAfterTypeChange(t *testing.T) {
+	for _, tc := range []struct{ name, col, cast, alter string }{
+		{"JSONCastOfRegisteredColumn", "doc",
+			"CREATE CAST (%[1]s.mood AS json) WITH FUNCTION %[1]s.mood_json(%[1]s.mood)",
+			"ALTER TABLE %[1]s.docs ALTER COLUMN doc TYPE %[1]s.mood USING 'ok'"},
+		{"ImplicitTextCastOfRegisteredColumn", "body",
+			"CREATE CAST (%[1]s.mood AS text) WITH FUNCTION %[1]s.mood_text(%[1]s.mood) AS IMPLICIT",
+			"ALTER TABLE %[1]s.docs ALTER COLUMN body TYPE %[1]s.mood USING 'ok'"},
+		{"TextCastOfKey", "id",
+			"CREATE CAST (%[1]s.mood AS text) WITH FUNCTION %[1]s.mood_text(%[1]s.mood)",
+			"DROP TRIGGER synchro_guard_key ON %[1]s.docs; ALTER TABLE %[1]s.docs ALTER COLUMN id TYPE %[1]s.mood USING 'sad'"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			db := testdb.New(t)
+			h := newHostileApp(t, db, true)
+			s := h.qs()
+			h.exec(fmt.Sprintf(`
+				CREATE TABLE %[1]s.log (who text, key_rows bigint);
+				CREATE FUNCTION %[1]s.snoop() RETURNS boolean LANGUAGE plpgsql AS $f$ %[2]s $f$;
+				CREATE TABLE %[1]s.docs (id text PRIMARY KEY, body text, doc json);
+				INSERT INTO %[1]s.docs VALUES ('sad', 'b', '{}');`, s, snoop(s+".log")))
+			mustExec(t, db, fmt.Sprintf(`
+				SELECT synchro.register_table('%[1]s.docs', 'docs', ARRAY['body', 'doc']::name[]);
+				SELECT synchro.activate_registry();`, s))
+			h.exec(fmt.Sprintf(`
+				CREATE TYPE %[1]s.mood AS ENUM ('ok', 'sad');
+				CREATE FUNCTION %[1]s.mood_json(v %[1]s.mood) RETURNS json LANGUAGE plpgsql AS $f$
+				DECLARE ignored boolean; BEGIN ignored := %[1]s.snoop(); RETURN '"x"'; END $f$;
+				CREATE FUNCTION %[1]s.mood_text(v %[1]s.mood) RETURNS text LANGUAGE plpgsql AS $f$
+				DECLARE ignored boolean; BEGIN ignored := %[1]s.snoop(); RETURN 'x'; END $f$;
+				`+tc.cast+`;
+				`+tc.alter+`;`, s))
+			for _, stmt := range []string{
+				fmt.Sprintf(`INSERT INTO %[1]s.docs (id, %[2]s) VALUES ('ok', 'ok')`, s, map[bool]string{true: "body", false: tc.col}[tc.col == "id"]),
+				fmt.Sprintf(`UPDATE %[1]s.docs SET %[2]s = 'ok'`, s, tc.col),
+				fmt.Sprintf(`DELETE FROM %[1]s.docs`, s),
+			} {
+				if tc.col == "id" && strings.HasPrefix(stmt, "UPDATE") {
+					continue // a key change: refused before the fence anyway
+				}
+				_, err := h.conn.Exec(h.ctx, stmt)
+				var pe *pgconn.PgError
+				if tc.col != "id" && strings.HasPrefix(stmt, "DELETE") {
+					require.NoError(t, err, "a delete reads only the key: %s", stmt)
+					continue
+				}
+				require.ErrorAs(t, err, &pe, stmt)
+				require.Equal(t, "0A000", pe.Code, "%s: %s", stmt, pe.Message)
+				require.Contains(t, pe.Message, "changed type")
+			}
+			requireOnlyRanAs(t, h.conn, s+".log", h.role)
+		})
+	}
+}
+
 // A role without a schema of its own uses its TEMP privilege: a domain pg_temp.text
 // whose CHECK calls its own pg_temp function, found first through search_path.
 func TestFenceRunsNoCallerTempType(t *testing.T) {

@@ -88,6 +88,8 @@ DECLARE
   body pg_catalog.text;       -- the message body (wire format 3), without its MAC
   stk pg_catalog.text;        -- the call stack (PG_CONTEXT): one line when a top-level statement fired it
 BEGIN
+  -- Before any expression on a column: the columns still have their types of when
+  -- this was generated (synchro._fence_type_checks).%14$s
   IF TG_OP = 'INSERT' THEN
     k := NEW.%13$s::text;
     IF (%7$L::xid8 = pg_catalog.pg_current_xact_id() OR pg_catalog.pg_relation_filenode(TG_RELID) <> %8$s::oid)
@@ -248,7 +250,8 @@ $template$,
          THEN concat(length(r.table_id), ':', r.table_id, '1:', CASE WHEN r.key_type = 'string' THEN 's' ELSE 'n' END)
          ELSE '' END,
     encode(convert_to('synchro.msg', 'UTF8') || '\x00'::bytea || convert_to('synchro.fence', 'UTF8') || '\x00'::bytea, 'hex'),
-    synchro._pl_ident(r.key_column));           -- 13 the key as a field of NEW/OLD
+    synchro._pl_ident(r.key_column),           -- 13 the key as a field of NEW/OLD
+    synchro._fence_type_checks(rid));          -- 14 the columns' types are as generated
 END
 $$;
 

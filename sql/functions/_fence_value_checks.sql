@@ -18,26 +18,30 @@
 --     itself accepts about 12,000 with its default max_stack_depth.
 --   * registered values over 32 MiB together (33554432 bytes) as the row image holds
 --     them: 22001 (string_data_right_truncation). Text counts its bytes, bytea twice
---     its bytes (rendered as hex), json and jsonb their text as jsonb, every other
---     variable-length type its text output; fixed-length values are not counted. The
+--     its bytes (rendered as hex), json, jsonb and every other variable-length
+--     built-in type (arrays and domains included) the text of its to_jsonb, an enum
+--     array its labels; fixed-length values are not counted. The
 --     image of a row then stays far below jsonb's 256 MB limit, and a pull page of one
 --     change fits a client. Size on disk says nothing here: a numeric keeps its weight
 --     and display scale, not its digits, so round(1e131071, 16383) is a few bytes that
 --     render as 147,456 characters, and jsonb numbers render the same way.
---   * the whole row over 64 MiB as text (record_out of NEW: every column, registered
+--   * the whole row over 128 MiB as text (record_out of NEW: every column, registered
 --     or not, including one added after this fence was generated): 22001. The
 --     decoders render every column of a published row as text in the walsender, and a
 --     rendering past 1 GB fails there, at every restart: the stream would stop for
---     good (20,000 such numerics in a numeric[] are 3 kB on disk and 2.9 GB as text).
---     64 MiB leaves room for wal2json's escaping (up to six bytes a character).
+--     good (7,500 such numerics in a numeric[] are a few kB on disk and 1.1 GB as
+--     text). 128 MiB leaves room for wal2json's escaping (up to six bytes a
+--     character): 768 MB.
 --     A rendering that fails in the writer (out of memory, 54000; an allocation over
 --     1 GB, XX000; any other error but a cancel) is the same refusal: the walsender
 --     would fail the same way.
 --
--- Rendering calls each type's output function (or record_out) directly, never a cast
--- to text: the writer may own the type (an enum's array, a composite, the row type)
--- and give it a cast to text whose function would run here with the owner's rights
--- (TestFenceRunsNoCallerCast). Output functions are C; only a superuser defines one.
+-- Rendering calls each type's output function, to_jsonb (built-in types only) or
+-- record_out directly, never a cast to text: the writer may own the type (an enum's
+-- array, a composite, the row type) and give it a cast to text whose function would
+-- run here with the owner's rights (TestFenceRunsNoCallerCast). Output functions are
+-- C; only a superuser defines one. These expressions are safe only for the types the
+-- columns had when the fence was generated: synchro._fence_type_checks runs first.
 --
 -- The key is checked by the template itself (1024 bytes, 22001), when it enters
 -- (INSERT; a key cannot change).
@@ -66,7 +70,16 @@ BEGIN
         JOIN synchro.registry_generation rg ON rg.generation = g.generation AND rg.state IN ('active', 'pending')
         JOIN pg_attribute a ON a.attrelid = r.relid AND a.attname = ANY (g.columns) AND a.attnum > 0 AND NOT a.attisdropped
        WHERE r.relation_id = rid AND a.attname <> r.key_column)
-    SELECT cols.attname, t.typlen, base.oid AS base_oid, base.typoutput::regproc AS output,
+    SELECT cols.attname, t.typlen, base.oid AS base_oid,
+           -- qualified: the fence pins its search_path, but says what it means anyway
+           (SELECT format('%I.%I', n.nspname, f.proname) FROM pg_proc f JOIN pg_namespace n ON n.oid = f.pronamespace
+             WHERE f.oid = base.typoutput) AS output,
+           -- a built-in scalar, or an array of one, through domains: the image is
+           -- to_jsonb of it, which looks up no cast for a built-in type; not an enum
+           -- (the application's type: to_jsonb would look up its cast to json)
+           (SELECT e.oid < 16384 AND e.typtype <> 'e'
+              FROM synchro._base_type(CASE WHEN base.typelem <> 0 AND base.typlen = -1 THEN base.typelem ELSE base.oid END) e)
+             AS builtin,
            -- json or jsonb itself, an array of either, or domains over them, at any
            -- depth: an array of a domain over a domain over json went unchecked (one
            -- level only), and its \u0000 then failed the row image (22P05), a good
@@ -103,7 +116,13 @@ BEGIN
       cheap := cheap || format('coalesce(pg_catalog.octet_length(NEW.%s), 0)', synchro._pl_ident(c.attname));
     ELSIF c.base_oid = 'bytea'::regtype THEN
       cheap := cheap || format('coalesce(2 * pg_catalog.octet_length(NEW.%s), 0)', synchro._pl_ident(c.attname));
+    ELSIF c.builtin THEN
+      -- As the image holds it: to_jsonb's text, not the type's own (a float8 array's
+      -- 5e-324 is 7 characters from float8out and 328 as the jsonb number it becomes).
+      rendered := rendered || format('coalesce(pg_catalog.octet_length(pg_catalog.textin(pg_catalog.jsonb_out(pg_catalog.to_jsonb(NEW.%s)))), 0)',
+                                     synchro._pl_ident(c.attname));
     ELSE
+      -- An enum array (or a domain over one): the image holds its labels.
       rendered := rendered || format('coalesce(pg_catalog.octet_length(pg_catalog.textin(%s(NEW.%s))), 0)',
                                      c.output, synchro._pl_ident(c.attname));
     END IF;
@@ -134,8 +153,8 @@ BEGIN
     EXCEPTION WHEN OTHERS THEN
       sz := NULL;
     END;
-    IF sz IS NULL OR sz > 67108864 THEN
-      RAISE EXCEPTION 'row of relation_id %% is over 64 MiB as text, or cannot be rendered as text (documented row limit)', %1$s
+    IF sz IS NULL OR sz > 134217728 THEN
+      RAISE EXCEPTION 'row of relation_id %% is over 128 MiB as text, or cannot be rendered as text (documented row limit)', %1$s
         USING ERRCODE = 'string_data_right_truncation';
     END IF;$chk$, rid);
 END

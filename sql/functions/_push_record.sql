@@ -35,13 +35,16 @@ BEGIN
   -- at REPEATABLE READ or SERIALIZABLE its snapshot may predate that commit, and the
   -- outcome's key then collided here with 23505 (unique_violation), which tells a client
   -- its data is wrong. It is a serialization failure: retried, the push replays the
-  -- recorded outcome. ON CONFLICT raises 40001 itself for a row the snapshot cannot see.
+  -- recorded outcome. ON CONFLICT raises 40001 itself for a row the snapshot cannot see
+  -- (TestPushConcurrency/SameMutationConcurrently/repeatableread). A row it can see was
+  -- seen by synchro._push_prepare, which replays it instead of getting here: skipping
+  -- it would be a broken invariant, not a retry.
   INSERT INTO synchro.mutation_outcome (client_id, mutation_id, content_hash, outcome)
   VALUES (client_id, mutation_id, decode(content_hash, 'hex'), outcome)
-  ON CONFLICT DO NOTHING;
+  ON CONFLICT ON CONSTRAINT mutation_outcome_pkey DO NOTHING;
   IF NOT FOUND THEN
-    RAISE EXCEPTION 'push: a concurrent push decided this mutation first; retry the transaction'
-      USING ERRCODE = 'serialization_failure';
+    RAISE EXCEPTION 'push: an outcome for this mutation exists that the push did not replay'
+      USING ERRCODE = 'internal_error';
   END IF;
   RETURN outcome;
 END

@@ -1,18 +1,24 @@
 -- +goose Up
 -- The fence refuses, in the writing statement, rows whose text the decoders or the row
--- image cannot carry (synchro._fence_value_checks): the whole row over 64 MiB as text,
+-- image cannot carry (synchro._fence_value_checks): the whole row over 128 MiB as text,
 -- registered values over 32 MiB as the image holds them (counted from their text, not
 -- their size on disk: a numeric renders all the digits its weight and scale imply),
 -- and registered json nested deeper than 8,000 levels. It renders values through their
--- types' output functions, never a cast the writer may have defined. A push at
--- REPEATABLE READ or SERIALIZABLE that loses the race for a mutation id fails with
--- 40001, not 23505 (synchro._push_record), and a replay whose key is spelled another
--- way (a uuid in capitals, 7.0 for 7) is a replay, not SY410 (synchro._push_prepare;
--- outcomes recorded before keep matching their replays). The runner no longer stages
--- the columns of a pending registry generation (synchro.runner_columns). The fence compares a key byte for byte,
--- so a key change a nondeterministic collation calls equal is refused. The function
--- files of this release ride on this migration (goose.go, finalMigration), which ends
--- with synchro._refresh_fences(): every registered relation's fence is regenerated.
+-- types' output functions (to_jsonb for built-in types), never a cast the writer may
+-- have defined, and first checks that its columns still have their generated types
+-- (synchro._fence_type_checks). It compares a key byte for byte, so a key change a
+-- nondeterministic collation calls equal is refused.
+--
+-- A push at REPEATABLE READ or SERIALIZABLE that loses the race for a mutation id
+-- fails with 40001, not 23505 (synchro._push_record), and a replay whose key is spelled
+-- another way (a uuid in capitals, 7.0 for 7) is a replay, not SY410
+-- (synchro._push_prepare; outcomes recorded before keep matching their replays). The
+-- runner no longer stages the columns of a pending registry generation
+-- (synchro.runner_columns).
+--
+-- The function files of this release ride on this migration (goose.go,
+-- finalMigration), which ends with synchro._refresh_fences(): every registered
+-- relation's fence is regenerated.
 
 -- +goose Down
 -- Nothing to undo in the schema: the fences keep the checks until the earlier
