@@ -217,7 +217,9 @@ BEGIN
      WHERE g.generation = reg ORDER BY r.relation_id
   LOOP
     -- The image in the registered shape, as materialization renders it
-    -- (synchro._image_sql): no code of the application's runs with the owner's rights.
+    -- (synchro._image_sql): no code of the application's runs with the owner's rights,
+    -- as long as the columns have their registered types (checked, the table locked).
+    PERFORM synchro._live_shape_check(rel.relation_id, reg);
     EXECUTE format(
       'INSERT INTO %I.projection (relation_id, pk, pk_int, version, image, image_bytes) '
       'SELECT x.*, pg_catalog.octet_length(x.image::pg_catalog.text) FROM ('
@@ -1144,8 +1146,13 @@ DECLARE
   cols text;
 BEGIN
   SELECT * INTO STRICT r FROM synchro.relation WHERE relation_id = rid;
-  SELECT a.atttypid INTO STRICT key_type FROM pg_attribute a
-   WHERE a.attrelid = r.relid AND a.attname = r.key_column AND a.attnum > 0 AND NOT a.attisdropped;
+  -- The key's type as registered, not as the catalog says now: the template's key
+  -- expressions (NEW.key::text, t.key = k::<key_pg_type>) are written for it, and every
+  -- install regenerates the fence, after the owner may have retyped or replaced the key
+  -- column; the fence then refuses every write. (A lookup by name also failed the whole
+  -- install once the key column was renamed.) The registered columns' expressions are
+  -- generated from their types now (synchro._fence_value_checks), so those are expected.
+  key_type := ('pg_catalog.' || quote_ident(r.key_pg_type))::regtype;
   SELECT string_agg(format(E'\n     OR (CASE WHEN TG_OP OPERATOR(pg_catalog.=) ''DELETE'' THEN false ELSE '
                            'pg_catalog.pg_typeof(NEW.%s)::pg_catalog.oid OPERATOR(pg_catalog.<>) %s::pg_catalog.oid END)',
                            synchro._pl_ident(c.attname), c.atttypid), '' ORDER BY c.attname)
@@ -1424,6 +1431,37 @@ $$;
 
 
 ALTER FUNCTION synchro._invoker() OWNER TO postgres;
+
+--
+-- Name: _live_shape_check(bigint, bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._live_shape_check(rid bigint, reg bigint) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  r synchro.relation;
+  g synchro.registration;
+BEGIN
+  SELECT * INTO STRICT r FROM synchro.relation WHERE relation_id = rid;
+  SELECT * INTO g FROM synchro.registration WHERE generation = reg AND relation_id = rid;
+  EXECUTE format('LOCK TABLE ONLY %I.%I IN ACCESS SHARE MODE', r.schema_name, r.table_name);
+  IF NOT EXISTS (SELECT 1 FROM pg_attribute a
+                  WHERE a.attrelid = r.relid AND a.attname = r.key_column AND a.attnum > 0 AND NOT a.attisdropped
+                    AND a.atttypid = ('pg_catalog.' || quote_ident(r.key_pg_type))::regtype)
+     OR (g.column_types IS NOT NULL AND EXISTS (
+           SELECT 1 FROM unnest(g.columns, g.column_types) c(name, typ)
+            WHERE NOT EXISTS (SELECT 1 FROM pg_attribute a
+                               WHERE a.attrelid = r.relid AND a.attname = c.name AND a.attnum > 0
+                                 AND NOT a.attisdropped AND a.atttypid = c.typ))) THEN
+    RAISE EXCEPTION 'baseline refused: the key or a registered column of relation_id % changed type since registration (relation drift): register it again and activate the registry', rid
+      USING ERRCODE = 'feature_not_supported';
+  END IF;
+END
+$$;
+
+
+ALTER FUNCTION synchro._live_shape_check(rid bigint, reg bigint) OWNER TO postgres;
 
 --
 -- Name: _lock_seed(); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -6824,6 +6862,8 @@ BEGIN
             ORDER BY x.generation, x.relation_id FOR UPDATE LOOP
     SELECT r.* INTO STRICT rel FROM synchro.relation r WHERE r.relation_id = b.relation_id;
     DELETE FROM synchro.bootstrap_row s WHERE s.generation = b.generation AND s.relation_id = b.relation_id;
+    -- The SQL below is written for the registered types: refused if one changed.
+    PERFORM synchro._live_shape_check(rel.relation_id, b.generation);
     -- Each row's version by an index probe (LATERAL, OFFSET 0): a join planned from
     -- row_version's statistics can scan it once per row.
     EXECUTE format(
@@ -9315,6 +9355,13 @@ REVOKE ALL ON FUNCTION synchro._install_triggers(rid bigint) FROM PUBLIC;
 --
 
 REVOKE ALL ON FUNCTION synchro._invoker() FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _live_shape_check(rid bigint, reg bigint); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._live_shape_check(rid bigint, reg bigint) FROM PUBLIC;
 
 
 --

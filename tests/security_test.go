@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
+	"github.com/synchro/synchro"
 	"github.com/synchro/synchro/tests/testdb"
 )
 
@@ -270,8 +271,97 @@ func TestFenceRunsNoCallerCastAfterTypeChange(t *testing.T) {
 				require.Contains(t, pe.Message, "changed type")
 			}
 			requireOnlyRanAs(t, h.conn, s+".log", h.role)
+
+			// Every install regenerates the fence, from the columns as they are then: it
+			// must not start trusting a retyped key (a review found it did, and ran the
+			// key's cast as the owner). A retyped registered column's expressions are
+			// generated for its new type, so no cast of it runs either.
+			require.NoError(t, synchro.Install(h.ctx, db.SQL))
+			_, err := h.conn.Exec(h.ctx, fmt.Sprintf(`INSERT INTO %[1]s.docs (id, body) VALUES ('ok', 'ok')`, s))
+			if tc.col == "id" {
+				var pe *pgconn.PgError
+				require.ErrorAs(t, err, &pe)
+				require.Equal(t, "0A000", pe.Code, pe.Message)
+			}
+			_, _ = h.conn.Exec(h.ctx, fmt.Sprintf(`UPDATE %[1]s.docs SET body = 'ok'`, s))
+			_, _ = h.conn.Exec(h.ctx, fmt.Sprintf(`DELETE FROM %[1]s.docs`, s))
+			requireOnlyRanAs(t, h.conn, s+".log", h.role)
 		})
 	}
+}
+
+// The same through a rename: the owner renames the registered key and adds a column of
+// its own enum, with a cast to text, under the key's name. The install must still
+// succeed (a lookup of the key by name failed it, found by review), and the fence must
+// refuse every write without running the cast.
+func TestFenceRunsNoCallerCastAfterKeyReplaced(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	h := newHostileApp(t, db, true)
+	s := h.qs()
+	h.exec(fmt.Sprintf(`
+		CREATE TABLE %[1]s.log (who text, key_rows bigint);
+		CREATE FUNCTION %[1]s.snoop() RETURNS boolean LANGUAGE plpgsql AS $f$ %[2]s $f$;
+		CREATE TABLE %[1]s.docs (id int8 PRIMARY KEY, body text);
+		INSERT INTO %[1]s.docs VALUES (1, 'b');`, s, snoop(s+".log")))
+	mustExec(t, db, fmt.Sprintf(`
+		SELECT synchro.register_table('%[1]s.docs', 'docs');
+		SELECT synchro.activate_registry();`, s))
+	h.exec(fmt.Sprintf(`
+		CREATE TYPE %[1]s.mood AS ENUM ('ok', 'sad');
+		CREATE FUNCTION %[1]s.mood_text(v %[1]s.mood) RETURNS text LANGUAGE plpgsql AS $f$
+		DECLARE ignored boolean; BEGIN ignored := %[1]s.snoop(); RETURN 'x'; END $f$;
+		CREATE CAST (%[1]s.mood AS text) WITH FUNCTION %[1]s.mood_text(%[1]s.mood);
+		ALTER TABLE %[1]s.docs RENAME COLUMN id TO real_id;
+		ALTER TABLE %[1]s.docs ADD COLUMN id %[1]s.mood DEFAULT 'ok';`, s))
+	require.NoError(t, synchro.Install(h.ctx, db.SQL))
+	for _, stmt := range []string{
+		`INSERT INTO %[1]s.docs (real_id, body) VALUES (2, 'x')`,
+		`UPDATE %[1]s.docs SET body = 'y'`,
+		`DELETE FROM %[1]s.docs`,
+	} {
+		_, err := h.conn.Exec(h.ctx, fmt.Sprintf(stmt, s))
+		var pe *pgconn.PgError
+		require.ErrorAs(t, err, &pe, stmt)
+		require.Equal(t, "0A000", pe.Code, "%s: %s", stmt, pe.Message)
+	}
+	requireOnlyRanAs(t, h.conn, s+".log", h.role)
+}
+
+// The first-start baseline reads the live tables as the owner, with SQL written for the
+// registered types (t.key::text, to_jsonb of a json column). A registered json column
+// retyped to the owner's composite, whose enum field has a cast to json, ran that cast
+// as the owner (found by review). The baseline is refused (0A000, relation drift).
+func TestBaselineRunsNoCallerCastAfterTypeChange(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	h := newHostileApp(t, db, true)
+	s := h.qs()
+	h.exec(fmt.Sprintf(`
+		CREATE TABLE %[1]s.log (who text, key_rows bigint);
+		CREATE FUNCTION %[1]s.snoop() RETURNS boolean LANGUAGE plpgsql AS $f$ %[2]s $f$;
+		CREATE TABLE %[1]s.docs (id text PRIMARY KEY, doc json);
+		INSERT INTO %[1]s.docs VALUES ('a', '{}');`, s, snoop(s+".log")))
+	mustExec(t, db, fmt.Sprintf(`
+		SELECT synchro.register_table('%[1]s.docs', 'docs');
+		SELECT synchro.activate_registry();`, s))
+	h.exec(fmt.Sprintf(`
+		CREATE TYPE %[1]s.mood AS ENUM ('ok', 'sad');
+		CREATE TYPE %[1]s.pair AS (m %[1]s.mood, t text);
+		CREATE FUNCTION %[1]s.mood_json(v %[1]s.mood) RETURNS json LANGUAGE plpgsql AS $f$
+		DECLARE ignored boolean; BEGIN ignored := %[1]s.snoop(); RETURN '"x"'; END $f$;
+		CREATE CAST (%[1]s.mood AS json) WITH FUNCTION %[1]s.mood_json(%[1]s.mood);
+		DROP TRIGGER synchro_fence_update ON %[1]s.docs;
+		ALTER TABLE %[1]s.docs ALTER COLUMN doc TYPE %[1]s.pair USING ROW('ok', 'x');`, s))
+	tx, err := db.Pool.BeginTx(h.ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	_, err = tx.Exec(h.ctx, `SELECT synchro.runner_baseline('s1', 'pgoutput', '0/1')`)
+	var pe *pgconn.PgError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, "0A000", pe.Code, pe.Message)
+	require.NoError(t, tx.Rollback(h.ctx))
+	requireOnlyRanAs(t, db.Pool, s+".log", h.role)
 }
 
 // A role without a schema of its own uses its TEMP privilege: a domain pg_temp.text

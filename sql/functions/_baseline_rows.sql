@@ -20,7 +20,9 @@ BEGIN
      WHERE g.generation = reg ORDER BY r.relation_id
   LOOP
     -- The image in the registered shape, as materialization renders it
-    -- (synchro._image_sql): no code of the application's runs with the owner's rights.
+    -- (synchro._image_sql): no code of the application's runs with the owner's rights,
+    -- as long as the columns have their registered types (checked, the table locked).
+    PERFORM synchro._live_shape_check(rel.relation_id, reg);
     EXECUTE format(
       'INSERT INTO %I.projection (relation_id, pk, pk_int, version, image, image_bytes) '
       'SELECT x.*, pg_catalog.octet_length(x.image::pg_catalog.text) FROM ('

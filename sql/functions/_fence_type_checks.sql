@@ -25,8 +25,13 @@ DECLARE
   cols text;
 BEGIN
   SELECT * INTO STRICT r FROM synchro.relation WHERE relation_id = rid;
-  SELECT a.atttypid INTO STRICT key_type FROM pg_attribute a
-   WHERE a.attrelid = r.relid AND a.attname = r.key_column AND a.attnum > 0 AND NOT a.attisdropped;
+  -- The key's type as registered, not as the catalog says now: the template's key
+  -- expressions (NEW.key::text, t.key = k::<key_pg_type>) are written for it, and every
+  -- install regenerates the fence, after the owner may have retyped or replaced the key
+  -- column; the fence then refuses every write. (A lookup by name also failed the whole
+  -- install once the key column was renamed.) The registered columns' expressions are
+  -- generated from their types now (synchro._fence_value_checks), so those are expected.
+  key_type := ('pg_catalog.' || quote_ident(r.key_pg_type))::regtype;
   SELECT string_agg(format(E'\n     OR (CASE WHEN TG_OP OPERATOR(pg_catalog.=) ''DELETE'' THEN false ELSE '
                            'pg_catalog.pg_typeof(NEW.%s)::pg_catalog.oid OPERATOR(pg_catalog.<>) %s::pg_catalog.oid END)',
                            synchro._pl_ident(c.attname), c.atttypid), '' ORDER BY c.attname)

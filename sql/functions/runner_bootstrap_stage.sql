@@ -47,6 +47,8 @@ BEGIN
             ORDER BY x.generation, x.relation_id FOR UPDATE LOOP
     SELECT r.* INTO STRICT rel FROM synchro.relation r WHERE r.relation_id = b.relation_id;
     DELETE FROM synchro.bootstrap_row s WHERE s.generation = b.generation AND s.relation_id = b.relation_id;
+    -- The SQL below is written for the registered types: refused if one changed.
+    PERFORM synchro._live_shape_check(rel.relation_id, b.generation);
     -- Each row's version by an index probe (LATERAL, OFFSET 0): a join planned from
     -- row_version's statistics can scan it once per row.
     EXECUTE format(

@@ -6,7 +6,8 @@
 -- and registered json nested deeper than 8,000 levels. It renders values through their
 -- types' output functions (to_jsonb for built-in types), never a cast the writer may
 -- have defined, and first checks that its columns still have their generated types
--- (synchro._fence_type_checks). It compares a key byte for byte, so a key change a
+-- (synchro._fence_type_checks; the key's as registered), as do the baselines before
+-- they read a live table (synchro._live_shape_check). It compares a key byte for byte, so a key change a
 -- nondeterministic collation calls equal is refused.
 --
 -- A push at REPEATABLE READ or SERIALIZABLE that loses the race for a mutation id

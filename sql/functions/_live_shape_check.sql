@@ -1,0 +1,40 @@
+-- Before a baseline reads a registered relation's live rows as the pack's owner
+-- (synchro._baseline_rows for the first start and a reset, synchro.runner_bootstrap_stage
+-- for a projection bootstrap): the key and the registered columns still have the types
+-- they were registered with. The SQL that reads them (t.key::text, to_jsonb of a json
+-- column) is written for those types; PostgreSQL finds a cast by type, so a column the
+-- table's owner retyped to its own type with a cast to text or json would run that
+-- cast with the owner's rights (found by review in the twelfth session). A retyped
+-- column is relation drift: the baseline is refused (0A000) until the relation is
+-- registered again.
+--
+-- The table is locked first (ACCESS SHARE, to the end of the caller's transaction): a
+-- statement plans against the catalog as it is when it runs, not as the transaction's
+-- snapshot saw it, so a type change committed between this check and the read would
+-- otherwise pass; with the lock, such a change waits for the baseline.
+CREATE OR REPLACE FUNCTION synchro._live_shape_check(rid bigint, reg bigint) RETURNS void
+LANGUAGE plpgsql
+-- No SET clause: called only from functions that pinned search_path.
+AS $$
+DECLARE
+  r synchro.relation;
+  g synchro.registration;
+BEGIN
+  SELECT * INTO STRICT r FROM synchro.relation WHERE relation_id = rid;
+  SELECT * INTO g FROM synchro.registration WHERE generation = reg AND relation_id = rid;
+  EXECUTE format('LOCK TABLE ONLY %I.%I IN ACCESS SHARE MODE', r.schema_name, r.table_name);
+  IF NOT EXISTS (SELECT 1 FROM pg_attribute a
+                  WHERE a.attrelid = r.relid AND a.attname = r.key_column AND a.attnum > 0 AND NOT a.attisdropped
+                    AND a.atttypid = ('pg_catalog.' || quote_ident(r.key_pg_type))::regtype)
+     OR (g.column_types IS NOT NULL AND EXISTS (
+           SELECT 1 FROM unnest(g.columns, g.column_types) c(name, typ)
+            WHERE NOT EXISTS (SELECT 1 FROM pg_attribute a
+                               WHERE a.attrelid = r.relid AND a.attname = c.name AND a.attnum > 0
+                                 AND NOT a.attisdropped AND a.atttypid = c.typ))) THEN
+    RAISE EXCEPTION 'baseline refused: the key or a registered column of relation_id % changed type since registration (relation drift): register it again and activate the registry', rid
+      USING ERRCODE = 'feature_not_supported';
+  END IF;
+END
+$$;
+
+REVOKE ALL ON FUNCTION synchro._live_shape_check(bigint, bigint) FROM PUBLIC;
