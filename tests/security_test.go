@@ -149,6 +149,21 @@ func requireOnlyRanAs(t *testing.T, q interface {
 	require.Zero(t, keyReads, "the caller's code read synchro.server_key")
 }
 
+// moodKit creates, in the hostile app's schema, the log and snoop() of snoop, an enum
+// mood and two functions that snoop when called: mood_text (mood to text) and mood_json
+// (mood to json), for casts a test then declares on it.
+func (h *hostileApp) moodKit() {
+	h.t.Helper()
+	h.exec(fmt.Sprintf(`
+		CREATE TABLE %[1]s.log (who text, key_rows bigint);
+		CREATE FUNCTION %[1]s.snoop() RETURNS boolean LANGUAGE plpgsql AS $f$ %[2]s $f$;
+		CREATE TYPE %[1]s.mood AS ENUM ('ok', 'sad');
+		CREATE FUNCTION %[1]s.mood_json(v %[1]s.mood) RETURNS json LANGUAGE plpgsql AS $f$
+		DECLARE ignored boolean; BEGIN ignored := %[1]s.snoop(); RETURN '"x"'; END $f$;
+		CREATE FUNCTION %[1]s.mood_text(v %[1]s.mood) RETURNS text LANGUAGE plpgsql AS $f$
+		DECLARE ignored boolean; BEGIN ignored := %[1]s.snoop(); RETURN 'x'; END $f$;`, h.qs(), snoop(h.qs()+".log")))
+}
+
 // The fence trigger is SECURITY DEFINER: an operator of the caller's schema, found
 // first through the caller's search_path, must never run inside it.
 func TestFenceRunsNoCallerOperator(t *testing.T) {
@@ -236,21 +251,14 @@ func TestFenceRunsNoCallerCastAfterTypeChange(t *testing.T) {
 			db := testdb.New(t)
 			h := newHostileApp(t, db, true)
 			s := h.qs()
+			h.moodKit()
 			h.exec(fmt.Sprintf(`
-				CREATE TABLE %[1]s.log (who text, key_rows bigint);
-				CREATE FUNCTION %[1]s.snoop() RETURNS boolean LANGUAGE plpgsql AS $f$ %[2]s $f$;
 				CREATE TABLE %[1]s.docs (id text PRIMARY KEY, body text, doc json);
-				INSERT INTO %[1]s.docs VALUES ('sad', 'b', '{}');`, s, snoop(s+".log")))
+				INSERT INTO %[1]s.docs VALUES ('sad', 'b', '{}');`, s))
 			mustExec(t, db, fmt.Sprintf(`
 				SELECT synchro.register_table('%[1]s.docs', 'docs', ARRAY['body', 'doc']::name[]);
 				SELECT synchro.activate_registry();`, s))
-			h.exec(fmt.Sprintf(`
-				CREATE TYPE %[1]s.mood AS ENUM ('ok', 'sad');
-				CREATE FUNCTION %[1]s.mood_json(v %[1]s.mood) RETURNS json LANGUAGE plpgsql AS $f$
-				DECLARE ignored boolean; BEGIN ignored := %[1]s.snoop(); RETURN '"x"'; END $f$;
-				CREATE FUNCTION %[1]s.mood_text(v %[1]s.mood) RETURNS text LANGUAGE plpgsql AS $f$
-				DECLARE ignored boolean; BEGIN ignored := %[1]s.snoop(); RETURN 'x'; END $f$;
-				`+tc.cast+`;
+			h.exec(fmt.Sprintf(tc.cast+`;
 				`+tc.alter+`;`, s))
 			for _, stmt := range []string{
 				fmt.Sprintf(`INSERT INTO %[1]s.docs (id, %[2]s) VALUES ('ok', 'ok')`, s, map[bool]string{true: "body", false: tc.col}[tc.col == "id"]),
@@ -299,18 +307,14 @@ func TestFenceRunsNoCallerCastAfterKeyReplaced(t *testing.T) {
 	db := testdb.New(t)
 	h := newHostileApp(t, db, true)
 	s := h.qs()
+	h.moodKit()
 	h.exec(fmt.Sprintf(`
-		CREATE TABLE %[1]s.log (who text, key_rows bigint);
-		CREATE FUNCTION %[1]s.snoop() RETURNS boolean LANGUAGE plpgsql AS $f$ %[2]s $f$;
 		CREATE TABLE %[1]s.docs (id int8 PRIMARY KEY, body text);
-		INSERT INTO %[1]s.docs VALUES (1, 'b');`, s, snoop(s+".log")))
+		INSERT INTO %[1]s.docs VALUES (1, 'b');`, s))
 	mustExec(t, db, fmt.Sprintf(`
 		SELECT synchro.register_table('%[1]s.docs', 'docs');
 		SELECT synchro.activate_registry();`, s))
 	h.exec(fmt.Sprintf(`
-		CREATE TYPE %[1]s.mood AS ENUM ('ok', 'sad');
-		CREATE FUNCTION %[1]s.mood_text(v %[1]s.mood) RETURNS text LANGUAGE plpgsql AS $f$
-		DECLARE ignored boolean; BEGIN ignored := %[1]s.snoop(); RETURN 'x'; END $f$;
 		CREATE CAST (%[1]s.mood AS text) WITH FUNCTION %[1]s.mood_text(%[1]s.mood);
 		ALTER TABLE %[1]s.docs RENAME COLUMN id TO real_id;
 		ALTER TABLE %[1]s.docs ADD COLUMN id %[1]s.mood DEFAULT 'ok';`, s))
@@ -337,19 +341,15 @@ func TestBaselineRunsNoCallerCastAfterTypeChange(t *testing.T) {
 	db := testdb.New(t)
 	h := newHostileApp(t, db, true)
 	s := h.qs()
+	h.moodKit()
 	h.exec(fmt.Sprintf(`
-		CREATE TABLE %[1]s.log (who text, key_rows bigint);
-		CREATE FUNCTION %[1]s.snoop() RETURNS boolean LANGUAGE plpgsql AS $f$ %[2]s $f$;
 		CREATE TABLE %[1]s.docs (id text PRIMARY KEY, doc json);
-		INSERT INTO %[1]s.docs VALUES ('a', '{}');`, s, snoop(s+".log")))
+		INSERT INTO %[1]s.docs VALUES ('a', '{}');`, s))
 	mustExec(t, db, fmt.Sprintf(`
 		SELECT synchro.register_table('%[1]s.docs', 'docs');
 		SELECT synchro.activate_registry();`, s))
 	h.exec(fmt.Sprintf(`
-		CREATE TYPE %[1]s.mood AS ENUM ('ok', 'sad');
 		CREATE TYPE %[1]s.pair AS (m %[1]s.mood, t text);
-		CREATE FUNCTION %[1]s.mood_json(v %[1]s.mood) RETURNS json LANGUAGE plpgsql AS $f$
-		DECLARE ignored boolean; BEGIN ignored := %[1]s.snoop(); RETURN '"x"'; END $f$;
 		CREATE CAST (%[1]s.mood AS json) WITH FUNCTION %[1]s.mood_json(%[1]s.mood);
 		DROP TRIGGER synchro_fence_update ON %[1]s.docs;
 		ALTER TABLE %[1]s.docs ALTER COLUMN doc TYPE %[1]s.pair USING ROW('ok', 'x');`, s))
