@@ -127,7 +127,18 @@ BEGIN
   -- image larger than the budget comes alone). Delivered rows are a prefix, so the
   -- chain, the last key and "more" follow them whichever bound stopped the page.
   budget := synchro._page_byte_budget();
-  WITH page AS MATERIALIZED (
+  -- A first page reads P again in the page's own statement: a PL/pgSQL statement takes
+  -- a new snapshot at READ COMMITTED, so a materialization that committed between the
+  -- read above and this statement put rows in the page that were newer than that P,
+  -- and pull from P delivered them again (TestBootstrapFilledTable, about one run in
+  -- six on a busy stream). P and the rows now come from one snapshot; the read above
+  -- stays for a stream that was reset in between (the token then says SY409).
+  WITH pt AS (
+    SELECT coalesce(CASE WHEN rebuild.session IS NULL THEN
+                      (SELECT CASE WHEN p.materialized_commit_lsn IS NULL THEN 's' ELSE 't.' || p.materialized_commit_lsn END
+                         FROM synchro.progress p WHERE p.stream_generation = g.stream_generation)
+                    END, p_point) AS point
+  ), page AS MATERIALIZED (
     SELECT m.table_id, m.pk_order, m.pk, pr.version, pr.image, r.key_type,
            row_number() OVER w AS ord,
            sum(coalesce(pr.image_bytes, 0)) OVER w AS run_bytes
@@ -156,7 +167,7 @@ BEGIN
                p.image AS "row") x
   ), pos AS (
     SELECT a.more, a.rows, a.chain,
-           synchro._token(format('r1:%s:%s:%s:%s:%s:%s:%s', g.token, rg, p_point,
+           synchro._token(format('r1:%s:%s:%s:%s:%s:%s:%s', g.token, rg, (SELECT pt.point FROM pt),
                                  coalesce(l.table_id, last_tid), coalesce(l.pk_order, last_order),
                                  encode(convert_to(coalesce(l.pk, last_pk), 'UTF8'), 'hex'), encode(a.chain, 'hex')), rebuild.scope) AS tok
       FROM agg a LEFT JOIN page l ON l.ord = a.last_ord
@@ -166,7 +177,7 @@ BEGIN
     FROM pos o
     CROSS JOIN LATERAL (SELECT o.tok AS session, o.rows AS rows, true AS has_more) d
     CROSS JOIN LATERAL (SELECT o.tok AS session, o.rows AS rows, false AS has_more, encode(o.chain, 'hex') AS checksum,
-                               synchro._cursor(g.token, rg, p_point, rebuild.scope) AS cursor) e;
+                               synchro._cursor(g.token, rg, (SELECT pt.point FROM pt), rebuild.scope) AS cursor) e;
   RETURN result;
 END
 $$;

@@ -15,7 +15,8 @@
 -- another way (a uuid in capitals, 7.0 for 7) is a replay, not SY410
 -- (synchro._push_prepare; outcomes recorded before keep matching their replays). The
 -- runner no longer stages the columns of a pending registry generation
--- (synchro.runner_columns).
+-- (synchro.runner_columns). A rebuild's first page reads its position P in the same
+-- statement as its rows (synchro.rebuild).
 --
 -- The function files of this release ride on this migration (goose.go,
 -- finalMigration), which ends with synchro._refresh_fences(): every registered
