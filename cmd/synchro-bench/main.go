@@ -99,9 +99,10 @@ type config struct {
 	groupsTxns   int    // backlog of the groups suite (groups.go)
 	ledgerRows   int    // events in each ledger of the ledger suite (ledger.go)
 
-	cpuProfile string // write a Go CPU profile of the whole run (the in-process runners included)
-	noProfile  bool   // skip the materialize suite's pg_stat_statements profile pass
-	check      string // compare recorded ratios with the summary table of this markdown file
+	cpuProfile  string // write a Go CPU profile of the whole run (the in-process runners included)
+	noProfile   bool   // skip the materialize suite's pg_stat_statements profile pass
+	profileRows int    // statements and functions the profile pass lists
+	check       string // compare recorded ratios with the summary table of this markdown file
 
 	// lag suite (lag.go)
 	lagRate       int
@@ -135,6 +136,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.ledgerRows, "ledger-rows", 2_000_000, "ledger: events already in each ledger before the measured inserts")
 	fs.IntVar(&c.groupsTxns, "groups-txns", 10_000, "groups: single-row source transactions in the backlog (the issue's figure: 100000)")
 	fs.BoolVar(&c.noProfile, "no-profile", false, "materialize: skip the profile pass that runs when a ratio is below its goal")
+	fs.IntVar(&c.profileRows, "profile-rows", 18, "materialize: statements (and functions) the profile pass lists per shape")
 	fs.StringVar(&c.check, "check", "", "fail when a same-run ratio falls below half of the figure in this file's summary table (docs/benchmarks.md)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run (in-process runners included) to this file")
 	fs.IntVar(&c.lagRate, "lag-rate", 1000, "lag: steady single-row transactions per second")

@@ -737,7 +737,7 @@ func (e *matEnv) profile(ctx context.Context, shapes []matShape) (string, error)
 		  SELECT toplevel, calls, total_exec_time, total_plan_time, regexp_replace(left(query, 400), '\s+', ' ', 'g')
 		    FROM pg_stat_statements
 		   WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-		   ORDER BY total_exec_time + total_plan_time DESC LIMIT 40`)
+		   ORDER BY total_exec_time + total_plan_time DESC LIMIT $1`, e.b.cfg.profileRows+10)
 		if err != nil {
 			return "", err
 		}
@@ -792,7 +792,7 @@ func (e *matEnv) profile(ctx context.Context, shapes []matShape) (string, error)
 			fmt.Fprintf(&sb, "| %s | %d | %.0f | %.0f | %.1f | %.0f | `%s` |\n", lvl, s.calls, s.ms, s.plan, 100*(s.ms+s.plan)/1000/r.synSec,
 				1000*(s.ms+s.plan)/float64(max(s.calls, 1)), q)
 			n++
-			if n == 18 {
+			if n == e.b.cfg.profileRows {
 				break
 			}
 		}
@@ -802,7 +802,7 @@ func (e *matEnv) profile(ctx context.Context, shapes []matShape) (string, error)
 		sb.WriteString("\nFunctions (`pg_stat_user_functions`, self time excludes the functions they call):\n\n")
 		sb.WriteString("| function | calls | total ms | self ms |\n|---|---:|---:|---:|\n")
 		frows, err := e.conn.Query(ctx, `SELECT schemaname || '.' || funcname, calls, total_time, self_time
-		  FROM pg_stat_user_functions ORDER BY total_time DESC LIMIT 10`)
+		  FROM pg_stat_user_functions ORDER BY total_time DESC LIMIT $1`, max(10, e.b.cfg.profileRows))
 		if err != nil {
 			return "", err
 		}
