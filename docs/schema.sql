@@ -4492,9 +4492,8 @@ ALTER FUNCTION synchro._scope_hash(v text) OWNER TO postgres;
 CREATE FUNCTION synchro._scope_rule_generation(scope text) RETURNS bigint
     LANGUAGE sql STABLE
     AS $$
-  SELECT coalesce((SELECT sp.rule_generation FROM synchro.scope_prefix sp
-                    WHERE starts_with(scope, sp.scope_prefix)
-                    ORDER BY length(sp.scope_prefix) DESC LIMIT 1), 0)
+  SELECT coalesce((SELECT max(sp.rule_generation) FROM synchro.scope_prefix sp
+                    WHERE starts_with(scope, sp.scope_prefix)), 0)
 $$;
 
 

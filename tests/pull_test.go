@@ -858,6 +858,33 @@ func TestPullRuleChangeMakesCursorsStale(t *testing.T) {
 	require.Equal(t, []string{"upsert:tasks/3"}, opsOf(changes))
 }
 
+// A scope's cursors follow the rules that govern it now, whatever prefixes came before:
+// a prefix whose rules were removed keeps its row (so the cursors of its scopes went
+// stale then), and once a shorter prefix governs those scopes, a change of the shorter
+// prefix's rules must make their cursors stale too. The removed longer prefix's row
+// answered for them instead, and a cursor bound before the change kept pulling over a
+// membership the change re-evaluated without pull effects: the rows the new rules
+// brought in never arrived.
+func TestPullCursorStaleAfterShorterPrefixRuleChange(t *testing.T) {
+	t.Parallel()
+	e := newSyncEnv(t, `INSERT INTO notes (id, owner, body) VALUES ('x:1', 'a', 'one'), ('n2', 'a', 'x:1');`)
+	db := e.db
+	// Generation 2: the longer prefix team:x: (notes by body).
+	write(t, db, `SELECT synchro.add_scope_rule('notes', 'team:x:', 'body'); SELECT synchro.activate_registry();`)
+	// Generation 3: team:x: is gone, team: (notes by body) governs team:x:1.
+	write(t, db, `SELECT synchro.remove_scope_rules('notes'); SELECT synchro.add_scope_rule('notes', 'owner:', 'owner');
+		SELECT synchro.add_scope_rule('notes', 'team:', 'body'); SELECT synchro.activate_registry();`)
+	rep, cur := startScope(t, db, "tp", "team:x:1")
+	require.Equal(t, []string{"notes/n2"}, keysOf(rep), "team: by body")
+	// Generation 4: team: by id instead.
+	write(t, db, `SELECT synchro.remove_scope_rules('notes'); SELECT synchro.add_scope_rule('notes', 'owner:', 'owner');
+		SELECT synchro.add_scope_rule('notes', 'team:', 'id'); SELECT synchro.activate_registry();`)
+	_, err := pullRaw(db, "tp", "team:x:1", cur, 10)
+	requireSQLState(t, err, "SY409")
+	rep, _ = startScope(t, db, "tp", "team:x:1")
+	require.Equal(t, []string{"notes/x:1"}, keysOf(rep), "the rebuild serves the new rules")
+}
+
 // A rebuild between a rule change's activation and its materialization must not hand
 // out a cursor of the new rule generation over the old membership: pulling from it would
 // never deliver the rows the new rule adds (re-evaluation makes no pull effects).

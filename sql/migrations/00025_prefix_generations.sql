@@ -1,0 +1,12 @@
+-- +goose Up
+-- A scope's membership-rule generation is the newest of every scope prefix it starts
+-- with (synchro._scope_rule_generation), not the longest one's: a removed longer
+-- prefix kept the cursors of its scopes valid after the shorter prefix that governs
+-- them now changed its rules.
+--
+-- The function files of this release ride on this migration (goose.go,
+-- finalMigration), which ends with synchro._refresh_fences(): every registered
+-- relation's fence is regenerated.
+
+-- +goose Down
+-- Nothing to undo in the schema.
