@@ -6046,11 +6046,17 @@ BEGIN
   -- Points: s (generation_start), t.<lsn> (transaction_end), e.<lsn>.<event>.<effect>.
   -- stale_at is the lowest retention horizon that makes the cursor stale. Compaction
   -- removes whole source transactions up to and including the horizon: a position
-  -- inside transaction L (or generation_start) is stale once L is compacted, the end
-  -- of L only once a later transaction is. Written once, checked twice (below); no
+  -- inside transaction L is stale once L is compacted, the end of L only once a later
+  -- transaction is, generation_start once one at or after it is. Written once, checked twice (below); no
   -- horizon (NULL) makes no cursor stale.
   IF point[1] = 's' THEN
-    c_lsn := '0/0'; c_ev := -1; c_eff := -1; stale_at := '0/0';
+    -- generation_start: stale once a transaction after the generation's start is
+    -- compacted. The ledger of a stream reset's new generation holds the catch-up's
+    -- transactions below its start (their effects were never exposed): a horizon there
+    -- removed nothing such a cursor needs, and a rebuild would hand out the same
+    -- position again, a SY409 loop until the next write
+    -- (TestResetGenerationStartCursorsSurviveCompaction).
+    c_lsn := '0/0'; c_ev := -1; c_eff := -1; stale_at := g.generation_start_lsn;
   ELSIF point[1] = 't' THEN
     c_lsn := point[2]::pg_lsn; c_ev := 2147483647; c_eff := 2147483647;
     -- (The last LSN has no successor; nothing is ever compacted beyond it.)
@@ -6382,7 +6388,7 @@ BEGIN
   PERFORM synchro._authorize_scope(client_id, scope);
 
   -- SY409: a stream reset or a membership-rule change invalidated the session.
-  SELECT sg.stream_generation, sg.token, p.materialized_commit_lsn, p.registry_generation INTO g
+  SELECT sg.stream_generation, sg.token, p.materialized_commit_lsn, p.registry_generation, p.generation_start_lsn INTO g
     FROM synchro.progress p JOIN synchro.stream_generation sg ON sg.stream_generation = p.stream_generation;
   rg := synchro._scope_rule_generation(scope)::text;
   IF session IS NOT NULL AND (NOT FOUND OR parts[2] <> g.token::text OR parts[3] <> rg) THEN
@@ -6390,10 +6396,13 @@ BEGIN
       USING ERRCODE = 'SY409';
   END IF;
   -- A session whose position P fell below the retention horizon would hand out a
-  -- cursor that is stale at once: start over now.
+  -- cursor that is stale at once: start over now. P at generation_start is stale as
+  -- synchro.pull says: once the horizon reaches the generation's start (a stream
+  -- reset's catch-up transactions lie below it).
   IF session IS NOT NULL THEN
     SELECT r.horizon_commit_lsn INTO horizon FROM synchro.retention r WHERE r.stream_generation = g.stream_generation;
-    IF horizon IS NOT NULL AND (parts[4] = 's' OR split_part(parts[4], '.', 2)::pg_lsn < horizon) THEN
+    IF horizon IS NOT NULL AND (CASE WHEN parts[4] = 's' THEN horizon >= g.generation_start_lsn
+                                     ELSE split_part(parts[4], '.', 2)::pg_lsn < horizon END) THEN
       RAISE EXCEPTION 'rebuild_required: the rebuild session is older than the retention horizon' USING ERRCODE = 'SY409';
     END IF;
   END IF;

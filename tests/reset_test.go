@@ -325,6 +325,50 @@ func TestResetPushFenceCoverage(t *testing.T) {
 	require.Equal(t, []string{"upsert:tasks/101"}, opsOf(changes))
 }
 
+// TestResetGenerationStartCursorsSurviveCompaction: the catch-up's transactions (the
+// marker's at least) are in the new stream generation's ledger below its start, and
+// compaction may set the retention horizon at one of them. A cursor or rebuild session
+// at the generation's start, which a rebuild hands out until a transaction after the
+// barrier is materialized, lost nothing then: the catch-up's effects were never
+// exposed. They were SY409 anyway, and a rebuild handed out the same position again,
+// so a client looped on SY409 until the next write (LESSONS.md, "Resets and caches").
+func TestResetGenerationStartCursorsSurviveCompaction(t *testing.T) {
+	// Not parallel: a reset's exported snapshot waits for every xid-holding transaction
+	// of the cluster (TestResetPushFenceCoverage says more).
+	e := newSyncEnv(t, "")
+	db := e.db
+	write(t, db, `INSERT INTO notes VALUES ('n1', 'o1', 'first'), ('n2', 'o1', 'second')`)
+	op := newOperator(t, db)
+	id := op.begin(t, "generation start cursors")
+	op.waitPhase(t, id, "ready")
+	require.NoError(t, op.exec(`SELECT synchro.activate_reset($1)`, id))
+
+	// Nothing after the barrier is materialized: the rebuild's position is the
+	// generation's start.
+	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.progress WHERE materialized_commit_lsn IS NULL`))
+	rep, cur := startScope(t, db, "gs", "owner:o1")
+	require.Equal(t, []string{"notes/n1", "notes/n2"}, keysOf(rep))
+	session := mustRebuildPage(t, db, "gs", "owner:o1", "", 1)
+	require.True(t, session.HasMore)
+	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.progress WHERE materialized_commit_lsn IS NULL`),
+		"still at the generation's start")
+
+	var res map[string]any
+	require.NoError(t, callJSON(db, &res, `SELECT synchro.compact('0 seconds')::text`))
+	// The horizon is one of the catch-up's transactions, below the generation's start
+	// (else this test proves nothing).
+	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.retention r JOIN synchro.progress p USING (stream_generation)
+		WHERE r.horizon_commit_lsn < p.generation_start_lsn`), "%v", res)
+
+	_, err := pullRaw(db, "gs", "owner:o1", cur, 10)
+	require.NoError(t, err, "a generation-start cursor after compaction of the catch-up")
+	_, err = rebuildRaw(db, "gs", "owner:o1", session.Session, 10)
+	require.NoError(t, err, "a generation-start rebuild session after compaction of the catch-up")
+	write(t, db, `INSERT INTO notes VALUES ('n3', 'o1', 'third')`)
+	changes, _ := pullAll(t, db, "gs", "owner:o1", cur, 10)
+	require.Equal(t, []string{"upsert:notes/n3"}, opsOf(changes))
+}
+
 // TestResetAbort: a reset blocks a healthy stream until it is aborted; abort discards
 // the stage and the candidate slot, and the old stream resumes as it was (its cursors
 // still valid).

@@ -65,11 +65,17 @@ BEGIN
   -- Points: s (generation_start), t.<lsn> (transaction_end), e.<lsn>.<event>.<effect>.
   -- stale_at is the lowest retention horizon that makes the cursor stale. Compaction
   -- removes whole source transactions up to and including the horizon: a position
-  -- inside transaction L (or generation_start) is stale once L is compacted, the end
-  -- of L only once a later transaction is. Written once, checked twice (below); no
+  -- inside transaction L is stale once L is compacted, the end of L only once a later
+  -- transaction is, generation_start once one at or after it is. Written once, checked twice (below); no
   -- horizon (NULL) makes no cursor stale.
   IF point[1] = 's' THEN
-    c_lsn := '0/0'; c_ev := -1; c_eff := -1; stale_at := '0/0';
+    -- generation_start: stale once a transaction after the generation's start is
+    -- compacted. The ledger of a stream reset's new generation holds the catch-up's
+    -- transactions below its start (their effects were never exposed): a horizon there
+    -- removed nothing such a cursor needs, and a rebuild would hand out the same
+    -- position again, a SY409 loop until the next write
+    -- (TestResetGenerationStartCursorsSurviveCompaction).
+    c_lsn := '0/0'; c_ev := -1; c_eff := -1; stale_at := g.generation_start_lsn;
   ELSIF point[1] = 't' THEN
     c_lsn := point[2]::pg_lsn; c_ev := 2147483647; c_eff := 2147483647;
     -- (The last LSN has no successor; nothing is ever compacted beyond it.)

@@ -61,7 +61,7 @@ BEGIN
   PERFORM synchro._authorize_scope(client_id, scope);
 
   -- SY409: a stream reset or a membership-rule change invalidated the session.
-  SELECT sg.stream_generation, sg.token, p.materialized_commit_lsn, p.registry_generation INTO g
+  SELECT sg.stream_generation, sg.token, p.materialized_commit_lsn, p.registry_generation, p.generation_start_lsn INTO g
     FROM synchro.progress p JOIN synchro.stream_generation sg ON sg.stream_generation = p.stream_generation;
   rg := synchro._scope_rule_generation(scope)::text;
   IF session IS NOT NULL AND (NOT FOUND OR parts[2] <> g.token::text OR parts[3] <> rg) THEN
@@ -69,10 +69,13 @@ BEGIN
       USING ERRCODE = 'SY409';
   END IF;
   -- A session whose position P fell below the retention horizon would hand out a
-  -- cursor that is stale at once: start over now.
+  -- cursor that is stale at once: start over now. P at generation_start is stale as
+  -- synchro.pull says: once the horizon reaches the generation's start (a stream
+  -- reset's catch-up transactions lie below it).
   IF session IS NOT NULL THEN
     SELECT r.horizon_commit_lsn INTO horizon FROM synchro.retention r WHERE r.stream_generation = g.stream_generation;
-    IF horizon IS NOT NULL AND (parts[4] = 's' OR split_part(parts[4], '.', 2)::pg_lsn < horizon) THEN
+    IF horizon IS NOT NULL AND (CASE WHEN parts[4] = 's' THEN horizon >= g.generation_start_lsn
+                                     ELSE split_part(parts[4], '.', 2)::pg_lsn < horizon END) THEN
       RAISE EXCEPTION 'rebuild_required: the rebuild session is older than the retention horizon' USING ERRCODE = 'SY409';
     END IF;
   END IF;

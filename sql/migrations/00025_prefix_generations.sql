@@ -4,6 +4,11 @@
 -- prefix kept the cursors of its scopes valid after the shorter prefix that governs
 -- them now changed its rules.
 --
+-- A cursor or rebuild session at a stream generation's start is stale only once the
+-- retention horizon reaches that start (synchro.pull, synchro.rebuild): after a stream
+-- reset, compaction of the catch-up's transactions (below the start) made every such
+-- token SY409, and a rebuild handed the same position out again until the next write.
+--
 -- The function files of this release ride on this migration (goose.go,
 -- finalMigration), which ends with synchro._refresh_fences(): every registered
 -- relation's fence is regenerated.
