@@ -710,17 +710,17 @@ $$;
 ALTER FUNCTION synchro._check_render(relation regclass, columns name[]) OWNER TO postgres;
 
 --
--- Name: _consumer_compact(bigint, pg_lsn); Type: FUNCTION; Schema: synchro; Owner: postgres
+-- Name: _consumer_compact(bigint, pg_lsn, integer); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
-CREATE FUNCTION synchro._consumer_compact(gen bigint, horizon pg_lsn) RETURNS bigint
+CREATE FUNCTION synchro._consumer_compact(gen bigint, horizon pg_lsn, lim integer) RETURNS bigint
     LANGUAGE plpgsql
     AS $$
 DECLARE
   floor_  pg_lsn;
   h       pg_lsn;
-  batch   int;
   deleted bigint := 0;
+  n       bigint;
 BEGIN
   floor_ := synchro._consumer_floor(gen);
   h := CASE WHEN floor_ IS NULL THEN horizon ELSE least(horizon, floor_) END;
@@ -730,31 +730,29 @@ BEGIN
     ON CONFLICT (stream_generation) DO UPDATE
       SET horizon_commit_lsn = greatest(r.horizon_commit_lsn, excluded.horizon_commit_lsn), updated_at = now()
     RETURNING r.horizon_commit_lsn INTO h;
-    LOOP
+    IF lim > 0 THEN
       DELETE FROM synchro.change c
        WHERE c.ctid = ANY (ARRAY(
          SELECT x.ctid FROM synchro.change x
           WHERE x.stream_generation = gen AND x.commit_lsn <= h
-          LIMIT 10000));
-      GET DIAGNOSTICS batch = ROW_COUNT;
-      EXIT WHEN batch = 0;
-      deleted := deleted + batch;
-    END LOOP;
+          LIMIT lim));
+      GET DIAGNOSTICS n = ROW_COUNT;
+      deleted := deleted + n;
+    END IF;
   END IF;
   -- Changes of retired stream generations are never read again (their groups read SY409).
-  LOOP
+  IF lim - deleted > 0 THEN
     DELETE FROM synchro.change c
-     WHERE c.ctid = ANY (ARRAY(SELECT x.ctid FROM synchro.change x WHERE x.stream_generation <> gen LIMIT 10000));
-    GET DIAGNOSTICS batch = ROW_COUNT;
-    EXIT WHEN batch = 0;
-    deleted := deleted + batch;
-  END LOOP;
+     WHERE c.ctid = ANY (ARRAY(SELECT x.ctid FROM synchro.change x WHERE x.stream_generation <> gen LIMIT lim - deleted));
+    GET DIAGNOSTICS n = ROW_COUNT;
+    deleted := deleted + n;
+  END IF;
   RETURN deleted;
 END
 $$;
 
 
-ALTER FUNCTION synchro._consumer_compact(gen bigint, horizon pg_lsn) OWNER TO postgres;
+ALTER FUNCTION synchro._consumer_compact(gen bigint, horizon pg_lsn, lim integer) OWNER TO postgres;
 
 --
 -- Name: _consumer_floor(bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -841,9 +839,15 @@ BEGIN
     RAISE EXCEPTION 'lease_lost: the token is not the current lease of the consumer group' USING ERRCODE = 'SY412';
   END IF;
   IF g.stream_generation IS NULL THEN
+    -- The first stream generation's start, which is where such a group begins (and
+    -- what synchro._consumer_floor protected for it): adopting the active generation
+    -- after a stream reset skipped the first generation's changes without the SY409
+    -- every other group of it gets (TestConsumerGroupCreatedBeforeStreamAcrossReset).
+    -- With the first generation's start, read_changes says SY409 then.
     UPDATE synchro.consumer_group_state cg
-       SET stream_generation = p.stream_generation, checkpoint_lsn = p.generation_start_lsn
-      FROM synchro.progress p
+       SET stream_generation = sg.stream_generation, checkpoint_lsn = sg.generation_start_lsn
+      FROM (SELECT x.stream_generation, x.generation_start_lsn FROM synchro.stream_generation x
+             ORDER BY x.stream_generation LIMIT 1) sg
      WHERE cg.name = g.name
     RETURNING cg.* INTO g;
     IF NOT FOUND THEN
@@ -5485,6 +5489,15 @@ BEGIN
   IF keep IS NULL OR keep < interval '0' THEN
     RAISE EXCEPTION 'compact refused: keep must be a non-negative interval' USING ERRCODE = 'SY400';
   END IF;
+  -- READ COMMITTED only: the consumer-group floor (synchro._consumer_floor) is read
+  -- after its lock, which a group being created at `earliest` holds, and only a
+  -- statement snapshot taken after that wait sees the new group. A transaction
+  -- snapshot is older: compaction deleted the new group's unacknowledged changes
+  -- (TestConsumerGroupCompactRefusedOutsideReadCommitted).
+  IF current_setting('transaction_isolation') <> 'read committed' THEN
+    RAISE EXCEPTION 'compact refused: it must run at READ COMMITTED (the consumer-group floor is read after its lock)'
+      USING ERRCODE = 'SY400';
+  END IF;
   -- One compaction at a time: two would only wait on each other's rows. Transaction
   -- scoped, so it is released with each batch.
   PERFORM pg_advisory_xact_lock(hashtextextended('synchro.compact', synchro._lock_seed()));
@@ -5517,8 +5530,10 @@ BEGIN
     -- Consumer groups (issue 11): the change record up to the same horizon, never past
     -- a group's unacknowledged change (synchro._consumer_floor inside), in this batch's
     -- transaction with the floor it read.
+    -- Within this call's budget, like everything below.
     IF horizon IS NOT NULL THEN
-      changes := synchro._consumer_compact(gen, horizon);
+      changes := synchro._consumer_compact(gen, horizon, lim);
+      lim := lim - changes;
     END IF;
 
     -- 1. Pull effects at or below the horizon.
@@ -6248,9 +6263,22 @@ BEGIN
     more := more OR cut;
   END IF;
 
+  -- A released group's horizon again, after the read: each statement above took its
+  -- own snapshot, and a compaction that committed between the horizon check and the
+  -- read of the changes deleted transactions the read then skipped, as a page that
+  -- passed for complete (TestConsumerGroupReleasedReadRacesCompact). Passed now, the
+  -- checkpoint is stale whatever the read saw.
+  IF g.retention_released_at IS NOT NULL THEN
+    SELECT r.horizon_commit_lsn INTO horizon FROM synchro.change_retention r WHERE r.stream_generation = gen;
+    IF horizon > g.checkpoint_lsn THEN
+      RAISE EXCEPTION 'rebuild_required: the consumer group''s checkpoint is older than the retention horizon; recreate the group'
+        USING ERRCODE = 'SY409';
+    END IF;
+  END IF;
+
   -- The outstanding batch ends at this read's last transaction.
   UPDATE synchro.consumer_group_state cg SET handed_through = last_lsn WHERE cg.name = g.name;
-  RETURN jsonb_build_object('transactions', txns, 'has_more', more);
+  RETURN jsonb_build_object('transactions', coalesce(txns, '[]'::jsonb), 'has_more', more);
 END
 $$;
 
@@ -9292,10 +9320,10 @@ REVOKE ALL ON FUNCTION synchro._check_render(relation regclass, columns name[]) 
 
 
 --
--- Name: FUNCTION _consumer_compact(gen bigint, horizon pg_lsn); Type: ACL; Schema: synchro; Owner: postgres
+-- Name: FUNCTION _consumer_compact(gen bigint, horizon pg_lsn, lim integer); Type: ACL; Schema: synchro; Owner: postgres
 --
 
-REVOKE ALL ON FUNCTION synchro._consumer_compact(gen bigint, horizon pg_lsn) FROM PUBLIC;
+REVOKE ALL ON FUNCTION synchro._consumer_compact(gen bigint, horizon pg_lsn, lim integer) FROM PUBLIC;
 
 
 --

@@ -521,13 +521,21 @@ func TestCompactAllCommitsEachBatch(t *testing.T) {
 	require.Zero(t, countOf(t, db, `SELECT count(*) FROM synchro.event`))
 	require.Zero(t, countOf(t, db, `SELECT count(*) FROM synchro.txn`))
 
-	// One call of synchro.compact is one bounded batch and says whether more is left.
+	// One call of synchro.compact is one bounded batch and says whether more is left:
+	// the consumer groups' change record first (7 changes), then the effects (7), all
+	// within the budget of 5 rows.
 	write(t, db, `INSERT INTO tasks (id, owner, title) SELECT g, 'a', 't' FROM generate_series(31, 37) g`)
 	var one map[string]any
 	require.NoError(t, callJSON(db, &one, `SELECT synchro.compact('0 seconds')::text`))
-	require.EqualValues(t, 5, one["deleted_effects"], "%v", one)
+	require.EqualValues(t, 5, one["deleted_changes"], "%v", one)
+	require.EqualValues(t, 0, one["deleted_effects"], "%v", one)
 	require.Equal(t, false, one["done"], "%v", one)
-	require.Equal(t, 2, countOf(t, db, `SELECT count(*) FROM synchro.effect`))
+	require.NoError(t, callJSON(db, &one, `SELECT synchro.compact('0 seconds')::text`))
+	require.EqualValues(t, 2, one["deleted_changes"], "%v", one)
+	require.EqualValues(t, 3, one["deleted_effects"], "%v", one)
+	require.Equal(t, false, one["done"], "%v", one)
+	require.Equal(t, 4, countOf(t, db, `SELECT count(*) FROM synchro.effect`))
+	require.Zero(t, countOf(t, db, `SELECT count(*) FROM synchro.change`))
 }
 
 // The replay ledgers are trimmed only below the acknowledgement: a transaction the

@@ -2,9 +2,12 @@
 -- generation gen up to `horizon` (compact's), but never past a consumer group's
 -- unacknowledged change (synchro._consumer_floor), records how far it got (the change
 -- record's horizon, never moved back; groups created at `earliest` start there), and
--- deletes the changes of retired generations. Bounded DELETEs of 10,000 rows. Returns
--- the number of changes deleted. horizon NULL: only retired generations.
-CREATE OR REPLACE FUNCTION synchro._consumer_compact(gen bigint, horizon pg_lsn) RETURNS bigint
+-- deletes the changes of retired generations: at most lim rows in all, compact's
+-- budget (it looped to the end before, so one compact call after a release deleted a
+-- whole backlog in one transaction: TestCompactChangeRecordWithinBudget). Returns the
+-- number of changes deleted; the caller calls again, in a new transaction, while its
+-- budget runs out.
+CREATE OR REPLACE FUNCTION synchro._consumer_compact(gen bigint, horizon pg_lsn, lim int) RETURNS bigint
 LANGUAGE plpgsql
 -- No SET clause: an internal helper, called only from synchro.compact, which pinned
 -- search_path.
@@ -12,8 +15,8 @@ AS $$
 DECLARE
   floor_  pg_lsn;
   h       pg_lsn;
-  batch   int;
   deleted bigint := 0;
+  n       bigint;
 BEGIN
   floor_ := synchro._consumer_floor(gen);
   h := CASE WHEN floor_ IS NULL THEN horizon ELSE least(horizon, floor_) END;
@@ -23,27 +26,25 @@ BEGIN
     ON CONFLICT (stream_generation) DO UPDATE
       SET horizon_commit_lsn = greatest(r.horizon_commit_lsn, excluded.horizon_commit_lsn), updated_at = now()
     RETURNING r.horizon_commit_lsn INTO h;
-    LOOP
+    IF lim > 0 THEN
       DELETE FROM synchro.change c
        WHERE c.ctid = ANY (ARRAY(
          SELECT x.ctid FROM synchro.change x
           WHERE x.stream_generation = gen AND x.commit_lsn <= h
-          LIMIT 10000));
-      GET DIAGNOSTICS batch = ROW_COUNT;
-      EXIT WHEN batch = 0;
-      deleted := deleted + batch;
-    END LOOP;
+          LIMIT lim));
+      GET DIAGNOSTICS n = ROW_COUNT;
+      deleted := deleted + n;
+    END IF;
   END IF;
   -- Changes of retired stream generations are never read again (their groups read SY409).
-  LOOP
+  IF lim - deleted > 0 THEN
     DELETE FROM synchro.change c
-     WHERE c.ctid = ANY (ARRAY(SELECT x.ctid FROM synchro.change x WHERE x.stream_generation <> gen LIMIT 10000));
-    GET DIAGNOSTICS batch = ROW_COUNT;
-    EXIT WHEN batch = 0;
-    deleted := deleted + batch;
-  END LOOP;
+     WHERE c.ctid = ANY (ARRAY(SELECT x.ctid FROM synchro.change x WHERE x.stream_generation <> gen LIMIT lim - deleted));
+    GET DIAGNOSTICS n = ROW_COUNT;
+    deleted := deleted + n;
+  END IF;
   RETURN deleted;
 END
 $$;
 
-REVOKE ALL ON FUNCTION synchro._consumer_compact(bigint, pg_lsn) FROM PUBLIC;
+REVOKE ALL ON FUNCTION synchro._consumer_compact(bigint, pg_lsn, int) FROM PUBLIC;

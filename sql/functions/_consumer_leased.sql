@@ -3,7 +3,8 @@
 -- group's current lease token, and with unexpired the lease must not have expired by
 -- the database clock. SY400 for a malformed or unknown name; SY412 lease_lost
 -- otherwise (a removed group has no lease, so every token is lost). A group created
--- before the stream existed adopts the generation_start of the active stream here.
+-- before the stream existed adopts the generation_start of the first stream generation
+-- here.
 CREATE OR REPLACE FUNCTION synchro._consumer_leased(name text, token bigint, unexpired boolean)
 RETURNS synchro.consumer_group_state
 LANGUAGE plpgsql
@@ -25,9 +26,15 @@ BEGIN
     RAISE EXCEPTION 'lease_lost: the token is not the current lease of the consumer group' USING ERRCODE = 'SY412';
   END IF;
   IF g.stream_generation IS NULL THEN
+    -- The first stream generation's start, which is where such a group begins (and
+    -- what synchro._consumer_floor protected for it): adopting the active generation
+    -- after a stream reset skipped the first generation's changes without the SY409
+    -- every other group of it gets (TestConsumerGroupCreatedBeforeStreamAcrossReset).
+    -- With the first generation's start, read_changes says SY409 then.
     UPDATE synchro.consumer_group_state cg
-       SET stream_generation = p.stream_generation, checkpoint_lsn = p.generation_start_lsn
-      FROM synchro.progress p
+       SET stream_generation = sg.stream_generation, checkpoint_lsn = sg.generation_start_lsn
+      FROM (SELECT x.stream_generation, x.generation_start_lsn FROM synchro.stream_generation x
+             ORDER BY x.stream_generation LIMIT 1) sg
      WHERE cg.name = g.name
     RETURNING cg.* INTO g;
     IF NOT FOUND THEN

@@ -50,6 +50,15 @@ BEGIN
   IF keep IS NULL OR keep < interval '0' THEN
     RAISE EXCEPTION 'compact refused: keep must be a non-negative interval' USING ERRCODE = 'SY400';
   END IF;
+  -- READ COMMITTED only: the consumer-group floor (synchro._consumer_floor) is read
+  -- after its lock, which a group being created at `earliest` holds, and only a
+  -- statement snapshot taken after that wait sees the new group. A transaction
+  -- snapshot is older: compaction deleted the new group's unacknowledged changes
+  -- (TestConsumerGroupCompactRefusedOutsideReadCommitted).
+  IF current_setting('transaction_isolation') <> 'read committed' THEN
+    RAISE EXCEPTION 'compact refused: it must run at READ COMMITTED (the consumer-group floor is read after its lock)'
+      USING ERRCODE = 'SY400';
+  END IF;
   -- One compaction at a time: two would only wait on each other's rows. Transaction
   -- scoped, so it is released with each batch.
   PERFORM pg_advisory_xact_lock(hashtextextended('synchro.compact', synchro._lock_seed()));
@@ -82,8 +91,10 @@ BEGIN
     -- Consumer groups (issue 11): the change record up to the same horizon, never past
     -- a group's unacknowledged change (synchro._consumer_floor inside), in this batch's
     -- transaction with the floor it read.
+    -- Within this call's budget, like everything below.
     IF horizon IS NOT NULL THEN
-      changes := synchro._consumer_compact(gen, horizon);
+      changes := synchro._consumer_compact(gen, horizon, lim);
+      lim := lim - changes;
     END IF;
 
     -- 1. Pull effects at or below the horizon.

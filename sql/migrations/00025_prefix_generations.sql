@@ -9,6 +9,14 @@
 -- reset, compaction of the catch-up's transactions (below the start) made every such
 -- token SY409, and a rebuild handed the same position out again until the next write.
 --
+-- Consumer groups: compact refuses to run outside READ COMMITTED (a transaction
+-- snapshot missed a group created at `earliest` while compact waited for the floor
+-- lock, and deleted its changes); the change record's compaction keeps within
+-- compact's batch budget (synchro._consumer_compact takes it: the old signature goes
+-- here); a released group's read re-checks the horizon after reading; a group created
+-- before the stream existed starts at the first stream generation, also after a reset.
+DROP FUNCTION IF EXISTS synchro._consumer_compact(bigint, pg_lsn);
+--
 -- The function files of this release ride on this migration (goose.go,
 -- finalMigration), which ends with synchro._refresh_fences(): every registered
 -- relation's fence is regenerated.
