@@ -18,6 +18,14 @@ DECLARE
   deleted bigint := 0;
   n       bigint;
 BEGIN
+  -- A group being created holds the floor lock exclusively until its transaction ends,
+  -- and any consumer can leave that transaction open: compaction does not wait for it
+  -- (it waited for ever, and held back every other kind of retention with it). It
+  -- leaves the change record for the next call: deleting nothing is always safe.
+  -- TestConsumerGroupCompactRefusedOutsideReadCommitted.
+  IF NOT pg_try_advisory_xact_lock_shared(synchro._consumer_lock_key()) THEN
+    RETURN 0;
+  END IF;
   floor_ := synchro._consumer_floor(gen);
   h := CASE WHEN floor_ IS NULL THEN horizon ELSE least(horizon, floor_) END;
   IF h IS NOT NULL THEN
