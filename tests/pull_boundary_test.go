@@ -113,9 +113,10 @@ func TestPullCompactionBetweenHorizonCheckAndPageRead(t *testing.T) {
 	write(t, db, `DELETE FROM tasks WHERE id = 2`)
 	eligible, _ := pullAll(t, db, "racer", "owner:a", cur, 100)
 	require.Len(t, eligible, 3)
-	// One compaction batch of three rows: exactly the effects. Later phases of a batch
-	// (the replay ledger with the write fences it covered) would wait for the lock below.
-	mustExec(t, db, `UPDATE synchro.setting SET value = '3' WHERE name = 'compact_batch_rows'`)
+	// One compaction batch of six rows: exactly the consumer groups' change record (3)
+	// and the effects (3). Later phases of a batch (the replay ledger with the write
+	// fences it covered) would wait for the lock below.
+	mustExec(t, db, `UPDATE synchro.setting SET value = '6' WHERE name = 'compact_batch_rows'`)
 
 	locker, err := db.Pool.Acquire(ctx)
 	require.NoError(t, err)

@@ -1539,3 +1539,86 @@ func pushField(t *testing.T, obj json.RawMessage, key string) json.RawMessage {
 	require.True(t, ok, "%s has %q", obj, key)
 	return v
 }
+
+// Push's accepted "row" must be the stored row after defaults and triggers, the row of
+// the returned version. An application AFTER INSERT trigger that sorts after the fence
+// and updates the just-inserted row gives the row a second fence (under push, so the
+// outcome's version is that second one), and push returned the RETURNING image of the
+// INSERT, taken before AFTER triggers ran: the version and the row disagreed.
+func TestPushAcceptedRowIsTheStoredRow(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	mustExec(t, db, `
+		CREATE TABLE public.bump (id int4 PRIMARY KEY, n int4 NOT NULL DEFAULT 0);
+		CREATE FUNCTION public.bump_after() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+		  UPDATE public.bump SET n = n + 1 WHERE id = NEW.id;
+		  RETURN NULL;
+		END $$;
+		-- "z_bump" sorts after "synchro_fence_insert": the insert's fence fires first.
+		CREATE TRIGGER z_bump AFTER INSERT ON public.bump
+		  FOR EACH ROW EXECUTE FUNCTION public.bump_after();
+		SELECT synchro.register_table('public.bump', 'bump');
+		SELECT synchro.activate_registry();`)
+	id := pushID()
+	raw, err := pushRawOn(ctx, db.Pool, "c1", pushJSON(t, pushIns(id, "bump", 1, nil)))
+	require.NoError(t, err)
+	res := pushParse(t, raw)
+	version := pushAccepted(t, res[0], id, true)
+
+	var stored, current string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT to_jsonb(b)::text FROM public.bump b WHERE id = 1`).Scan(&stored))
+	require.NoError(t, db.Pool.QueryRow(ctx, `
+		SELECT rv.version FROM synchro.row_version rv JOIN synchro.relation r USING (relation_id)
+		 WHERE r.table_id = 'bump' AND rv.pk = '1'`).Scan(&current))
+	require.Equal(t, current, version, "the accepted version is the row's current version")
+	require.JSONEq(t, stored, string(res[0]["row"]),
+		"accepted version %s comes with a row image that is not the stored row of that version", version)
+}
+
+// A mutation id already decided for this client, replayed with the same content, must
+// return its recorded outcome (CONTRACT.md, Push: "Outcomes are kept as long as the
+// client exists"). _push_prepare validated the mutation against the current registry
+// before it looked the outcome up, so after an operator's registry change the retry of
+// an accepted mutation failed with SY400 instead of replaying "accepted". Narrowed
+// columns, then the table unregistered; other content stays SY400.
+func TestPushReplayAfterRegistryChange(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	mustExec(t, db, `
+		CREATE TABLE public.notes (id int4 PRIMARY KEY, body text, extra text);
+		SELECT synchro.register_table('public.notes', 'notes');
+		SELECT synchro.activate_registry();`)
+	id := pushID()
+	mutation := pushJSON(t, pushIns(id, "notes", 1, pm{"body": "b", "extra": "x"}))
+	first, err := pushRawOn(ctx, db.Pool, "c1", mutation)
+	require.NoError(t, err)
+	require.Equal(t, "accepted", pushParse(t, first)[0].str(t, "status"))
+
+	// The operator narrows the registered columns (docs/sql/set_columns.md).
+	mustExec(t, db, `
+		SELECT synchro.set_columns((SELECT relation_id FROM synchro.relation WHERE table_id = 'notes'), ARRAY['id', 'body']::name[]);
+		SELECT synchro.activate_registry();`)
+
+	replay, err := pushRawOn(ctx, db.Pool, "c1", mutation)
+	require.NoError(t, err, "a decided mutation replayed with the same content returns its recorded outcome")
+	require.JSONEq(t, first, replay)
+	// Other content under the same id, invalid now: the registry's SY400, as before.
+	_, err = pushRawOn(ctx, db.Pool, "c1", pushJSON(t, pushIns(id, "notes", 1, pm{"body": "b", "extra": "y"})))
+	requireSQLState(t, err, "SY400")
+	// A mutation never decided, invalid now: SY400.
+	_, err = pushRawOn(ctx, db.Pool, "c1", pushJSON(t, pushIns(pushID(), "notes", 2, pm{"extra": "x"})))
+	requireSQLState(t, err, "SY400")
+
+	// The table unregistered: still a replay, with the key as the client spells it.
+	mustExec(t, db, `
+		SELECT synchro.unregister_relation((SELECT relation_id FROM synchro.relation WHERE table_id = 'notes'));
+		SELECT synchro.activate_registry();`)
+	replay, err = pushRawOn(ctx, db.Pool, "c1", mutation)
+	require.NoError(t, err)
+	require.JSONEq(t, first, replay)
+	_, err = pushRawOn(ctx, db.Pool, "c1", pushJSON(t, pushIns(pushID(), "notes", 3, pm{"body": "b"})))
+	requireSQLState(t, err, "SY400")
+}

@@ -1100,3 +1100,52 @@ func TestPushRecordsNoAcceptWithoutFence(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(h.ctx, fmt.Sprintf(`SELECT count(*) FROM %s.t WHERE id = 'nofence'`, h.qs())).Scan(&n))
 	require.Zero(t, n, "nothing written")
 }
+
+// A scope authorizer accepted by set_scope_authorizer (SECURITY DEFINER, pinned
+// search_path, owned by the application role, as TestScopeAuthorizerRunsWithoutOwnerRights
+// accepts it) runs as its owner, but a plain (session-level) SET inside it overrides the
+// SET clauses of the authorizer and of pull/rebuild (PostgreSQL: "an ordinary SET ...
+// persists after function exit"). rebuild then continues as the pack owner with the
+// application's schema first in search_path: synchro._scope_rule_generation (no SET
+// clause) resolved starts_with() to the application's function, run as the owner.
+// An authorizer that changes search_path is refused now (SY403), for pull and rebuild.
+func TestScopeAuthorizerCannotChangeSearchPath(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	h := newHostileApp(t, db, true)
+	s := h.qs()
+	mustExec(t, db, `SELECT synchro.add_scope_rule('app_t', 'user:', 'body'); SELECT synchro.activate_registry();`)
+	h.exec(fmt.Sprintf(`
+		CREATE FUNCTION %[1]s.starts_with(a text, b text) RETURNS boolean LANGUAGE plpgsql AS $f$
+		DECLARE n bigint;
+		BEGIN
+		  BEGIN
+		    SELECT pg_catalog.count(*) INTO n FROM synchro.server_key;
+		  EXCEPTION WHEN insufficient_privilege THEN
+		    n := NULL;
+		  END;
+		  RAISE NOTICE 'snoop who=%% key_rows=%%', current_user, coalesce(n::pg_catalog.text, 'denied');
+		  RETURN pg_catalog.starts_with(a, b);
+		END $f$;
+		CREATE FUNCTION %[1]s.authz(client_id text, scope text) RETURNS boolean LANGUAGE plpgsql
+		  SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f$
+		BEGIN
+		  PERFORM pg_catalog.set_config('search_path', %[2]s || ', pg_catalog', false);
+		  RETURN true;
+		END $f$;`, s, "'"+strings.ReplaceAll(s, "'", "''")+"'"))
+	_, err := db.Pool.Exec(h.ctx, `SELECT synchro.set_scope_authorizer($1::regprocedure)`, s+".authz(text, text)")
+	require.NoError(t, err, "the authorizer meets every rule of set_scope_authorizer")
+
+	for _, call := range []string{`SELECT synchro.rebuild('c1', 'user:a')`,
+		`SELECT synchro.pull('c1', 'user:a', (SELECT synchro.rebuild('c2', 'user:a') ->> 'cursor'))`} {
+		h.takeNotices()
+		_, err := h.conn.Exec(h.ctx, call)
+		notices := h.takeNotices()
+		requireSQLState(t, err, "SY403")
+		require.Contains(t, err.Error(), "search_path")
+		for _, n := range notices {
+			require.Equal(t, "snoop who="+h.role+" key_rows=denied", n,
+				"the application's function ran inside %s with the pack owner's rights", call)
+		}
+	}
+}

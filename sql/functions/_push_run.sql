@@ -192,6 +192,18 @@ BEGIN
       END IF;
 
       ver := synchro._push_leave((m ->> 'relation_id')::bigint, m ->> 'key');
+      IF outcome IS NULL AND m ->> 'op' <> 'delete' THEN
+        -- The stored row of that version: RETURNING gave the row before AFTER triggers
+        -- ran, and an application's AFTER trigger that changes the row again gives it
+        -- another fence, whose version ver is (TestPushAcceptedRowIsTheStoredRow). This
+        -- transaction holds the row and its reservation until it ends, so what is read
+        -- now is that version's row. A row the caller cannot read back keeps RETURNING's.
+        stmt := format('SELECT pg_catalog.to_jsonb(t) FROM ONLY %s t WHERE %s', tgt, keypred);
+        PERFORM pg_catalog.set_config('search_path', caller_search_path, true);
+        EXECUTE stmt INTO cur USING key_text;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        written := coalesce(cur, written);
+      END IF;
       IF outcome IS NULL THEN
         outcome := jsonb_build_object('id', m ->> 'id', 'status', 'accepted', 'version', ver);
         IF m ->> 'op' <> 'delete' THEN

@@ -17,6 +17,11 @@
 -- before the stream existed starts at the first stream generation, also after a reset.
 DROP FUNCTION IF EXISTS synchro._consumer_compact(bigint, pg_lsn);
 --
+-- Push and readers: a scope authorizer that changes search_path fails the call
+-- (synchro._authorize_scope; it changed the path of the pack's code after it); an
+-- accepted push's row is read after its AFTER triggers (synchro._push_run); a decided
+-- mutation replays after a registry change (synchro._push_prepare).
+--
 -- The function files of this release ride on this migration (goose.go,
 -- finalMigration), which ends with synchro._refresh_fences(): every registered
 -- relation's fence is regenerated.
