@@ -836,6 +836,20 @@ func (a *applier) recordAck(ctx context.Context, conn *pgx.Conn, lsn pglogrepl.L
 	return nil
 }
 
+// failAt is the position a decoding failure stands for when the applier may
+// know no transaction of it: the commit LSN of the failing payload's transaction
+// when the plugin knows it (decode.Error.CommitLSN: wal2json holds a Begin back
+// until the first change decodes), else the payload's WAL start. Quarantined at
+// the change's own LSN, a poison was never resolved once its transaction
+// materialized after a retry (TestRunnerWal2jsonFirstChangePoisonAtCommit).
+func failAt(err error, walStart pglogrepl.LSN) pglogrepl.LSN {
+	var derr *decode.Error
+	if errors.As(err, &derr) && derr.CommitLSN != 0 {
+		return derr.CommitLSN
+	}
+	return walStart
+}
+
 // fail handles a failure while staging or materializing: it rolls back the
 // open batch. A batch that held more than the one failing transaction, or that
 // went through the set-based path, is re-run one transaction at a time
@@ -1027,7 +1041,7 @@ func (a *applier) run(ctx, stop context.Context, items <-chan item) error {
 						err = coll.Feed(ctx, p.walStart, msgs)
 					}
 					if err != nil {
-						return a.fail(ctx, err, p.walStart)
+						return a.fail(ctx, err, failAt(err, p.walStart))
 					}
 				}
 			case itemIdle:

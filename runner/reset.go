@@ -341,11 +341,16 @@ func (r *Runner) resetCatchUp(work, stop context.Context, conn *pgx.Conn, rs gen
 	if err != nil {
 		return err
 	}
-	// RestartedAt: an activation message that already ended a catch-up (anyone may
-	// emit one; none is genuine while the reset is open; the loop records it as for
-	// a session, runner.go) is let through the next time.
+	// Authentic: only the pack's own activations move the decoder (none is genuine
+	// while the reset is open). RestartedAt: an activation that already ended a
+	// catch-up (the loop records it as for a session, runner.go) is let through the
+	// next time.
+	key, err := loadMessageKey(work, conn)
+	if err != nil {
+		return err
+	}
 	dec, err := r.plugin.Open(work, conn, decode.SessionSpec{Publication: r.cfg.Publication, RegistryGeneration: regGen,
-		RestartedAt: r.restartedAt})
+		RestartedAt: r.restartedAt, Authentic: key.VerifyActivation})
 	if err != nil {
 		if v := Classify(err); v.Disposition == Fatal {
 			return r.resetFailure(work, conn, rs.ResetID, err)
@@ -369,10 +374,6 @@ func (r *Runner) resetCatchUp(work, stop context.Context, conn *pgx.Conn, rs gen
 		return err
 	}
 	cu := &catchUp{r: r, conn: conn, repl: repl, resetID: rs.ResetID, durable: s.ConfirmedFlush}
-	key, err := loadMessageKey(work, conn)
-	if err != nil {
-		return err
-	}
 	cu.ap = newApplier(&r.cfg, r.log, conn, rs.TargetGeneration, NewFrontier(s.ConfirmedFlush, s.ConfirmedFlush), func() {}, 0, key)
 	if err := cu.ap.loadRegistered(work, conn, nil, nil); err != nil {
 		return err

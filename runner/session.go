@@ -57,7 +57,8 @@ func (r *Runner) session(work, stop context.Context) error {
 	}
 	defer closeReplication(work, repl)
 	dec, err := r.plugin.Open(work, apply, decode.SessionSpec{
-		Publication: r.cfg.Publication, RegistryGeneration: st.RegistryGeneration, RestartedAt: r.restartedAt})
+		Publication: r.cfg.Publication, RegistryGeneration: st.RegistryGeneration, RestartedAt: r.restartedAt,
+		Authentic: key.VerifyActivation})
 	if err != nil {
 		if v := Classify(err); v.Disposition == Fatal {
 			return &fatalError{err: fmt.Errorf("synchro: fatal: decoder %s: %w", r.cfg.Decoder, err)}

@@ -61,9 +61,8 @@ func TestResetSwitchesDecoder(t *testing.T) {
 				WHERE d.datname = current_database() AND l.relation = 'synchro.write_fence'::regclass AND NOT l.granted`) > 0
 		})
 		// Inside the catch-up: a forged registry activation of a generation the table set
-		// does not know (anyone may emit one). wal2json's decoder ends the catch-up once
-		// for it (table_set_changed), as it ends a session; the next catch-up lets it
-		// through instead of ending again, for ever.
+		// does not know (anyone may emit one). wal2json's decoder follows only authentic
+		// activations (their MAC is the server key's): the catch-up goes on past it.
 		mustExec(t, db, `SELECT pg_logical_emit_message(true, 'synchro.registry',
 			'{"v":2,"generation":99,"previous":1,"mac":"00000000000000000000000000000000"}');
 			INSERT INTO tasks (id, project_id, owner, title) VALUES (30, 1, 'o1', 'next to the forgery')`)

@@ -55,6 +55,13 @@ type SessionSpec struct {
 	// ClassTableSetChanged); 0 if none. A plugin must not end a session for the
 	// same activation twice.
 	RestartedAt pglogrepl.LSN
+	// Authentic reports whether a registry activation message is the pack's own
+	// (its MAC is the server key's: runner/msgauth). A plugin that follows
+	// activations itself (its table set, the generation in effect) acts only on
+	// authentic ones: anyone may emit a message with that prefix, and a forged
+	// one must never end a session or change what the plugin decodes. Nil
+	// trusts none.
+	Authentic func(*Activation) bool
 }
 
 // Plugin is one logical-decoding output plugin: everything plugin-specific the

@@ -76,6 +76,12 @@ type Error struct {
 	Detail      string
 	LSN         pglogrepl.LSN // WAL start of the offending payload; 0 if unknown
 	RelationOID uint32        // 0 if not applicable
+	// CommitLSN is the commit LSN of the source transaction the offending payload
+	// belongs to, when the plugin knows it and the runner may not: a plugin that
+	// holds a transaction's Begin back until its first change (wal2json) fails
+	// that change before the runner saw the Begin. The runner quarantines the
+	// transaction by it (0: unknown).
+	CommitLSN pglogrepl.LSN
 }
 
 func (e *Error) Error() string {

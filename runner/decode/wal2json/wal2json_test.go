@@ -3,6 +3,7 @@ package wal2json_test
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"reflect"
@@ -40,7 +41,7 @@ func docsTable() wal2json.Table {
 
 func newSession(t testing.TB) decode.Session {
 	t.Helper()
-	s, err := wal2json.NewSession([]wal2json.Table{docsTable()}, decode.SessionSpec{RegistryGeneration: 1}, 1)
+	s, err := wal2json.NewSession([]wal2json.Table{docsTable()}, decode.SessionSpec{RegistryGeneration: 1, Authentic: trustAll}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,7 +424,8 @@ func TestDecodeRefusals(t *testing.T) {
 func TestActivationRestartsOnce(t *testing.T) {
 	begin := []byte(`{"action":"B","xid":9,"timestamp":"2026-01-01 00:00:00+00","lsn":"0/200","nextlsn":"0/210"}`)
 	act := []byte(`{"action":"M","xid":9,"timestamp":"2026-01-01 00:00:00+00","lsn":"0/150","transactional":true,"prefix":"synchro.registry","content":"{\"v\": 2, \"mac\": \"0123456789abcdef0123456789abcdef\", \"previous\": 1, \"generation\": 2}"}`)
-	s, err := wal2json.NewSession([]wal2json.Table{docsTable()}, decode.SessionSpec{RegistryGeneration: 1, RestartedAt: 0x150}, 1)
+	s, err := wal2json.NewSession([]wal2json.Table{docsTable()}, decode.SessionSpec{RegistryGeneration: 1, RestartedAt: 0x150,
+		Authentic: trustAll}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -433,6 +435,47 @@ func TestActivationRestartsOnce(t *testing.T) {
 	if _, err := s.Decode(2, act); err != nil {
 		t.Fatalf("the activation that already ended a session ends another: %v", err)
 	}
+	// Not let through: another activation of a generation the table set predates.
+	s, err = wal2json.NewSession([]wal2json.Table{docsTable()}, decode.SessionSpec{RegistryGeneration: 1, Authentic: trustAll}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Decode(1, begin); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Decode(2, act); !errors.Is(err, &decode.Error{Class: decode.ClassTableSetChanged}) {
+		t.Fatalf("an authentic activation the table set predates: %v, want table_set_changed", err)
+	}
+}
+
+// trustAll takes every activation for the pack's own (the runner checks the MAC).
+func trustAll(*decode.Activation) bool { return true }
+
+// TestForgedActivationIgnored: an activation that is not the pack's own
+// (SessionSpec.Authentic says no) neither ends the session nor moves the
+// generation the session decodes with; nil Authentic trusts none.
+func TestForgedActivationIgnored(t *testing.T) {
+	tb := docsTable()
+	tb.FirstGeneration = 2
+	payloads := capture(t)
+	begin, before, ins := payloads[0], payloads[1], payloads[2]
+	future := []byte(`{"action":"M","xid":751,"timestamp":"2026-12-01 16:37:20.538755+00","lsn":"0/15A5300","transactional":true,"prefix":"synchro.registry","content":"{\"v\": 2, \"mac\": \"0123456789abcdef0123456789abcdef\", \"previous\": 2, \"generation\": 9}"}`)
+	next := []byte(`{"action":"M","xid":751,"timestamp":"2026-12-01 16:37:20.538755+00","lsn":"0/15A5310","transactional":true,"prefix":"synchro.registry","content":"{\"v\": 2, \"mac\": \"0123456789abcdef0123456789abcdef\", \"previous\": 1, \"generation\": 2}"}`)
+	for _, auth := range []func(*decode.Activation) bool{nil, func(*decode.Activation) bool { return false }} {
+		s, err := wal2json.NewSession([]wal2json.Table{tb}, decode.SessionSpec{RegistryGeneration: 1, Authentic: auth}, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs := decodeAll(t, s, [][]byte{begin, before, future, next, ins})
+		for _, m := range msgs {
+			if _, ok := m.(*decode.Relation); ok {
+				t.Fatalf("a forged activation made a relation of a later generation decoded: %d messages", len(msgs))
+			}
+		}
+		if len(msgs) != 3 {
+			t.Fatalf("%d messages, want begin and the two forged messages", len(msgs))
+		}
+	}
 }
 
 // TestRelationBeforeItsGeneration: changes of a relation registered by a later
@@ -441,7 +484,7 @@ func TestActivationRestartsOnce(t *testing.T) {
 func TestRelationBeforeItsGeneration(t *testing.T) {
 	tb := docsTable()
 	tb.FirstGeneration = 2
-	s, err := wal2json.NewSession([]wal2json.Table{tb}, decode.SessionSpec{RegistryGeneration: 1}, 2)
+	s, err := wal2json.NewSession([]wal2json.Table{tb}, decode.SessionSpec{RegistryGeneration: 1, Authentic: trustAll}, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
