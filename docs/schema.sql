@@ -428,6 +428,13 @@ BEGIN
       UPDATE synchro.bootstrap y SET phase = 'subsumed', detail = 'relation removed'
        WHERE y.relation_id = b.relation_id AND y.generation < reg AND y.merged_at IS NULL
          AND y.phase NOT IN ('merged', 'subsumed');
+      -- Accepted pushes of the relation still uncovered: every transaction before this
+      -- activation is processed, so these are the ones an earlier bootstrap's snapshot
+      -- took (their events were skipped for its merge, which never comes now). Nothing
+      -- makes them pull-visible any more (the relation is gone): covered, or their
+      -- clients waited (SY503) for ever (TestBootstrapRemovalCoversSkippedPushes).
+      UPDATE synchro.write_fence wf SET coverage = 'baseline', covered_at = now()
+       WHERE wf.relation_id = b.relation_id AND wf.coverage IS NULL;
     END IF;
     UPDATE synchro.bootstrap x SET merged_at = now(), phase = 'merged'
      WHERE x.generation = reg AND x.relation_id = b.relation_id;
@@ -445,6 +452,31 @@ $$;
 
 
 ALTER FUNCTION synchro._bootstrap_merge(reg bigint) OWNER TO postgres;
+
+--
+-- Name: _bootstrap_supersede(bigint, bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._bootstrap_supersede(rid bigint, g bigint) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  PERFORM pg_advisory_xact_lock(hashtextextended('synchro.bootstrap', synchro._lock_seed()));
+  DELETE FROM synchro.bootstrap_row s
+   WHERE s.relation_id = rid AND s.generation < g
+     AND s.generation IN (SELECT y.generation FROM synchro.bootstrap y
+                           WHERE y.relation_id = rid AND y.merged_at IS NULL AND y.phase NOT IN ('merged', 'subsumed'));
+  DELETE FROM synchro.bootstrap_coverage c
+   WHERE c.relation_id = rid AND c.generation < g
+     AND c.generation IN (SELECT y.generation FROM synchro.bootstrap y
+                           WHERE y.relation_id = rid AND y.merged_at IS NULL AND y.phase NOT IN ('merged', 'subsumed'));
+  UPDATE synchro.bootstrap y SET phase = 'subsumed', detail = format('subsumed by generation %s', g)
+   WHERE y.relation_id = rid AND y.generation < g AND y.merged_at IS NULL AND y.phase NOT IN ('merged', 'subsumed');
+END
+$$;
+
+
+ALTER FUNCTION synchro._bootstrap_supersede(rid bigint, g bigint) OWNER TO postgres;
 
 --
 -- Name: _called_from_push(); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -5224,6 +5256,7 @@ BEGIN
     IF running AND reproject THEN
       INSERT INTO synchro.bootstrap (generation, relation_id, kind, phase, stream_generation)
       SELECT g, r.relation_id, 'project', 'requested', p.stream_generation FROM synchro.progress p;
+      PERFORM synchro._bootstrap_supersede(r.relation_id, g);
     END IF;
   END LOOP;
 
@@ -5247,6 +5280,7 @@ BEGIN
       -- Nothing to stage: merged at the activation's position.
       INSERT INTO synchro.bootstrap (generation, relation_id, kind, phase, stream_generation)
       SELECT g, r.relation_id, 'remove', 'staged', p.stream_generation FROM synchro.progress p;
+      PERFORM synchro._bootstrap_supersede(r.relation_id, g);
     END IF;
   END LOOP;
 
@@ -6897,6 +6931,14 @@ BEGIN
   INSERT INTO synchro.progress (stream_generation, generation_start_lsn, processed_end_lsn, registry_generation)
   VALUES (1, consistent_point, consistent_point, reg);
   PERFORM synchro._stage_reset(NULL);
+  -- The registry lock, held to this transaction's end: no activation commits from here
+  -- until the stream exists. One that committed after the snapshot (so after the slot's
+  -- consistent point) found no stream and requested no projection bootstrap, and this
+  -- baseline, read under the older snapshot, holds nothing of it: its new relation's
+  -- rows were never projected (TestBaselineRacesActivation). The runner compares the
+  -- generation seen here with the latest one, read on another connection, before it
+  -- commits, and starts over with a new slot when they differ.
+  PERFORM pg_advisory_xact_lock(hashtextextended('synchro.registry', synchro._lock_seed()));
   RETURN 1;
 END
 $$;
@@ -9336,6 +9378,13 @@ REVOKE ALL ON FUNCTION synchro._bootstrap_catch_up(gen bigint, reg bigint, t int
 --
 
 REVOKE ALL ON FUNCTION synchro._bootstrap_merge(reg bigint) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _bootstrap_supersede(rid bigint, g bigint); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._bootstrap_supersede(rid bigint, g bigint) FROM PUBLIC;
 
 
 --

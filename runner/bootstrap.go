@@ -103,9 +103,50 @@ func (r *Runner) bootstrap(ctx context.Context) (err error) {
 		return fmt.Errorf("synchro: runner_baseline: %w", err)
 	}
 	r.cfg.faults.Reach(fault.Baseline)
+	// runner_baseline ends holding the registry lock, so no activation commits
+	// from here to the commit. One that committed after the snapshot requested no
+	// projection bootstrap (there was no stream yet) and the baseline holds none of
+	// it: start over, with a snapshot that sees it.
+	if err = r.baselineCurrent(ctx, tx); err != nil {
+		return err
+	}
 	if err = tx.Commit(ctx); err != nil {
 		return fmt.Errorf("synchro: commit baseline: %w", err)
 	}
 	r.log.Info("baseline materialized: stream created", "stream_generation", sg, "generation_start_lsn", cp)
+	return nil
+}
+
+// errBaselineRaced: a registry activation committed after the baseline's
+// snapshot; the first start begins again (transient).
+var errBaselineRaced = errors.New("synchro: a registry activation committed while the baseline was taken: starting over with a new slot")
+
+// baselineCurrent checks that the registry generation the baseline's snapshot
+// saw is the latest activated one, read now on a connection of its own.
+func (r *Runner) baselineCurrent(ctx context.Context, tx pgx.Tx) error {
+	seen, err := gen.New(tx).RunnerTableSet(ctx)
+	if err != nil {
+		return fmt.Errorf("synchro: runner_table_set: %w", err)
+	}
+	check, err := connect(ctx, r.cfg.DatabaseURL, "synchro-runner-baseline")
+	if err != nil {
+		return err
+	}
+	defer closeQuietly(ctx, check)
+	now, err := gen.New(check).RunnerTableSet(ctx)
+	if err != nil {
+		return fmt.Errorf("synchro: runner_table_set: %w", err)
+	}
+	latest := func(set []gen.RunnerTableSetRow) int64 {
+		if len(set) == 0 {
+			return 0
+		}
+		return set[0].LatestGeneration
+	}
+	if latest(seen) != latest(now) {
+		r.log.Warn("registry activation during the first start's baseline: starting over",
+			"seen_generation", latest(seen), "latest_generation", latest(now))
+		return errBaselineRaced
+	}
 	return nil
 }

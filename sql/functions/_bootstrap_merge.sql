@@ -52,6 +52,13 @@ BEGIN
       UPDATE synchro.bootstrap y SET phase = 'subsumed', detail = 'relation removed'
        WHERE y.relation_id = b.relation_id AND y.generation < reg AND y.merged_at IS NULL
          AND y.phase NOT IN ('merged', 'subsumed');
+      -- Accepted pushes of the relation still uncovered: every transaction before this
+      -- activation is processed, so these are the ones an earlier bootstrap's snapshot
+      -- took (their events were skipped for its merge, which never comes now). Nothing
+      -- makes them pull-visible any more (the relation is gone): covered, or their
+      -- clients waited (SY503) for ever (TestBootstrapRemovalCoversSkippedPushes).
+      UPDATE synchro.write_fence wf SET coverage = 'baseline', covered_at = now()
+       WHERE wf.relation_id = b.relation_id AND wf.coverage IS NULL;
     END IF;
     UPDATE synchro.bootstrap x SET merged_at = now(), phase = 'merged'
      WHERE x.generation = reg AND x.relation_id = b.relation_id;

@@ -174,6 +174,7 @@ BEGIN
     IF running AND reproject THEN
       INSERT INTO synchro.bootstrap (generation, relation_id, kind, phase, stream_generation)
       SELECT g, r.relation_id, 'project', 'requested', p.stream_generation FROM synchro.progress p;
+      PERFORM synchro._bootstrap_supersede(r.relation_id, g);
     END IF;
   END LOOP;
 
@@ -197,6 +198,7 @@ BEGIN
       -- Nothing to stage: merged at the activation's position.
       INSERT INTO synchro.bootstrap (generation, relation_id, kind, phase, stream_generation)
       SELECT g, r.relation_id, 'remove', 'staged', p.stream_generation FROM synchro.progress p;
+      PERFORM synchro._bootstrap_supersede(r.relation_id, g);
     END IF;
   END LOOP;
 

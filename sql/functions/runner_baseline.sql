@@ -37,6 +37,14 @@ BEGIN
   INSERT INTO synchro.progress (stream_generation, generation_start_lsn, processed_end_lsn, registry_generation)
   VALUES (1, consistent_point, consistent_point, reg);
   PERFORM synchro._stage_reset(NULL);
+  -- The registry lock, held to this transaction's end: no activation commits from here
+  -- until the stream exists. One that committed after the snapshot (so after the slot's
+  -- consistent point) found no stream and requested no projection bootstrap, and this
+  -- baseline, read under the older snapshot, holds nothing of it: its new relation's
+  -- rows were never projected (TestBaselineRacesActivation). The runner compares the
+  -- generation seen here with the latest one, read on another connection, before it
+  -- commits, and starts over with a new slot when they differ.
+  PERFORM pg_advisory_xact_lock(hashtextextended('synchro.registry', synchro._lock_seed()));
   RETURN 1;
 END
 $$;

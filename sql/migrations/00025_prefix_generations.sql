@@ -22,6 +22,13 @@ DROP FUNCTION IF EXISTS synchro._consumer_compact(bigint, pg_lsn);
 -- accepted push's row is read after its AFTER triggers (synchro._push_run); a decided
 -- mutation replays after a registry change (synchro._push_prepare).
 --
+-- Projection bootstraps: an activation that re-projects or removes a relation
+-- supersedes the relation's earlier unmerged bootstraps (synchro._bootstrap_supersede;
+-- an earlier shape that no longer staged held the stream for ever); a removal covers
+-- the relation's accepted pushes still uncovered (synchro._bootstrap_merge); the first
+-- start's baseline ends holding the registry lock, and the runner starts over when an
+-- activation committed after its snapshot (synchro.runner_baseline).
+--
 -- The function files of this release ride on this migration (goose.go,
 -- finalMigration), which ends with synchro._refresh_fences(): every registered
 -- relation's fence is regenerated.
