@@ -88,8 +88,8 @@ func Install(ctx context.Context, db *sql.DB) error {
 
 	// Schema synchro first (goose's version table lives in it), and an install from
 	// before the table moved keeps its history.
-	if _, err := conn.ExecContext(ctx, GoosePrelude); err != nil {
-		return fmt.Errorf("install: goose prelude: %w", err)
+	if err := runPrelude(ctx, conn); err != nil {
+		return err
 	}
 	provider, err := newProvider(db, GooseTable)
 	if err != nil {
@@ -160,12 +160,32 @@ func Status(ctx context.Context, db *sql.DB) ([]MigrationStatus, error) {
 }
 
 func newProvider(db *sql.DB, table string) (*goose.Provider, error) {
-	p, err := goose.NewProvider(goose.DialectPostgres, db, Migrations(),
-		goose.WithTableName(table))
+	src, err := pinnedMigrations(Migrations())
+	if err != nil {
+		return nil, fmt.Errorf("install: goose: %w", err)
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, src, goose.WithTableName(table))
 	if err != nil {
 		return nil, fmt.Errorf("install: goose: %w", err)
 	}
 	return p, nil
+}
+
+// runPrelude runs GoosePrelude in a transaction of its own on conn (its search_path is
+// pinned for that transaction only).
+func runPrelude(ctx context.Context, conn *sql.Conn) error {
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("install: goose prelude: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, GoosePrelude); err != nil {
+		return fmt.Errorf("install: goose prelude: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("install: goose prelude: %w", err)
+	}
+	return nil
 }
 
 // applyFunctions re-applies every function file in one transaction on the locked
@@ -176,6 +196,9 @@ func applyFunctions(ctx context.Context, conn *sql.Conn) error {
 		return fmt.Errorf("install: functions: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, PinSearchPath); err != nil {
+		return fmt.Errorf("install: functions: %w", err)
+	}
 	names, err := fs.Glob(Functions(), "*.sql")
 	if err != nil {
 		return err

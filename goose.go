@@ -35,6 +35,10 @@ const GooseTable = "synchro.goose_version"
 const GoosePrelude = `-- Synchro goose prelude (docs/install.md): the database is UTF8, and schema synchro
 -- exists and holds the pack's goose version table, synchro.goose_version.
 --
+-- Run in a transaction: the search_path is pinned for it, as for every migration and
+-- the function files (PinSearchPath says why).
+` + PinSearchPath + `
+--
 -- UTF8 only: the runner reads row values, keys and messages as UTF-8. In a SQL_ASCII
 -- database any byte sequence is text, and in LATIN1 (or another single-byte encoding)
 -- the decoders and the fence messages disagree on a non-ASCII value's bytes: one
@@ -48,6 +52,19 @@ BEGIN
   END IF;
 END
 $synchro_encoding$;
+-- A schema synchro someone else made is never adopted: its owner could replace any of
+-- the pack's functions (TestInstallRefusesForeignSchema). Only the installer or a
+-- superuser may own it.
+DO $synchro_schema$
+BEGIN
+  IF EXISTS (SELECT FROM pg_catalog.pg_namespace n JOIN pg_catalog.pg_roles r ON r.oid = n.nspowner
+              WHERE n.nspname OPERATOR(pg_catalog.=) 'synchro'
+                AND r.rolname OPERATOR(pg_catalog.<>) CURRENT_USER AND NOT r.rolsuper) THEN
+    RAISE EXCEPTION 'synchro: schema synchro exists and belongs to another role; the pack installs only into a schema of its own'
+      USING ERRCODE = 'SY400';
+  END IF;
+END
+$synchro_schema$;
 CREATE SCHEMA IF NOT EXISTS synchro;
 DO $synchro_prelude$
 DECLARE
@@ -56,14 +73,22 @@ DECLARE
   used   boolean;
 BEGIN
   -- goose created the legacy table unqualified, in the installer's current schema: look
-  -- for it in every schema but synchro and the temporary ones.
-  SELECT count(*), min(c.oid::pg_catalog.regclass::text)::pg_catalog.regclass
+  -- for it in every schema but synchro and the temporary ones. Only a plain table the
+  -- installer (or a superuser) owns, with no trigger, rule or row security, is the
+  -- pack's: a table of that name an application role made is not adopted (its trigger
+  -- ran as the installer at every version goose recorded, and it kept owning the
+  -- pack's history: TestInstallIgnoresForeignLegacyGooseTable), nor does it block an
+  -- upgrade.
+  SELECT pg_catalog.count(*), pg_catalog.min(c.oid::pg_catalog.regclass::pg_catalog.text)::pg_catalog.regclass
     INTO found, legacy
     FROM pg_catalog.pg_class c
     JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-   WHERE c.relname = 'synchro_goose_version' AND c.relkind = 'r'
-     AND n.nspname <> 'synchro' AND n.nspname NOT LIKE 'pg\_temp\_%'
-     AND n.nspname NOT LIKE 'pg\_toast\_temp\_%';
+    JOIN pg_catalog.pg_roles o ON o.oid = c.relowner
+   WHERE c.relname OPERATOR(pg_catalog.=) 'synchro_goose_version' AND c.relkind OPERATOR(pg_catalog.=) 'r'
+     AND n.nspname OPERATOR(pg_catalog.<>) 'synchro' AND n.nspname OPERATOR(pg_catalog.!~~) 'pg\_temp\_%'
+     AND n.nspname OPERATOR(pg_catalog.!~~) 'pg\_toast\_temp\_%'
+     AND (o.rolname OPERATOR(pg_catalog.=) CURRENT_USER OR o.rolsuper)
+     AND NOT c.relhastriggers AND NOT c.relhasrules AND NOT c.relrowsecurity;
   IF found = 0 THEN
     RETURN;
   END IF;
@@ -99,6 +124,26 @@ BEGIN
 END
 $synchro_prelude$;
 `
+
+// PinSearchPath is the first statement of the goose prelude, of the function files'
+// transaction and of the `synchro sql` script. The install runs as the pack owner,
+// often a superuser, and an unqualified call resolved through the installer's
+// search_path found a better-matching overload an application role had created in
+// public (format(text, name, name) over pg_catalog's VARIADIC one): it ran as the
+// installer, and a view made then kept calling it as every reader
+// (TestInstallPinsSearchPath). SET LOCAL: it ends with the transaction, and the
+// caller's connection keeps its own path.
+const PinSearchPath = "SET LOCAL search_path = pg_catalog, pg_temp;"
+
+// pinMigration and unpinMigration open and close every migration's Up section (pinUp):
+// the same pin for the migration's statements, then the caller's path again for what
+// goose does after them in the same transaction (its version row, in a table the
+// caller may name unqualified).
+const (
+	pinMigration = "SELECT pg_catalog.set_config('synchro.install_search_path', pg_catalog.current_setting('search_path'), true), " +
+		"pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);"
+	unpinMigration = "SELECT pg_catalog.set_config('search_path', pg_catalog.current_setting('synchro.install_search_path'), true);"
+)
 
 // GooseMigrations is the pack as a goose migration source: every migration of
 // sql/migrations under its own version, and the last one also re-applies every function
@@ -143,7 +188,7 @@ func GooseSource(migrations, functions fs.FS) (fs.FS, error) {
 		if err != nil {
 			return nil, err
 		}
-		out[n] = &fstest.MapFile{Data: b, Mode: 0o644}
+		out[n] = &fstest.MapFile{Data: []byte(pinUp(string(b))), Mode: 0o644}
 	}
 	last := names[len(names)-1]
 	b, err := fs.ReadFile(migrations, last)
@@ -154,8 +199,60 @@ func GooseSource(migrations, functions fs.FS) (fs.FS, error) {
 	if err != nil {
 		return nil, fmt.Errorf("goose source: %s: %w", last, err)
 	}
-	out[last] = &fstest.MapFile{Data: []byte(final), Mode: 0o644}
+	out[last] = &fstest.MapFile{Data: []byte(pinUp(final)), Mode: 0o644}
 	return out, nil
+}
+
+// pinnedMigrations is migrations with PinSearchPath in each Up section (pinUp): the
+// source Install gives goose (the function files follow in a transaction of their own).
+func pinnedMigrations(migrations fs.FS) (fs.FS, error) {
+	names, err := fs.Glob(migrations, "*.sql")
+	if err != nil {
+		return nil, err
+	}
+	out := fstest.MapFS{}
+	for _, n := range names {
+		b, err := fs.ReadFile(migrations, n)
+		if err != nil {
+			return nil, err
+		}
+		out[n] = &fstest.MapFile{Data: []byte(pinUp(string(b))), Mode: 0o644}
+	}
+	return out, nil
+}
+
+// pinUp opens a migration's Up section with pinMigration and closes it with
+// unpinMigration (right before "-- +goose Down", or at the end). A migration that runs
+// outside a transaction gets nothing (none of the pack's does).
+func pinUp(src string) string {
+	if strings.Contains(src, "+goose NO TRANSACTION") {
+		return src
+	}
+	lines := strings.SplitAfter(src, "\n")
+	up, down := -1, len(lines)
+	for i, l := range lines {
+		t := strings.TrimSpace(l)
+		if up < 0 && strings.HasPrefix(t, "-- +goose Up") {
+			up = i
+		} else if up >= 0 && strings.HasPrefix(t, "-- +goose Down") {
+			down = i
+			break
+		}
+	}
+	if up < 0 {
+		return src
+	}
+	var b strings.Builder
+	b.WriteString(strings.Join(lines[:up+1], ""))
+	b.WriteString(pinMigration + "\n")
+	body := strings.Join(lines[up+1:down], "")
+	b.WriteString(body)
+	if body != "" && !strings.HasSuffix(body, "\n") {
+		b.WriteString("\n")
+	}
+	b.WriteString(unpinMigration + "\n")
+	b.WriteString(strings.Join(lines[down:], ""))
+	return b.String()
 }
 
 // finalMigration appends the function files (and the fence refresh) to the Up section of

@@ -5288,6 +5288,11 @@ BEGIN
   SELECT value INTO pub FROM synchro.setting WHERE name = 'publication';
   IF NOT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = pub) THEN
     EXECUTE format('CREATE PUBLICATION %I WITH (publish = %L)', pub, 'insert, update, delete, truncate');
+  ELSIF EXISTS (SELECT 1 FROM pg_publication WHERE pubname = pub AND pubowner <> current_user::regrole) THEN
+    -- Made by another role (any role with CREATE on the database can), it stays that
+    -- role's to alter: publish only inserts, drop a table, and capture breaks
+    -- (TestActivationRefusesForeignPublication). The pack's own only.
+    RAISE EXCEPTION 'activation refused: the publication exists and belongs to another role' USING ERRCODE = 'SY400';
   ELSIF EXISTS (SELECT 1 FROM pg_publication WHERE pubname = pub AND puballtables) THEN
     RAISE EXCEPTION 'activation refused: the publication must not be FOR ALL TABLES' USING ERRCODE = 'SY400';
   ELSE
