@@ -29,6 +29,10 @@ DROP FUNCTION IF EXISTS synchro._consumer_compact(bigint, pg_lsn);
 -- start's baseline ends holding the registry lock, and the runner starts over when an
 -- activation committed after its snapshot (synchro.runner_baseline).
 --
+-- activate_registry refuses a publication of the configured name that another role
+-- owns. (The install path's own hardening, search_path pinned and nothing of another
+-- role adopted, lives in the Go installer and the goose prelude.)
+--
 -- The function files of this release ride on this migration (goose.go,
 -- finalMigration), which ends with synchro._refresh_fences(): every registered
 -- relation's fence is regenerated.
