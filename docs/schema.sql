@@ -7398,6 +7398,11 @@ BEGIN
     RAISE EXCEPTION 'runner_reset_candidate: refused in phase %', coalesce(r.phase, 'unknown') USING ERRCODE = 'SY400';
   END IF;
   PERFORM synchro._reset_discard(r.reset_id);
+  -- And the earlier candidate's coverage records: the new baseline records every fence
+  -- its (later) snapshot holds, which holds all of them. Kept, the new baseline's
+  -- records collided with them (23505) on every attempt after a baseline had been
+  -- staged, a loop of new candidates (TestResetNewCandidateAfterStagedBaseline).
+  DELETE FROM synchro.reset_baseline b WHERE b.reset_id = r.reset_id;
   -- Unique in the cluster (slot names are): attempt and reset id, 42 characters at most.
   slot := format('synchro_r%s_%s', r.attempt + 1, replace(r.reset_id::text, '-', ''));
   UPDATE synchro.reset x
@@ -7699,6 +7704,55 @@ $$;
 
 
 ALTER FUNCTION synchro.runner_reset_verify(reset_id uuid, chunk integer) OWNER TO postgres;
+
+--
+-- Name: runner_reset_versions(uuid, bigint, text, integer); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro.runner_reset_versions(reset_id uuid, after_relation bigint, after text, chunk integer, OUT relation_id bigint, OUT last text) RETURNS record
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET lock_timeout TO '200ms'
+    AS $_$
+DECLARE
+  reg bigint;
+  r   synchro.relation;
+  k   text;
+BEGIN
+  IF chunk IS NULL OR chunk < 1 OR chunk > 100000 THEN
+    RAISE EXCEPTION 'runner_reset_versions: chunk out of range' USING ERRCODE = 'SY400';
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM synchro.reset x WHERE x.reset_id = runner_reset_versions.reset_id AND x.phase = 'staging') THEN
+    RAISE EXCEPTION 'runner_reset_versions: refused outside phase staging' USING ERRCODE = 'SY400';
+  END IF;
+  SELECT g.generation INTO reg FROM synchro.registry_generation g WHERE g.state = 'active';
+  FOR r IN SELECT rel.* FROM synchro.registration x JOIN synchro.relation rel ON rel.relation_id = x.relation_id
+            WHERE x.generation = reg AND (after_relation IS NULL OR rel.relation_id >= after_relation)
+            ORDER BY rel.relation_id LOOP
+    -- The SQL below is written for the registered key type: refused (0A000) if the
+    -- owner retyped it (synchro._live_shape_check says why).
+    PERFORM synchro._live_shape_check(r.relation_id, reg);
+    k := CASE WHEN r.relation_id = after_relation THEN after END;
+    -- key_pg_type is one of a fixed set of type names (relation_key_pg_type).
+    EXECUTE format(
+      'WITH c AS (SELECT t.%1$I AS k FROM ONLY %2$I.%3$I t WHERE $2::%4$s IS NULL OR t.%1$I > $2::%4$s ORDER BY t.%1$I LIMIT $3), '
+      '     i AS (INSERT INTO synchro.row_version (relation_id, pk, version) '
+      '           SELECT $1, c.k::text, synchro._new_version() FROM c ON CONFLICT DO NOTHING) '
+      'SELECT (SELECT c.k FROM c ORDER BY c.k DESC LIMIT 1)::text',
+      r.key_column, r.schema_name, r.table_name, r.key_pg_type)
+      INTO last USING r.relation_id, k, chunk;
+    IF last IS NOT NULL THEN
+      relation_id := r.relation_id;
+      RETURN;
+    END IF;
+  END LOOP;
+  relation_id := NULL;
+  last := NULL;
+END
+$_$;
+
+
+ALTER FUNCTION synchro.runner_reset_versions(reset_id uuid, after_relation bigint, after text, chunk integer, OUT relation_id bigint, OUT last text) OWNER TO postgres;
 
 --
 -- Name: runner_stage_open(); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -10465,6 +10519,14 @@ GRANT ALL ON FUNCTION synchro.runner_reset_state() TO synchro_runner;
 
 REVOKE ALL ON FUNCTION synchro.runner_reset_verify(reset_id uuid, chunk integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION synchro.runner_reset_verify(reset_id uuid, chunk integer) TO synchro_runner;
+
+
+--
+-- Name: FUNCTION runner_reset_versions(reset_id uuid, after_relation bigint, after text, chunk integer, OUT relation_id bigint, OUT last text); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro.runner_reset_versions(reset_id uuid, after_relation bigint, after text, chunk integer, OUT relation_id bigint, OUT last text) FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.runner_reset_versions(reset_id uuid, after_relation bigint, after text, chunk integer, OUT relation_id bigint, OUT last text) TO synchro_runner;
 
 
 --

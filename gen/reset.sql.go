@@ -196,3 +196,36 @@ func (q *Queries) RunnerResetVerify(ctx context.Context, arg RunnerResetVerifyPa
 	err := row.Scan(&done)
 	return done, err
 }
+
+const runnerResetVersions = `-- name: RunnerResetVersions :one
+SELECT (v.relation_id IS NULL)::boolean AS done, coalesce(v.relation_id, 0)::bigint AS relation_id,
+       coalesce(v.last, '')::text AS last
+FROM synchro.runner_reset_versions($1::text::uuid, $2::bigint,
+                                   $3::text, $4::int) AS v
+`
+
+type RunnerResetVersionsParams struct {
+	ResetID       string
+	AfterRelation *int64
+	After         *string
+	Chunk         int32
+}
+
+type RunnerResetVersionsRow struct {
+	Done       bool
+	RelationID int64
+	Last       string
+}
+
+// Row versions for registered rows without one, chunk by chunk, before the candidate slot.
+func (q *Queries) RunnerResetVersions(ctx context.Context, arg RunnerResetVersionsParams) (RunnerResetVersionsRow, error) {
+	row := q.db.QueryRow(ctx, runnerResetVersions,
+		arg.ResetID,
+		arg.AfterRelation,
+		arg.After,
+		arg.Chunk,
+	)
+	var i RunnerResetVersionsRow
+	err := row.Scan(&i.Done, &i.RelationID, &i.Last)
+	return i, err
+}

@@ -52,3 +52,10 @@ SELECT synchro.runner_reset_index(sqlc.arg(reset_id)::text::uuid, sqlc.arg(chunk
 -- Verify one chunk of the staged membership against a fresh evaluation; true when verified.
 -- name: RunnerResetVerify :one
 SELECT synchro.runner_reset_verify(sqlc.arg(reset_id)::text::uuid, sqlc.arg(chunk)::int)::boolean AS done;
+
+-- Row versions for registered rows without one, chunk by chunk, before the candidate slot.
+-- name: RunnerResetVersions :one
+SELECT (v.relation_id IS NULL)::boolean AS done, coalesce(v.relation_id, 0)::bigint AS relation_id,
+       coalesce(v.last, '')::text AS last
+FROM synchro.runner_reset_versions(sqlc.arg(reset_id)::text::uuid, sqlc.narg(after_relation)::bigint,
+                                   sqlc.narg(after)::text, sqlc.arg(chunk)::int) AS v;

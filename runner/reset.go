@@ -199,6 +199,11 @@ func (r *Runner) resetStage(ctx, stop context.Context, conn *pgx.Conn, rs gen.Ru
 	if err != nil {
 		return fmt.Errorf("synchro: runner_reset_candidate: %w", err)
 	}
+	// Rows written past the fence have no version; the baseline refuses them. They get
+	// one first, in committed chunks the candidate's snapshot then holds.
+	if err := r.resetVersions(ctx, conn, rs.ResetID); err != nil {
+		return r.resetFailure(ctx, conn, rs.ResetID, err)
+	}
 	repl, err := connectReplication(ctx, r.cfg.DatabaseURL)
 	if err != nil {
 		return err
@@ -236,12 +241,46 @@ func (r *Runner) resetStage(ctx, stop context.Context, conn *pgx.Conn, rs gen.Ru
 		err = tx.Commit(ctx)
 	}
 	if err != nil {
+		// The failed transaction ends first: resetFailure records the failure on the
+		// same connection (inside the aborted transaction it failed with 25P02, and
+		// the loop started a new candidate for ever: TestResetBaselineFailureIsRecorded).
+		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return r.resetFailure(ctx, conn, rs.ResetID, fmt.Errorf("synchro: stage reset baseline: %w", err))
 	}
 	log.Info("reset baseline rows staged under the candidate slot's snapshot", "candidate_slot", slot, "consistent_point", cp)
 	// The snapshot is imported and used: the creating connection may go.
 	closeReplication(ctx, repl)
 	return r.resetIndex(ctx, stop, conn, rs.ResetID, log)
+}
+
+// resetVersions gives every registered row without a row version one
+// (synchro.runner_reset_versions), chunk by chunk, as bootstrapVersions does: a
+// chunk that meets a row a writer holds gives up at once and is tried again.
+func (r *Runner) resetVersions(ctx context.Context, conn *pgx.Conn, resetID string) error {
+	var afterRel *int64
+	var after *string
+	busy := 0
+	for {
+		r.live.beat(LoopSession)
+		res, err := gen.New(conn).RunnerResetVersions(ctx, gen.RunnerResetVersionsParams{
+			ResetID: resetID, AfterRelation: afterRel, After: after, Chunk: bootstrapVersionChunk})
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && (pgErr.Code == "55P03" || pgErr.Code == "40P01") && busy < 1000 {
+			busy++
+			if !sleep(ctx, 20*time.Millisecond) {
+				return ctx.Err()
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("synchro: runner_reset_versions: %w", err)
+		}
+		if res.Done {
+			return nil
+		}
+		rel, last := res.RelationID, res.Last
+		afterRel, after = &rel, &last
+	}
 }
 
 // resetChunk bounds the rows of one indexing or verification transaction: the
@@ -283,9 +322,12 @@ func (r *Runner) resetFailure(ctx context.Context, conn *pgx.Conn, resetID strin
 		class = class[:48]
 	}
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "SY400" {
+	if errors.As(err, &pgErr) && pgErr.Code == "SY400" && r.resetMovedOn(ctx, conn, resetID) {
 		// A refusal of a phase check: the operator aborted meanwhile (or the
-		// reset moved on); the next step reads where it stands.
+		// reset moved on); the next step reads where it stands. Any other SY400
+		// (a baseline's refusal) is the reset's failure: it was returned as if
+		// the reset had moved on, and the loop started a new candidate for ever
+		// (TestResetRecoversBypassedInsert).
 		return nil
 	}
 	if ferr := gen.New(conn).RunnerResetFail(ctx, gen.RunnerResetFailParams{ResetID: resetID, FailureClass: class}); ferr != nil {
@@ -294,6 +336,17 @@ func (r *Runner) resetFailure(ctx context.Context, conn *pgx.Conn, resetID strin
 	r.log.Error("stream reset failed: the old stream stays blocked until abort_reset", "reset_id", resetID,
 		"class", class, "sqlstate", v.SQLState)
 	return nil
+}
+
+// resetMovedOn reports whether reset resetID is no longer open in a phase the
+// runner works in (staging, catching_up): aborted, activated, or gone. An error
+// reading it counts as moved on (the next loop reads it again).
+func (r *Runner) resetMovedOn(ctx context.Context, conn *pgx.Conn, resetID string) bool {
+	st, err := gen.New(conn).RunnerResetState(ctx)
+	if err != nil || st.ResetID != resetID {
+		return true // no row (nothing open), an error, or another reset
+	}
+	return st.Phase != "staging" && st.Phase != "catching_up"
 }
 
 // resetCatchUp consumes the candidate slot into the staged state through the

@@ -1,7 +1,8 @@
 -- Discards the staged state of a reset's current candidate: the staged tables, and the
 -- replay rows its catch-up wrote under the target generation (never visible: that
--- generation is not active). reset_baseline records stay: immutable, and they never
--- count unless their reset activates. The candidate slot itself is dropped by the
+-- generation is not active). reset_baseline records stay (immutable, and they never
+-- count unless their reset activates) until a new candidate replaces them
+-- (synchro.runner_reset_candidate). The candidate slot itself is dropped by the
 -- runner (a replication privilege the operator's transaction need not have).
 CREATE OR REPLACE FUNCTION synchro._reset_discard(reset_id uuid) RETURNS void
 LANGUAGE plpgsql

@@ -18,6 +18,11 @@ BEGIN
     RAISE EXCEPTION 'runner_reset_candidate: refused in phase %', coalesce(r.phase, 'unknown') USING ERRCODE = 'SY400';
   END IF;
   PERFORM synchro._reset_discard(r.reset_id);
+  -- And the earlier candidate's coverage records: the new baseline records every fence
+  -- its (later) snapshot holds, which holds all of them. Kept, the new baseline's
+  -- records collided with them (23505) on every attempt after a baseline had been
+  -- staged, a loop of new candidates (TestResetNewCandidateAfterStagedBaseline).
+  DELETE FROM synchro.reset_baseline b WHERE b.reset_id = r.reset_id;
   -- Unique in the cluster (slot names are): attempt and reset id, 42 characters at most.
   slot := format('synchro_r%s_%s', r.attempt + 1, replace(r.reset_id::text, '-', ''));
   UPDATE synchro.reset x

@@ -29,6 +29,11 @@ DROP FUNCTION IF EXISTS synchro._consumer_compact(bigint, pg_lsn);
 -- start's baseline ends holding the registry lock, and the runner starts over when an
 -- activation committed after its snapshot (synchro.runner_baseline).
 --
+-- Stream resets: registered rows written past the fence get a row version before
+-- the candidate slot (synchro.runner_reset_versions; the baseline refused them on
+-- every attempt), and a new candidate replaces the earlier one's coverage records
+-- (synchro.runner_reset_candidate; they collided with the new baseline's).
+--
 -- activate_registry refuses a publication of the configured name that another role
 -- owns. (The install path's own hardening, search_path pinned and nothing of another
 -- role adopted, lives in the Go installer and the goose prelude.)

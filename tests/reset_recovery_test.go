@@ -1,0 +1,149 @@
+package tests
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Stream resets that must end in ready or failed, never in a loop of new candidates
+// (an independent review's scenarios, each red before its fix). Not parallel: the
+// reset tests create slots with exported snapshots.
+
+// TestResetNewCandidateAfterStagedBaseline: once a candidate's baseline is
+// staged (its reset_baseline records written), a candidate slot that goes missing or
+// unusable during the catch-up makes the runner start a new candidate
+// (runner_reset_candidate, docs/reset.md). The new candidate's baseline writes a
+// reset_baseline record for every fence visible in its snapshot, and those of the
+// first candidate were still there (reset_baseline is keyed by reset_id, fence_id and
+// _reset_discard keeps them): a unique violation on every attempt. runner_reset_candidate
+// deletes them now.
+func TestResetNewCandidateAfterStagedBaseline(t *testing.T) {
+	ctx := context.Background()
+	e := newSyncEnv(t, "")
+	db := e.db
+	write(t, db, `INSERT INTO project_members VALUES (1, 1, 'u1'); INSERT INTO notes VALUES ('n1', 'o1', 'first')`)
+	// One accepted push fence, visible to both candidates' snapshots.
+	pushTask(t, db, "phone", 100)
+
+	// Hold the marker back (runner_reset_mark takes write_fence in SHARE mode) so the
+	// reset stays in catching_up, baseline staged.
+	hold, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = hold.Rollback(ctx) }()
+	_, err = hold.Exec(ctx, `LOCK TABLE synchro.write_fence IN ROW EXCLUSIVE MODE`)
+	require.NoError(t, err)
+
+	op := newOperator(t, db)
+	id := op.begin(t, "candidate lost during catch-up")
+	s := op.waitPhase(t, id, "catching_up")
+	require.NotNil(t, s.CandidateSlot)
+	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.reset_baseline WHERE reset_id = $1`, id))
+	eventually(t, 60*time.Second, "the catch-up waiting to write its marker", func() bool {
+		return countOf(t, db, `SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+			WHERE d.datname = current_database() AND l.relation = 'synchro.write_fence'::regclass AND NOT l.granted`) > 0
+	})
+	// The runner goes down; the candidate slot is lost meanwhile (here: dropped, as
+	// max_slot_wal_keep_size would invalidate it).
+	_ = e.rr.stop(t) // canceled while it waits for the marker's lock
+	waitRunnerGone(t, db)
+	require.NoError(t, hold.Rollback(ctx))
+	eventually(t, 20*time.Second, "the candidate slot idle", func() bool {
+		return countOf(t, db, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active`, *s.CandidateSlot) == 1
+	})
+	mustExec(t, db, `SELECT pg_drop_replication_slot($1)`, *s.CandidateSlot)
+
+	// The runner starts a new candidate; the reset must still reach ready (or, at the
+	// least, phase failed: never a loop of new candidates).
+	e.startRunner(t)
+	var st resetStatus
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		st = op.status(t, id)
+		if st.Phase == "ready" || st.Phase == "failed" {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	detail := ""
+	if st.Detail != nil {
+		detail = *st.Detail
+	}
+	attempts := countOf(t, db, `SELECT attempt FROM synchro.reset WHERE reset_id = $1`, id)
+	require.Equal(t, "ready", st.Phase, "reset on a new candidate: phase %s detail %q after %d candidates", st.Phase, detail, attempts)
+}
+
+// TestResetRecoversBypassedInsert: docs/reset.md names "a write that bypassed
+// the fence triggers" as a poison that a stream reset recovers. An INSERT that bypassed
+// them leaves a registered row without a row version; the reset's baseline refuses
+// such a row (synchro._baseline_rows, SY400), and the runner took any SY400 of the
+// baseline for "the operator aborted meanwhile" (resetFailure): it neither failed the
+// reset nor got past it, and started a new candidate slot over and over. Such rows get
+// a version before the candidate's snapshot now (synchro.runner_reset_versions), and an
+// SY400 counts as moved on only when the reset did.
+func TestResetRecoversBypassedInsert(t *testing.T) {
+	e := newSyncEnv(t, "")
+	db := e.db
+	write(t, db, `INSERT INTO notes VALUES ('n1', 'o1', 'first')`)
+	mustExec(t, db, `BEGIN; SET LOCAL session_replication_role = replica;
+		INSERT INTO notes VALUES ('n2', 'o1', 'bypassed the fence'); COMMIT;`)
+	eventually(t, 20*time.Second, "the bypass quarantined", func() bool {
+		q := quarantines(t, db)
+		return len(q) == 1 && q[0].Class == "fence_mismatch" && !q[0].Resolved
+	})
+
+	op := newOperator(t, db)
+	id := op.begin(t, "a write bypassed the fence triggers")
+	var st resetStatus
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		st = op.status(t, id)
+		if st.Phase == "ready" || st.Phase == "failed" {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	detail := ""
+	if st.Detail != nil {
+		detail = *st.Detail
+	}
+	attempts := countOf(t, db, `SELECT attempt FROM synchro.reset WHERE reset_id = $1`, id)
+	t.Logf("registered rows without a row version: %d", countOf(t, db, `SELECT count(*) FROM notes n
+		WHERE NOT EXISTS (SELECT 1 FROM synchro.row_version v JOIN synchro.relation r USING (relation_id)
+		                   WHERE r.table_id = 'notes' AND v.pk = n.id)`))
+	require.Equal(t, "ready", st.Phase, "reset after a bypassed insert: phase %s detail %q after %d candidates",
+		st.Phase, detail, attempts)
+	require.NoError(t, op.exec(`SELECT synchro.activate_reset($1)`, id))
+	rows, _ := fullRebuild(t, db, "after", "owner:o1", 1000)
+	require.ElementsMatch(t, []string{"notes/n1", "notes/n2"}, rowKeys(rows), "the bypassed row is in the new stream")
+}
+
+// TestResetBaselineFailureIsRecorded: a blocking failure of the baseline (here
+// relation drift: a registered column retyped, which synchro._live_shape_check refuses
+// with 0A000) must move the reset to phase failed with its class (docs/reset.md:
+// "failed | runner | staging or catch-up hit a blocking failure (detail names the
+// class)"). resetStage called resetFailure while the failed baseline transaction was
+// still open on the same connection: runner_reset_fail failed with 25P02, the error went
+// back to the loop as transient, and the runner made new candidates for ever.
+func TestResetBaselineFailureIsRecorded(t *testing.T) {
+	e := newSyncEnv(t, "")
+	db := e.db
+	write(t, db, `INSERT INTO notes VALUES ('n1', 'o1', 'first')`)
+	mustExec(t, db, `ALTER TABLE notes ALTER COLUMN body TYPE varchar(100)`)
+
+	op := newOperator(t, db)
+	id := op.begin(t, "relation drift")
+	var st resetStatus
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		st = op.status(t, id)
+		if st.Phase == "ready" || st.Phase == "failed" {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	attempts := countOf(t, db, `SELECT attempt FROM synchro.reset WHERE reset_id = $1`, id)
+	require.Equal(t, "failed", st.Phase, "a baseline that cannot be staged: phase %s after %d candidates", st.Phase, attempts)
+}
