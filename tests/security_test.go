@@ -766,6 +766,7 @@ func TestPrivilegeBoundary(t *testing.T) {
 		"synchro.runner_reset_ready(uuid)",
 		"synchro.runner_reset_state()",
 		"synchro.runner_reset_verify(uuid,integer)",
+		"synchro.runner_reset_versions(uuid,bigint,text,integer)",
 		"synchro.runner_stage_open()",
 		"synchro.runner_state()",
 		"synchro.runner_table_set()",
