@@ -4934,6 +4934,38 @@ $_$;
 ALTER FUNCTION synchro._token_payload(token text, scope text) OWNER TO postgres;
 
 --
+-- Name: _version_chunk(bigint, bigint, text, integer); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._version_chunk(rid bigint, reg bigint, after text, chunk integer) RETURNS text
+    LANGUAGE plpgsql
+    AS $_$
+DECLARE
+  r    synchro.relation;
+  last text;
+BEGIN
+  SELECT x.* INTO STRICT r FROM synchro.relation x WHERE x.relation_id = rid;
+  -- The SQL below is written for the registered key type (t.key > $2::type, c.k::text):
+  -- refused (0A000) if the owner retyped a registered column, which could give its own
+  -- type a cast that would run here with the owner's rights (synchro._live_shape_check;
+  -- its ACCESS SHARE lock is the one the read takes anyway).
+  PERFORM synchro._live_shape_check(rid, reg);
+  -- key_pg_type is one of a fixed set of type names (relation_key_pg_type).
+  EXECUTE format(
+    'WITH c AS (SELECT t.%1$I AS k FROM ONLY %2$I.%3$I t WHERE $2::%4$s IS NULL OR t.%1$I > $2::%4$s ORDER BY t.%1$I LIMIT $3), '
+    '     i AS (INSERT INTO synchro.row_version (relation_id, pk, version) '
+    '           SELECT $1, c.k::text, synchro._new_version() FROM c ON CONFLICT DO NOTHING) '
+    'SELECT (SELECT c.k FROM c ORDER BY c.k DESC LIMIT 1)::text',
+    r.key_column, r.schema_name, r.table_name, r.key_pg_type)
+    INTO last USING rid, after, chunk;
+  RETURN last;
+END
+$_$;
+
+
+ALTER FUNCTION synchro._version_chunk(rid bigint, reg bigint, after text, chunk integer) OWNER TO postgres;
+
+--
 -- Name: _via_scope_values(bigint, name, name, text); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -7078,7 +7110,7 @@ CREATE FUNCTION synchro.runner_bootstrap_versions(relation_id bigint, after text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET lock_timeout TO '200ms'
-    AS $_$
+    AS $$
 DECLARE
   r    synchro.relation;
   last text;
@@ -7092,23 +7124,12 @@ BEGIN
     RAISE EXCEPTION 'runner_bootstrap_versions refused: relation_id % has no bootstrap in staging', runner_bootstrap_versions.relation_id
       USING ERRCODE = 'SY400';
   END IF;
-  -- The SQL below is written for the registered key type (t.key > $2::type, c.k::text):
-  -- refused (0A000) if the owner retyped a registered column, which could give its own
-  -- type a cast that would run here with the owner's rights (synchro._live_shape_check;
-  -- its ACCESS SHARE lock is the one the read takes anyway).
-  PERFORM synchro._live_shape_check(r.relation_id,
-    (SELECT max(b.generation) FROM synchro.bootstrap b WHERE b.relation_id = r.relation_id AND b.phase = 'staging'));
-  -- key_pg_type is one of a fixed set of type names (relation_key_pg_type).
-  EXECUTE format(
-    'WITH c AS (SELECT t.%1$I AS k FROM ONLY %2$I.%3$I t WHERE $2::%4$s IS NULL OR t.%1$I > $2::%4$s ORDER BY t.%1$I LIMIT $3), '
-    '     i AS (INSERT INTO synchro.row_version (relation_id, pk, version) '
-    '           SELECT $1, c.k::text, synchro._new_version() FROM c ON CONFLICT DO NOTHING) '
-    'SELECT (SELECT c.k FROM c ORDER BY c.k DESC LIMIT 1)::text',
-    r.key_column, r.schema_name, r.table_name, r.key_pg_type)
-    INTO last USING r.relation_id, after, chunk;
+  last := synchro._version_chunk(r.relation_id,
+    (SELECT max(b.generation) FROM synchro.bootstrap b WHERE b.relation_id = r.relation_id AND b.phase = 'staging'),
+    after, chunk);
   RETURN last;
 END
-$_$;
+$$;
 
 
 ALTER FUNCTION synchro.runner_bootstrap_versions(relation_id bigint, after text, chunk integer) OWNER TO postgres;
@@ -7713,7 +7734,7 @@ CREATE FUNCTION synchro.runner_reset_versions(reset_id uuid, after_relation bigi
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET lock_timeout TO '200ms'
-    AS $_$
+    AS $$
 DECLARE
   reg bigint;
   r   synchro.relation;
@@ -7729,18 +7750,8 @@ BEGIN
   FOR r IN SELECT rel.* FROM synchro.registration x JOIN synchro.relation rel ON rel.relation_id = x.relation_id
             WHERE x.generation = reg AND (after_relation IS NULL OR rel.relation_id >= after_relation)
             ORDER BY rel.relation_id LOOP
-    -- The SQL below is written for the registered key type: refused (0A000) if the
-    -- owner retyped it (synchro._live_shape_check says why).
-    PERFORM synchro._live_shape_check(r.relation_id, reg);
     k := CASE WHEN r.relation_id = after_relation THEN after END;
-    -- key_pg_type is one of a fixed set of type names (relation_key_pg_type).
-    EXECUTE format(
-      'WITH c AS (SELECT t.%1$I AS k FROM ONLY %2$I.%3$I t WHERE $2::%4$s IS NULL OR t.%1$I > $2::%4$s ORDER BY t.%1$I LIMIT $3), '
-      '     i AS (INSERT INTO synchro.row_version (relation_id, pk, version) '
-      '           SELECT $1, c.k::text, synchro._new_version() FROM c ON CONFLICT DO NOTHING) '
-      'SELECT (SELECT c.k FROM c ORDER BY c.k DESC LIMIT 1)::text',
-      r.key_column, r.schema_name, r.table_name, r.key_pg_type)
-      INTO last USING r.relation_id, k, chunk;
+    last := synchro._version_chunk(r.relation_id, reg, k, chunk);
     IF last IS NOT NULL THEN
       relation_id := r.relation_id;
       RETURN;
@@ -7749,7 +7760,7 @@ BEGIN
   relation_id := NULL;
   last := NULL;
 END
-$_$;
+$$;
 
 
 ALTER FUNCTION synchro.runner_reset_versions(reset_id uuid, after_relation bigint, after text, chunk integer, OUT relation_id bigint, OUT last text) OWNER TO postgres;
@@ -10079,6 +10090,13 @@ REVOKE ALL ON FUNCTION synchro._token(payload text, scope text) FROM PUBLIC;
 --
 
 REVOKE ALL ON FUNCTION synchro._token_payload(token text, scope text) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _version_chunk(rid bigint, reg bigint, after text, chunk integer); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._version_chunk(rid bigint, reg bigint, after text, chunk integer) FROM PUBLIC;
 
 
 --

@@ -58,19 +58,8 @@ func TestResetNewCandidateAfterStagedBaseline(t *testing.T) {
 	// The runner starts a new candidate; the reset must still reach ready (or, at the
 	// least, phase failed: never a loop of new candidates).
 	e.startRunner(t)
-	var st resetStatus
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		st = op.status(t, id)
-		if st.Phase == "ready" || st.Phase == "failed" {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	detail := ""
-	if st.Detail != nil {
-		detail = *st.Detail
-	}
+	st := waitResetSettled(t, op, id)
+	detail := st.detail()
 	attempts := countOf(t, db, `SELECT attempt FROM synchro.reset WHERE reset_id = $1`, id)
 	require.Equal(t, "ready", st.Phase, "reset on a new candidate: phase %s detail %q after %d candidates", st.Phase, detail, attempts)
 }
@@ -96,19 +85,8 @@ func TestResetRecoversBypassedInsert(t *testing.T) {
 
 	op := newOperator(t, db)
 	id := op.begin(t, "a write bypassed the fence triggers")
-	var st resetStatus
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		st = op.status(t, id)
-		if st.Phase == "ready" || st.Phase == "failed" {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	detail := ""
-	if st.Detail != nil {
-		detail = *st.Detail
-	}
+	st := waitResetSettled(t, op, id)
+	detail := st.detail()
 	attempts := countOf(t, db, `SELECT attempt FROM synchro.reset WHERE reset_id = $1`, id)
 	t.Logf("registered rows without a row version: %d", countOf(t, db, `SELECT count(*) FROM notes n
 		WHERE NOT EXISTS (SELECT 1 FROM synchro.row_version v JOIN synchro.relation r USING (relation_id)
@@ -135,6 +113,15 @@ func TestResetBaselineFailureIsRecorded(t *testing.T) {
 
 	op := newOperator(t, db)
 	id := op.begin(t, "relation drift")
+	st := waitResetSettled(t, op, id)
+	attempts := countOf(t, db, `SELECT attempt FROM synchro.reset WHERE reset_id = $1`, id)
+	require.Equal(t, "failed", st.Phase, "a baseline that cannot be staged: phase %s after %d candidates", st.Phase, attempts)
+}
+
+// waitResetSettled waits up to 30 s for reset id to reach ready or failed (a loop of
+// new candidates stays in staging) and returns its status either way.
+func waitResetSettled(t *testing.T, op *operator, id string) resetStatus {
+	t.Helper()
 	var st resetStatus
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
@@ -144,6 +131,13 @@ func TestResetBaselineFailureIsRecorded(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	attempts := countOf(t, db, `SELECT attempt FROM synchro.reset WHERE reset_id = $1`, id)
-	require.Equal(t, "failed", st.Phase, "a baseline that cannot be staged: phase %s after %d candidates", st.Phase, attempts)
+	return st
+}
+
+// detail is the status's detail, "" when none.
+func (s resetStatus) detail() string {
+	if s.Detail == nil {
+		return ""
+	}
+	return *s.Detail
 }

@@ -27,20 +27,9 @@ BEGIN
     RAISE EXCEPTION 'runner_bootstrap_versions refused: relation_id % has no bootstrap in staging', runner_bootstrap_versions.relation_id
       USING ERRCODE = 'SY400';
   END IF;
-  -- The SQL below is written for the registered key type (t.key > $2::type, c.k::text):
-  -- refused (0A000) if the owner retyped a registered column, which could give its own
-  -- type a cast that would run here with the owner's rights (synchro._live_shape_check;
-  -- its ACCESS SHARE lock is the one the read takes anyway).
-  PERFORM synchro._live_shape_check(r.relation_id,
-    (SELECT max(b.generation) FROM synchro.bootstrap b WHERE b.relation_id = r.relation_id AND b.phase = 'staging'));
-  -- key_pg_type is one of a fixed set of type names (relation_key_pg_type).
-  EXECUTE format(
-    'WITH c AS (SELECT t.%1$I AS k FROM ONLY %2$I.%3$I t WHERE $2::%4$s IS NULL OR t.%1$I > $2::%4$s ORDER BY t.%1$I LIMIT $3), '
-    '     i AS (INSERT INTO synchro.row_version (relation_id, pk, version) '
-    '           SELECT $1, c.k::text, synchro._new_version() FROM c ON CONFLICT DO NOTHING) '
-    'SELECT (SELECT c.k FROM c ORDER BY c.k DESC LIMIT 1)::text',
-    r.key_column, r.schema_name, r.table_name, r.key_pg_type)
-    INTO last USING r.relation_id, after, chunk;
+  last := synchro._version_chunk(r.relation_id,
+    (SELECT max(b.generation) FROM synchro.bootstrap b WHERE b.relation_id = r.relation_id AND b.phase = 'staging'),
+    after, chunk);
   RETURN last;
 END
 $$;

@@ -32,18 +32,8 @@ BEGIN
   FOR r IN SELECT rel.* FROM synchro.registration x JOIN synchro.relation rel ON rel.relation_id = x.relation_id
             WHERE x.generation = reg AND (after_relation IS NULL OR rel.relation_id >= after_relation)
             ORDER BY rel.relation_id LOOP
-    -- The SQL below is written for the registered key type: refused (0A000) if the
-    -- owner retyped it (synchro._live_shape_check says why).
-    PERFORM synchro._live_shape_check(r.relation_id, reg);
     k := CASE WHEN r.relation_id = after_relation THEN after END;
-    -- key_pg_type is one of a fixed set of type names (relation_key_pg_type).
-    EXECUTE format(
-      'WITH c AS (SELECT t.%1$I AS k FROM ONLY %2$I.%3$I t WHERE $2::%4$s IS NULL OR t.%1$I > $2::%4$s ORDER BY t.%1$I LIMIT $3), '
-      '     i AS (INSERT INTO synchro.row_version (relation_id, pk, version) '
-      '           SELECT $1, c.k::text, synchro._new_version() FROM c ON CONFLICT DO NOTHING) '
-      'SELECT (SELECT c.k FROM c ORDER BY c.k DESC LIMIT 1)::text',
-      r.key_column, r.schema_name, r.table_name, r.key_pg_type)
-      INTO last USING r.relation_id, k, chunk;
+    last := synchro._version_chunk(r.relation_id, reg, k, chunk);
     IF last IS NOT NULL THEN
       relation_id := r.relation_id;
       RETURN;
