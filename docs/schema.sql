@@ -7542,6 +7542,7 @@ ALTER FUNCTION synchro.runner_reset_index(reset_id uuid, chunk integer) OWNER TO
 CREATE FUNCTION synchro.runner_reset_mark(reset_id uuid) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET lock_timeout TO '500ms'
     AS $$
 DECLARE
   r synchro.reset;

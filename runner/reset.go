@@ -554,8 +554,22 @@ func (r *Runner) resetCatchUp(work, stop context.Context, conn *pgx.Conn, rs gen
 // on the slot than everything materialized so far), and returns its 32-bit xid as
 // the plugin's Begin carries it.
 func (r *Runner) resetMark(ctx context.Context, conn *pgx.Conn, resetID string, log *slog.Logger) (uint32, error) {
-	if err := gen.New(conn).RunnerResetMark(ctx, resetID); err != nil {
-		return 0, fmt.Errorf("synchro: runner_reset_mark: %w", err)
+	for {
+		err := gen.New(conn).RunnerResetMark(ctx, resetID)
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
+			// A push transaction still open: pushes go through while the marker
+			// waits between attempts (runner_reset_mark says why).
+			r.live.beat(LoopSession)
+			if !sleep(ctx, 100*time.Millisecond) {
+				return 0, ctx.Err()
+			}
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("synchro: runner_reset_mark: %w", err)
+		}
+		break
 	}
 	cur, ok, err := r.ctl.resetState(ctx)
 	if err != nil {

@@ -141,3 +141,50 @@ func (s resetStatus) detail() string {
 	}
 	return *s.Detail
 }
+
+// TestResetMarkerLetsPushesThrough: the catch-up's marker takes write_fence in SHARE
+// mode (runner_reset_mark says why). One push transaction left open holds it back, and
+// while its lock request waited, every later push queued behind it: one idle
+// application transaction stalled every push of the database (and the reset) for as
+// long as it stayed open. The marker gives up its request after a short lock_timeout
+// and tries again, so other pushes go through meanwhile; it is written once the open
+// transaction ends.
+func TestResetMarkerLetsPushesThrough(t *testing.T) {
+	ctx := context.Background()
+	e := newSyncEnv(t, "")
+	db := e.db
+	write(t, db, `INSERT INTO project_members VALUES (1, 1, 'u1')`)
+	// An application transaction left open with a push in it holds write_fence in ROW
+	// EXCLUSIVE mode. Here the lock alone, taken before the reset: a push's xid would
+	// also hold back the candidate slot's exported snapshot, which waits for every
+	// transaction that has one (and a push opened after the snapshot is too late to
+	// catch the marker).
+	open, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = open.Rollback(ctx) }()
+	_, err = open.Exec(ctx, `LOCK TABLE synchro.write_fence IN ROW EXCLUSIVE MODE`)
+	require.NoError(t, err)
+
+	op := newOperator(t, db)
+	id := op.begin(t, "marker behind an open push")
+	eventually(t, 120*time.Second, "the catch-up trying to write its marker", func() bool {
+		return countOf(t, db, `SELECT count(*) FROM synchro.reset WHERE reset_id = $1 AND phase = 'catching_up'`, id) == 1 &&
+			countOf(t, db, `SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+				WHERE d.datname = current_database() AND l.relation = 'synchro.write_fence'::regclass AND NOT l.granted`) > 0
+	})
+	// Other clients' pushes still go through while the open one holds the marker back.
+	for i := 0; i < 5; i++ {
+		pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		raw, err := pushRawOn(pctx, db.Pool, "other", pushJSON(t, pushIns(pushID(), "tasks", 300+i, pm{"owner": "o1", "project_id": 1, "title": "other"})))
+		cancel()
+		require.NoError(t, err, "push %d waited behind the reset's marker", i)
+		require.Contains(t, raw, `"accepted"`)
+	}
+	require.Nil(t, op.status(t, id).ActivationBarrier, "no marker while the push transaction is open")
+	require.NoError(t, open.Commit(ctx))
+	s := op.waitPhase(t, id, "ready")
+	require.NotNil(t, s.ActivationBarrier)
+	require.NoError(t, op.exec(`SELECT synchro.activate_reset($1)`, id))
+	rows, _ := fullRebuild(t, db, "after", "owner:o1", 1000)
+	require.Subset(t, rowKeys(rows), []string{"tasks/300", "tasks/304"})
+}

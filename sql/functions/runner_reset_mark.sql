@@ -6,10 +6,17 @@
 -- ones wait for this commit), so a fence is visible in that snapshot exactly when it
 -- committed before the barrier; activation checks each such fence's coverage. The
 -- message prefix is outside the pack's "synchro." namespace: it is never staged.
+--
+-- lock_timeout: while the SHARE request waits for a push transaction still open, every
+-- later push queues behind it; one idle application transaction stalled every push of
+-- the database for as long as it stayed open (TestResetMarkerLetsPushesThrough). The
+-- request gives up (55P03) and the runner tries again shortly, letting pushes through
+-- in between.
 CREATE OR REPLACE FUNCTION synchro.runner_reset_mark(reset_id uuid) RETURNS void
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET lock_timeout TO '500ms'
 AS $$
 DECLARE
   r synchro.reset;

@@ -32,7 +32,9 @@ DROP FUNCTION IF EXISTS synchro._consumer_compact(bigint, pg_lsn);
 -- Stream resets: registered rows written past the fence get a row version before
 -- the candidate slot (synchro.runner_reset_versions; the baseline refused them on
 -- every attempt), and a new candidate replaces the earlier one's coverage records
--- (synchro.runner_reset_candidate; they collided with the new baseline's).
+-- (synchro.runner_reset_candidate; they collided with the new baseline's). The
+-- catch-up's marker gives up its lock request after 500 ms and tries again
+-- (synchro.runner_reset_mark): waiting, it queued every push behind one left open.
 --
 -- activate_registry refuses a publication of the configured name that another role
 -- owns. (The install path's own hardening, search_path pinned and nothing of another
