@@ -328,3 +328,88 @@ func TestBootstrapConsumerGroup(t *testing.T) {
 	}
 	require.Equal(t, []string{"upsert:51"}, got)
 }
+
+// TestBootstrapReprojectionChangesReachGroups: a relation already streaming is staged
+// again (set_columns). Its writes committed between the activation and the stage's
+// consistent point C are folded into the stage, so no source transaction's change
+// record carries them: a consumer group lost them, deletions included (at-least-once,
+// CONTRACT.md "Consumer groups"). The merge now writes the difference between the
+// relation's projection and the stage as the change records of one transaction at
+// C - 1, after every transaction materialized before C and before every later one:
+// the rows changed or inserted in the window in the new shape, the rows deleted there
+// with their deletion's version. Rows the window left alone get none.
+func TestBootstrapReprojectionChangesReachGroups(t *testing.T) {
+	t.Parallel()
+	db := runnerSetup(t)
+	ctx := context.Background()
+	mustExec(t, db, `CREATE TABLE notes (id text PRIMARY KEY, body text);
+		SELECT synchro.register_table('notes', 'notes');
+		SELECT synchro.activate_registry();
+		SELECT synchro.create_consumer_group('whole');`)
+	rr := startRunner(t, testRunnerConfig(t, db))
+	waitStream(t, db)
+	mustExec(t, db, `INSERT INTO notes VALUES ('n1', 'a'), ('n2', 'b'), ('n3', 'c')`)
+	waitChangeTxns(t, db, 1)
+	require.NoError(t, rr.stop(t))
+	waitRunnerGone(t, db)
+
+	// Stopped: the activation and the writes after it all commit before the consistent
+	// point of the stage the runner takes when it reaches the activation.
+	mustExec(t, db, `SELECT synchro.set_columns((SELECT relation_id FROM synchro.relation WHERE table_id = 'notes'),
+		ARRAY['id']::name[]); SELECT synchro.activate_registry();`)
+	mustExec(t, db, `UPDATE notes SET body = 'a2' WHERE id = 'n1'`)
+	mustExec(t, db, `DELETE FROM notes WHERE id = 'n2'`)
+	mustExec(t, db, `INSERT INTO notes VALUES ('n4', 'd')`)
+	version := func(pk string) string {
+		return textOf(t, db, `SELECT v.version FROM synchro.row_version v JOIN synchro.relation r USING (relation_id)
+			WHERE r.table_id = 'notes' AND v.pk = $1`, pk)
+	}
+	want := []string{
+		"upsert:n1:" + version("n1") + `:{"id": "n1"}`,
+		"delete:n2:" + version("n2") + ":",
+		"upsert:n4:" + version("n4") + `:{"id": "n4"}`,
+	}
+	startRunner(t, testRunnerConfig(t, db))
+	waitBootstraps(t, db)
+	mustExec(t, db, `INSERT INTO notes VALUES ('n5', 'e')`)
+	want = append(want, "upsert:n5:"+version("n5")+`:{"id": "n5"}`)
+	eventually(t, 60*time.Second, "the later insert materialized", func() bool {
+		return countOf(t, db, `SELECT count(*) FROM synchro.change WHERE pk = 'n5'`) == 1
+	})
+	requireNoQuarantine(t, db)
+
+	c := consumerConn(t, db)
+	tok, err := acquireLease(c, "whole", "owner-a", 60)
+	require.NoError(t, err)
+	var txns [][]string
+	var positions []string
+	for range 20 {
+		r, err := readChanges(c, "whole", tok, 1, 1<<20)
+		require.NoError(t, err)
+		for _, x := range r.Transactions {
+			got := []string{}
+			for _, ch := range x.Changes {
+				row := ""
+				if len(ch.Row) > 0 && string(ch.Row) != "null" {
+					row = string(ch.Row)
+				}
+				got = append(got, ch.Op+":"+pkText(ch.PK)+":"+ch.Version+":"+row)
+			}
+			txns = append(txns, got)
+			positions = append(positions, x.Position)
+			require.NoError(t, ackPosition(c, "whole", tok, x.Position))
+		}
+		if !r.HasMore {
+			break
+		}
+	}
+	require.Len(t, txns, 3, "the first insert, the window's difference, the later insert: %v", txns)
+	require.Len(t, txns[0], 3)
+	require.Equal(t, want[:3], txns[1], "the window's changes, in key order")
+	require.Equal(t, want[3:], txns[2])
+	cp := bootstrapPoint(t, db, "notes")
+	var before bool
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT split_part($1, ':', 2)::pg_lsn = $2::pg_lsn - 1`,
+		positions[1], cp).Scan(&before))
+	require.True(t, before, "the difference's transaction is at the consistent point less one: %s, %s", positions[1], cp)
+}

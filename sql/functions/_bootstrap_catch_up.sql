@@ -48,6 +48,44 @@ BEGIN
             WHERE x.merged_at IS NULL AND x.kind = 'project' AND x.stream_generation = gen
               AND x.generation <= reg AND x.phase = 'staged' AND x.consistent_point <= pos
             ORDER BY x.generation, x.relation_id FOR UPDATE LOOP
+    -- Consumer groups (at-least-once): a relation that streamed before this activation
+    -- had its changes committed between the activation and C folded into the stage, so
+    -- no source transaction's change record carries them. The difference between the
+    -- projection (frozen since the activation: those events were dropped) and the stage
+    -- becomes the change records of one transaction at C - 1: after every transaction
+    -- materialized (all committed below C), before every later one (none commits below
+    -- C), and no group's checkpoint is past it. Rows changed or inserted in the window
+    -- in the new shape; rows deleted there with their deletion's version (the row's
+    -- reservation, when it still holds it; a key inserted again since has a later
+    -- version, which its own change brings). A row the window left alone gets none (its
+    -- new shape is the merge's, read like a new table's). A relation new to the stream
+    -- gets none either (docs/bootstrap.md): a group reads it once after the merge.
+    IF EXISTS (SELECT 1 FROM synchro.relation r
+                WHERE r.relation_id = b.relation_id AND r.registration_kind = 'synced')
+       AND EXISTS (SELECT 1 FROM synchro.registration q
+                    WHERE q.relation_id = b.relation_id
+                      AND q.generation = (SELECT max(g.generation) FROM synchro.registry_generation g
+                                           WHERE g.generation < b.generation AND g.activated_at IS NOT NULL)) THEN
+      INSERT INTO synchro.change (stream_generation, commit_lsn, event_ordinal, commit_time, relation_id, table_id, pk,
+                                  op, version, image)
+      SELECT gen, b.consistent_point - 1, (row_number() OVER (ORDER BY d.pk_int, d.pk COLLATE "C") - 1)::int,
+             b.staged_at, b.relation_id, r.table_id, d.pk, d.op, d.version, d.image
+        FROM (SELECT s.pk, s.pk_int, 'upsert' AS op, s.version, s.image
+                FROM synchro.bootstrap_row s
+               WHERE s.generation = b.generation AND s.relation_id = b.relation_id
+                 AND NOT EXISTS (SELECT 1 FROM synchro.projection p
+                                  WHERE p.relation_id = b.relation_id AND p.pk = s.pk AND p.version = s.version)
+              UNION ALL
+              SELECT p.pk, p.pk_int, 'delete',
+                     coalesce((SELECT v.version FROM synchro.row_version v
+                                WHERE v.relation_id = p.relation_id AND v.pk = p.pk AND v.deleted), p.version),
+                     NULL::jsonb
+                FROM synchro.projection p
+               WHERE p.relation_id = b.relation_id
+                 AND NOT EXISTS (SELECT 1 FROM synchro.bootstrap_row s
+                                  WHERE s.generation = b.generation AND s.relation_id = b.relation_id AND s.pk = p.pk)) d
+        JOIN synchro.relation r ON r.relation_id = b.relation_id;
+    END IF;
     DELETE FROM synchro.membership m WHERE m.relation_id = b.relation_id;
     DELETE FROM synchro.rule_value v WHERE v.relation_id = b.relation_id;
     DELETE FROM synchro.projection p WHERE p.relation_id = b.relation_id;

@@ -1,0 +1,14 @@
+-- +goose Up
+-- Consumer groups: a relation already streaming that an activation re-projects
+-- (set_columns, rebind_relation) had its changes committed between the activation and
+-- the stage's consistent point C folded into the stage, and no group ever got them
+-- (deletions included). The merge now writes the difference between the relation's
+-- projection and the stage as the change records of one transaction at C - 1
+-- (synchro._bootstrap_catch_up; docs/bootstrap.md).
+--
+-- The function files of this release ride on this migration (goose.go,
+-- finalMigration), which ends with synchro._refresh_fences(): every registered
+-- relation's fence is regenerated.
+
+-- +goose Down
+-- Nothing to undo in the schema.
