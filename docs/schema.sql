@@ -589,7 +589,7 @@ CREATE FUNCTION synchro._check_authorizer(fn oid) RETURNS text
       THEN 'the function must be (client_id text, scope text) returns boolean'
     WHEN NOT p.prosecdef THEN 'the function must be SECURITY DEFINER (it would run with the pack owner''s rights)'
     WHEN NOT EXISTS (SELECT 1 FROM pg_catalog.unnest(p.proconfig) c
-                      WHERE c ~ '^search_path=' AND c ~ '(=|,)\s*"?pg_temp"?\s*$')
+                      WHERE c ~ '^search_path=' AND c ~ E'(=|,)\\s*"?pg_temp"?\\s*$')
       THEN 'the function must pin search_path with pg_temp last (SET search_path = ..., pg_temp)'
     WHEN r.rolsuper THEN 'the function must not be owned by a superuser'
     WHEN pg_catalog.pg_has_role(p.proowner, n.nspowner, 'USAGE')
@@ -1056,12 +1056,23 @@ DECLARE
   body pg_catalog.text;       -- the message body (wire format 3), without its MAC
   stk pg_catalog.text;        -- the call stack (PG_CONTEXT): one line when a top-level statement fired it
 BEGIN
+  -- The firing table under its registered name (relation drift otherwise): the full
+  -- check below reads the table by that name with the owner's rights, and after a
+  -- rename the name could be the application's view, whose functions ran as the owner
+  -- (TestFenceRefusesRenamedRelation). A write to a renamed or moved registered table
+  -- is refused here, at the source, rather than reaching the WAL in a shape capture
+  -- must block on. Within this statement the name cannot move: the writer holds the
+  -- table's lock, and a rename needs an exclusive one.
+  IF TG_TABLE_NAME OPERATOR(pg_catalog.<>) %3$L OR TG_TABLE_SCHEMA OPERATOR(pg_catalog.<>) %2$L THEN
+    RAISE EXCEPTION 'registered relation_id %% was renamed or moved (relation drift): rename it back, or rebind it',
+      %6$s USING ERRCODE = 'feature_not_supported';
+  END IF;
   -- Before any expression on a column: the columns still have their types of when
   -- this was generated (synchro._fence_type_checks).%14$s
   IF TG_OP = 'INSERT' THEN
     k := NEW.%13$s::text;
     IF (%7$L::xid8 = pg_catalog.pg_current_xact_id() OR pg_catalog.pg_relation_filenode(TG_RELID) <> %8$s::oid)
-       AND pg_catalog.current_query() ~* '\mcopy\M[^;]*\mfreeze\M' THEN
+       AND pg_catalog.current_query() ~* E'\\mcopy\\M.*\\mfreeze\\M' THEN
       RAISE EXCEPTION 'COPY FREEZE into a registered relation is not supported'
         USING ERRCODE = 'feature_not_supported';
     END IF;
@@ -1139,7 +1150,7 @@ BEGIN
       WHERE r.fence_txid IS DISTINCT FROM excluded.fence_txid
     RETURNING (SELECT pg_catalog.pg_logical_emit_message(true, 'synchro.fence', body OPERATOR(pg_catalog.||)
                  pg_catalog.encode(pg_catalog.substr(pg_catalog.sha256(sk.outer_pad OPERATOR(pg_catalog.||)
-                   pg_catalog.sha256(sk.inner_pad OPERATOR(pg_catalog.||) '\x%12$s'::pg_catalog.bytea OPERATOR(pg_catalog.||)
+                   pg_catalog.sha256(sk.inner_pad OPERATOR(pg_catalog.||) pg_catalog.decode('%12$s', 'hex') OPERATOR(pg_catalog.||)
                      pg_catalog.convert_to(body, 'UTF8'))), 1, 16), 'hex'))
                  FROM synchro.server_key sk)
     INTO lsn;
@@ -1173,7 +1184,7 @@ BEGIN
       RETURNING 1)
     SELECT pg_catalog.pg_logical_emit_message(true, 'synchro.fence', body OPERATOR(pg_catalog.||)
              pg_catalog.encode(pg_catalog.substr(pg_catalog.sha256(p.outer_pad OPERATOR(pg_catalog.||)
-               pg_catalog.sha256(p.inner_pad OPERATOR(pg_catalog.||) '\x%12$s'::pg_catalog.bytea OPERATOR(pg_catalog.||)
+               pg_catalog.sha256(p.inner_pad OPERATOR(pg_catalog.||) pg_catalog.decode('%12$s', 'hex') OPERATOR(pg_catalog.||)
                  pg_catalog.convert_to(body, 'UTF8'))), 1, 16), 'hex'))
       INTO lsn
       FROM p, w;
@@ -1217,7 +1228,7 @@ $template$,
     CASE WHEN r.registration_kind = 'synced'
          THEN concat(length(r.table_id), ':', r.table_id, '1:', CASE WHEN r.key_type = 'string' THEN 's' ELSE 'n' END)
          ELSE '' END,
-    encode(convert_to('synchro.msg', 'UTF8') || '\x00'::bytea || convert_to('synchro.fence', 'UTF8') || '\x00'::bytea, 'hex'),
+    encode(convert_to('synchro.msg', 'UTF8') || decode('00', 'hex') || convert_to('synchro.fence', 'UTF8') || decode('00', 'hex'), 'hex'),
     synchro._pl_ident(r.key_column),           -- 13 the key as a field of NEW/OLD
     synchro._fence_type_checks(rid));          -- 14 the columns' types are as generated
 END
@@ -1540,6 +1551,16 @@ BEGIN
   SELECT * INTO STRICT r FROM synchro.relation WHERE relation_id = rid;
   SELECT * INTO g FROM synchro.registration WHERE generation = reg AND relation_id = rid;
   EXECUTE format('LOCK TABLE ONLY %I.%I IN ACCESS SHARE MODE', r.schema_name, r.table_name);
+  -- The registered name must still be the registered relation: the caller reads the
+  -- table by that name with the owner's rights, and a renamed table's old name may
+  -- now be a view of the application, whose functions would run as the owner
+  -- (TestBaselineRefusesRenamedRelation). Checked after the lock: LOCK TABLE on a view
+  -- runs none of its code, and the locked table cannot be renamed until this
+  -- transaction ends.
+  IF to_regclass(format('%I.%I', r.schema_name, r.table_name)) IS DISTINCT FROM r.relid THEN
+    RAISE EXCEPTION 'baseline refused: relation_id % was renamed or moved (relation drift): rename it back, or rebind it', rid
+      USING ERRCODE = 'feature_not_supported';
+  END IF;
   IF NOT EXISTS (SELECT 1 FROM pg_attribute a
                   WHERE a.attrelid = r.relid AND a.attname = r.key_column AND a.attnum > 0 AND NOT a.attisdropped
                     AND a.atttypid = ('pg_catalog.' || quote_ident(r.key_pg_type))::regtype)
@@ -1582,7 +1603,7 @@ ALTER FUNCTION synchro._lock_seed() OWNER TO postgres;
 CREATE FUNCTION synchro._mac(payload text, scope text) RETURNS bytea
     LANGUAGE sql STABLE
     AS $$
-  SELECT sha256(k.outer_pad || sha256(k.inner_pad || convert_to(payload, 'UTF8') || '\x00'::bytea || convert_to(scope, 'UTF8')))
+  SELECT sha256(k.outer_pad || sha256(k.inner_pad || convert_to(payload, 'UTF8') || decode('00', 'hex') || convert_to(scope, 'UTF8')))
     FROM synchro.server_key k
 $$;
 
@@ -2992,9 +3013,9 @@ CREATE FUNCTION synchro._message_mac(prefix text, body text) RETURNS text
   SELECT pg_catalog.encode(pg_catalog.substr(
            pg_catalog.sha256(k.outer_pad OPERATOR(pg_catalog.||) pg_catalog.sha256(
              k.inner_pad
-             OPERATOR(pg_catalog.||) '\x73796e6368726f2e6d736700'::pg_catalog.bytea -- 'synchro.msg' 0x00
+             OPERATOR(pg_catalog.||) pg_catalog.decode('73796e6368726f2e6d736700', 'hex') -- 'synchro.msg' 0x00
              OPERATOR(pg_catalog.||) pg_catalog.convert_to(prefix, 'UTF8')
-             OPERATOR(pg_catalog.||) '\x00'::pg_catalog.bytea
+             OPERATOR(pg_catalog.||) pg_catalog.decode('00', 'hex')
              OPERATOR(pg_catalog.||) pg_catalog.convert_to(body, 'UTF8'))),
            1, 16), 'hex')
     FROM synchro.server_key k
@@ -3491,6 +3512,14 @@ BEGIN
         stmt := format('SELECT pg_catalog.to_jsonb(t) FROM ONLY %s t WHERE %s FOR UPDATE', tgt, keypred);
         PERFORM pg_catalog.set_config('search_path', caller_search_path, true);
         EXECUTE stmt INTO cur USING key_text;
+        IF cur IS NULL THEN
+          -- Under READ COMMITTED a row lock that waited for a transaction which deleted
+          -- the row and inserted its key again finds the old tuple gone, and the new
+          -- one is not in the statement's snapshot: the row looked absent, and the
+          -- conflict said so (null version and row) while the row existed
+          -- (TestPushUpdateRacesDeleteAndInsert). A new statement sees it.
+          EXECUTE stmt INTO cur USING key_text;
+        END IF;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
       ELSE
         -- An insert locks no source row (it needs no UPDATE privilege).
@@ -4628,7 +4657,7 @@ ALTER FUNCTION synchro._rule_value_columns(reg_gen bigint) OWNER TO postgres;
 CREATE FUNCTION synchro._scope_hash(v text) RETURNS bytea
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$
-  SELECT pg_catalog.sha256(pg_catalog.decode(pg_catalog.replace(v, '\', '\\'), 'escape'))
+  SELECT pg_catalog.sha256(pg_catalog.decode(pg_catalog.replace(v, E'\\', E'\\\\'), 'escape'))
 $$;
 
 
@@ -4905,6 +4934,29 @@ BEGIN
          WHERE reg.generation = g AND reg.relation_id = via_rid
            AND via_match = ANY (reg.columns) AND via_scope = ANY (reg.columns)) THEN
       RAISE EXCEPTION 'scope rule refused: via_match and via_scope must be registered columns of the dependency' USING ERRCODE = 'SY400';
+    END IF;
+    -- The match compares the two columns' rendered values (the row images' text), so
+    -- it agrees with the application's SQL equality only for types whose text is
+    -- canonical for equality, of one family, under deterministic collations: char(n)
+    -- pads ('p1' = 'p1      '), numeric keeps its scale (1.0 = 1.00), floats have
+    -- -0, intervals '1 day' and '24 hours', and a nondeterministic collation equates
+    -- other texts. A rule on such columns put no row in any scope
+    -- (TestViaRuleRefusesNonCanonicalMatch).
+    IF EXISTS (
+        SELECT 1
+          FROM (SELECT (synchro._base_type(a.atttypid)).typname::text AS typ,
+                       coalesce((SELECT c.collisdeterministic FROM pg_collation c WHERE c.oid = a.attcollation), true) AS det
+                  FROM pg_attribute a
+                 WHERE (a.attrelid, a.attname) IN (((SELECT r.relid FROM synchro.relation r WHERE r.relation_id = rid), column_name),
+                                                   (via::oid, via_match))
+                   AND a.attnum > 0 AND NOT a.attisdropped) x
+        HAVING count(*) <> 2 OR NOT bool_and(x.det)
+            OR NOT bool_and(x.typ IN ('text', 'varchar', 'uuid', 'int2', 'int4', 'int8', 'bool', 'date', 'timestamp',
+                                      'timestamptz', 'bytea'))
+            OR count(DISTINCT CASE WHEN x.typ IN ('text', 'varchar') THEN 'text'
+                                   WHEN x.typ IN ('int2', 'int4', 'int8') THEN 'int' ELSE x.typ END) <> 1) THEN
+      RAISE EXCEPTION 'scope rule refused: column_name and via_match must be of one type whose text is its equality (text or varchar under a deterministic collation, an integer type, uuid, boolean, date, timestamp, timestamptz or bytea)'
+        USING ERRCODE = 'SY400';
     END IF;
   END IF;
   IF EXISTS (SELECT 1 FROM synchro.scope_rule s
@@ -5377,18 +5429,30 @@ BEGIN
     EXECUTE format('ALTER PUBLICATION %I SET TABLE %s', pub, rels);
   END IF;
 
-  -- Membership-rule generations: a prefix whose rules changed gets this generation.
+  -- Membership-rule generations: a prefix whose rules differ from the previous
+  -- generation's gets this generation. The rules are compared as values, each rule's
+  -- fields as one jsonb array, in rule order: a digest of the fields joined with '|'
+  -- and ';' gave two rule sets one digest when a column name held a separator (or a
+  -- NULL field was skipped), and such a rule change kept its prefix's cursors and
+  -- membership (TestRuleChangeWithSeparatorInColumnName). rules_digest records the
+  -- digest of that encoding; '' stands for "no rules".
+  WITH cur AS (
+    SELECT s.scope_prefix,
+           jsonb_agg(jsonb_build_array(s.relation_id, s.column_name, s.via_relation_id, s.via_match, s.via_scope)
+                     ORDER BY s.relation_id, s.rule_no) AS rules
+      FROM synchro.scope_rule s WHERE s.generation = g GROUP BY s.scope_prefix),
+  old AS (
+    SELECT s.scope_prefix,
+           jsonb_agg(jsonb_build_array(s.relation_id, s.column_name, s.via_relation_id, s.via_match, s.via_scope)
+                     ORDER BY s.relation_id, s.rule_no) AS rules
+      FROM synchro.scope_rule s WHERE s.generation = prev GROUP BY s.scope_prefix)
   INSERT INTO synchro.scope_prefix AS p (scope_prefix, rule_generation, rules_digest)
-  SELECT s.scope_prefix, g,
-         encode(sha256(convert_to(string_agg(
-           concat_ws('|', s.relation_id, s.column_name, s.via_relation_id, s.via_match, s.via_scope), ';'
-           ORDER BY s.relation_id, s.rule_no), 'UTF8')), 'hex')
-    FROM synchro.scope_rule s
-   WHERE s.generation = g
-   GROUP BY s.scope_prefix
+  SELECT c.scope_prefix, g, encode(sha256(convert_to(c.rules::text, 'UTF8')), 'hex')
+    FROM cur c LEFT JOIN old o ON o.scope_prefix = c.scope_prefix
+   WHERE o.rules IS DISTINCT FROM c.rules
+      OR NOT EXISTS (SELECT 1 FROM synchro.scope_prefix x WHERE x.scope_prefix = c.scope_prefix)
   ON CONFLICT (scope_prefix) DO UPDATE
-    SET rule_generation = excluded.rule_generation, rules_digest = excluded.rules_digest
-    WHERE p.rules_digest IS DISTINCT FROM excluded.rules_digest;
+    SET rule_generation = excluded.rule_generation, rules_digest = excluded.rules_digest;
   -- A prefix left without rules changed too: its membership is re-evaluated to nothing
   -- and its cursors are stale. The empty digest stands for "no rules".
   UPDATE synchro.scope_prefix p SET rule_generation = g, rules_digest = ''
@@ -5894,7 +5958,7 @@ BEGIN
   LOOP
     r := synchro.compact(keep);
     calls := calls OPERATOR(pg_catalog.+) 1;
-    FOR k IN SELECT e.key FROM pg_catalog.jsonb_each(r) e WHERE e.key OPERATOR(pg_catalog.~~) 'deleted\_%' LOOP
+    FOR k IN SELECT e.key FROM pg_catalog.jsonb_each(r) e WHERE e.key OPERATOR(pg_catalog.~~) E'deleted\\_%' LOOP
       total := total OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object(k,
         COALESCE((total OPERATOR(pg_catalog.->>) k)::pg_catalog.int8, 0)
           OPERATOR(pg_catalog.+) (r OPERATOR(pg_catalog.->>) k)::pg_catalog.int8);
@@ -6220,7 +6284,7 @@ BEGIN
     -- function writes (an LSN and two int4 ordinals), so no payload the key signed
     -- (another version's, say) fails with a cast error instead of SY400.
     IF payload IS NULL OR cardinality(parts) <> 4 OR parts[1] <> 'c1'
-       OR parts[4] !~ '^(s|t\.[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}|e\.[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}\.[0-9]{1,10}\.[0-9]{1,10})$' THEN
+       OR parts[4] !~ E'^(s|t\\.[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}|e\\.[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}\\.[0-9]{1,10}\\.[0-9]{1,10})$' THEN
       RAISE EXCEPTION 'invalid_argument: malformed cursor' USING ERRCODE = 'SY400';
     END IF;
     point := string_to_array(parts[4], '.');
@@ -6580,7 +6644,7 @@ BEGIN
     -- (P, the last delivered table_id, its key order (int8) and key (UTF-8, in hex), the
     -- chain), so no payload the key signed fails with a cast error instead of SY400.
     IF payload IS NULL OR cardinality(parts) <> 8 OR parts[1] <> 'r1'
-       OR parts[4] !~ '^(s|t\.[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8})$'
+       OR parts[4] !~ E'^(s|t\\.[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8})$'
        OR parts[5] !~ '^([a-z][a-z0-9_]{0,62})?$'
        OR parts[6] !~ '^-?[0-9]{1,19}$' OR parts[7] !~ '^([0-9a-f]{2})*$' OR parts[8] !~ '^[0-9a-f]{64}$' THEN
       RAISE EXCEPTION 'invalid_argument: malformed rebuild session' USING ERRCODE = 'SY400';
@@ -6698,8 +6762,8 @@ BEGIN
     SELECT count(*) > count(*) FILTER (WHERE p.sent) AS more,
            max(p.ord) FILTER (WHERE p.sent) AS last_ord,
            coalesce(array_agg(x ORDER BY p.ord) FILTER (WHERE p.sent), '{}') AS rows,
-           coalesce(synchro._chain_agg(h, convert_to(p.table_id, 'UTF8') || '\x00'::bytea || convert_to(p.pk, 'UTF8') || '\x00'::bytea
-                                          || convert_to(p.version, 'UTF8') || '\x0a'::bytea ORDER BY p.ord) FILTER (WHERE p.sent),
+           coalesce(synchro._chain_agg(h, convert_to(p.table_id, 'UTF8') || decode('00', 'hex') || convert_to(p.pk, 'UTF8') || decode('00', 'hex')
+                                          || convert_to(p.version, 'UTF8') || decode('0a', 'hex') ORDER BY p.ord) FILTER (WHERE p.sent),
                     h) AS chain
       FROM delivery p
       CROSS JOIN LATERAL (
@@ -7818,7 +7882,7 @@ BEGIN
     -- first: materialize writes them with the owner's rights, so a table of the caller
     -- (with its triggers or policies) would run the caller's code as the owner.
     IF EXISTS (SELECT 1 FROM pg_class c
-                WHERE c.relnamespace = pg_my_temp_schema() AND c.relname LIKE 'synchro\_%'
+                WHERE c.relnamespace = pg_my_temp_schema() AND c.relname LIKE E'synchro\\_%'
                   AND c.relowner <> current_user::regrole) THEN
       RAISE EXCEPTION 'runner refused: the session holds temporary synchro_ tables it made itself'
         USING ERRCODE = 'insufficient_privilege';

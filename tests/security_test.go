@@ -364,6 +364,73 @@ func TestBaselineRunsNoCallerCastAfterTypeChange(t *testing.T) {
 	requireOnlyRanAs(t, db.Pool, s+".log", h.role)
 }
 
+// The fence's full check reads the registered table by its registered name with the
+// owner's rights. An application that owns the table renamed it and made a view of
+// that name whose WHERE calls its own function: two changes of one row in one
+// transaction (the second takes the full check) ran that function as the owner (found
+// by review). A write to a renamed registered table is now refused at the source
+// (0A000, relation drift), on the first fence of a row too.
+func TestFenceRefusesRenamedRelation(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	h := newHostileApp(t, db, true)
+	s := h.qs()
+	h.moodKit()
+	h.exec(fmt.Sprintf(`
+		ALTER TABLE %[1]s.t RENAME TO t_real;
+		CREATE VIEW %[1]s.t AS SELECT id, xmin, cmin FROM %[1]s.t_real WHERE %[1]s.snoop();`, s))
+	for _, stmt := range []string{
+		fmt.Sprintf(`UPDATE %[1]s.t_real SET body = 'x' WHERE id = 'seed'`, s),
+		fmt.Sprintf(`BEGIN; UPDATE %[1]s.t_real SET body = 'x' WHERE id = 'seed';
+			UPDATE %[1]s.t_real SET body = 'y' WHERE id = 'seed'; COMMIT`, s),
+		fmt.Sprintf(`INSERT INTO %[1]s.t_real VALUES ('new', 'n')`, s),
+		fmt.Sprintf(`DELETE FROM %[1]s.t_real WHERE id = 'seed'`, s),
+	} {
+		_, err := h.conn.Exec(h.ctx, stmt)
+		var pe *pgconn.PgError
+		require.ErrorAs(t, err, &pe, stmt)
+		require.Equal(t, "0A000", pe.Code, "%s: %s", stmt, pe.Message)
+		require.Contains(t, pe.Message, "relation drift")
+		_, _ = h.conn.Exec(h.ctx, `ROLLBACK`)
+	}
+	requireOnlyRanAs(t, h.conn, s+".log", h.role)
+	// Moved to another schema: the same.
+	moved := s[:len(s)-1] + `_b"`
+	mustExec(t, db, `CREATE SCHEMA `+moved+` AUTHORIZATION `+h.ident)
+	h.exec(fmt.Sprintf(`DROP VIEW %[1]s.t; ALTER TABLE %[1]s.t_real RENAME TO t;
+		ALTER TABLE %[1]s.t SET SCHEMA %[2]s`, s, moved))
+	_, err := h.conn.Exec(h.ctx, fmt.Sprintf(`UPDATE %s.t SET body = 'x'`, moved))
+	var pe *pgconn.PgError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, "0A000", pe.Code, pe.Message)
+}
+
+// The baselines (first start, reset, projection bootstrap) read registered tables by
+// their registered names with the owner's rights, after synchro._live_shape_check
+// checked the relation by OID. A renamed table's old name made a view of the
+// application ran its function as the owner. The baseline is refused (0A000, relation
+// drift).
+func TestBaselineRefusesRenamedRelation(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	h := newHostileApp(t, db, true)
+	s := h.qs()
+	h.moodKit()
+	h.exec(fmt.Sprintf(`
+		ALTER TABLE %[1]s.t RENAME TO t_real;
+		CREATE VIEW %[1]s.t AS SELECT * FROM %[1]s.t_real WHERE %[1]s.snoop();`, s))
+	tx, err := db.Pool.BeginTx(h.ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	_, err = tx.Exec(h.ctx, `SELECT synchro.runner_baseline('s1', 'pgoutput', '0/1')`)
+	var pe *pgconn.PgError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, "0A000", pe.Code, pe.Message)
+	require.Contains(t, pe.Message, "relation drift")
+	require.NoError(t, tx.Rollback(h.ctx))
+	requireOnlyRanAs(t, db.Pool, s+".log", h.role)
+}
+
 // A role without a schema of its own uses its TEMP privilege: a domain pg_temp.text
 // whose CHECK calls its own pg_temp function, found first through search_path.
 func TestFenceRunsNoCallerTempType(t *testing.T) {

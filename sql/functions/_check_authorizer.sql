@@ -20,7 +20,7 @@ AS $$
       THEN 'the function must be (client_id text, scope text) returns boolean'
     WHEN NOT p.prosecdef THEN 'the function must be SECURITY DEFINER (it would run with the pack owner''s rights)'
     WHEN NOT EXISTS (SELECT 1 FROM pg_catalog.unnest(p.proconfig) c
-                      WHERE c ~ '^search_path=' AND c ~ '(=|,)\s*"?pg_temp"?\s*$')
+                      WHERE c ~ '^search_path=' AND c ~ E'(=|,)\\s*"?pg_temp"?\\s*$')
       THEN 'the function must pin search_path with pg_temp last (SET search_path = ..., pg_temp)'
     WHEN r.rolsuper THEN 'the function must not be owned by a superuser'
     WHEN pg_catalog.pg_has_role(p.proowner, n.nspowner, 'USAGE')

@@ -88,12 +88,23 @@ DECLARE
   body pg_catalog.text;       -- the message body (wire format 3), without its MAC
   stk pg_catalog.text;        -- the call stack (PG_CONTEXT): one line when a top-level statement fired it
 BEGIN
+  -- The firing table under its registered name (relation drift otherwise): the full
+  -- check below reads the table by that name with the owner's rights, and after a
+  -- rename the name could be the application's view, whose functions ran as the owner
+  -- (TestFenceRefusesRenamedRelation). A write to a renamed or moved registered table
+  -- is refused here, at the source, rather than reaching the WAL in a shape capture
+  -- must block on. Within this statement the name cannot move: the writer holds the
+  -- table's lock, and a rename needs an exclusive one.
+  IF TG_TABLE_NAME OPERATOR(pg_catalog.<>) %3$L OR TG_TABLE_SCHEMA OPERATOR(pg_catalog.<>) %2$L THEN
+    RAISE EXCEPTION 'registered relation_id %% was renamed or moved (relation drift): rename it back, or rebind it',
+      %6$s USING ERRCODE = 'feature_not_supported';
+  END IF;
   -- Before any expression on a column: the columns still have their types of when
   -- this was generated (synchro._fence_type_checks).%14$s
   IF TG_OP = 'INSERT' THEN
     k := NEW.%13$s::text;
     IF (%7$L::xid8 = pg_catalog.pg_current_xact_id() OR pg_catalog.pg_relation_filenode(TG_RELID) <> %8$s::oid)
-       AND pg_catalog.current_query() ~* '\mcopy\M[^;]*\mfreeze\M' THEN
+       AND pg_catalog.current_query() ~* E'\\mcopy\\M.*\\mfreeze\\M' THEN
       RAISE EXCEPTION 'COPY FREEZE into a registered relation is not supported'
         USING ERRCODE = 'feature_not_supported';
     END IF;
@@ -171,7 +182,7 @@ BEGIN
       WHERE r.fence_txid IS DISTINCT FROM excluded.fence_txid
     RETURNING (SELECT pg_catalog.pg_logical_emit_message(true, 'synchro.fence', body OPERATOR(pg_catalog.||)
                  pg_catalog.encode(pg_catalog.substr(pg_catalog.sha256(sk.outer_pad OPERATOR(pg_catalog.||)
-                   pg_catalog.sha256(sk.inner_pad OPERATOR(pg_catalog.||) '\x%12$s'::pg_catalog.bytea OPERATOR(pg_catalog.||)
+                   pg_catalog.sha256(sk.inner_pad OPERATOR(pg_catalog.||) pg_catalog.decode('%12$s', 'hex') OPERATOR(pg_catalog.||)
                      pg_catalog.convert_to(body, 'UTF8'))), 1, 16), 'hex'))
                  FROM synchro.server_key sk)
     INTO lsn;
@@ -205,7 +216,7 @@ BEGIN
       RETURNING 1)
     SELECT pg_catalog.pg_logical_emit_message(true, 'synchro.fence', body OPERATOR(pg_catalog.||)
              pg_catalog.encode(pg_catalog.substr(pg_catalog.sha256(p.outer_pad OPERATOR(pg_catalog.||)
-               pg_catalog.sha256(p.inner_pad OPERATOR(pg_catalog.||) '\x%12$s'::pg_catalog.bytea OPERATOR(pg_catalog.||)
+               pg_catalog.sha256(p.inner_pad OPERATOR(pg_catalog.||) pg_catalog.decode('%12$s', 'hex') OPERATOR(pg_catalog.||)
                  pg_catalog.convert_to(body, 'UTF8'))), 1, 16), 'hex'))
       INTO lsn
       FROM p, w;
@@ -249,7 +260,7 @@ $template$,
     CASE WHEN r.registration_kind = 'synced'
          THEN concat(length(r.table_id), ':', r.table_id, '1:', CASE WHEN r.key_type = 'string' THEN 's' ELSE 'n' END)
          ELSE '' END,
-    encode(convert_to('synchro.msg', 'UTF8') || '\x00'::bytea || convert_to('synchro.fence', 'UTF8') || '\x00'::bytea, 'hex'),
+    encode(convert_to('synchro.msg', 'UTF8') || decode('00', 'hex') || convert_to('synchro.fence', 'UTF8') || decode('00', 'hex'), 'hex'),
     synchro._pl_ident(r.key_column),           -- 13 the key as a field of NEW/OLD
     synchro._fence_type_checks(rid));          -- 14 the columns' types are as generated
 END

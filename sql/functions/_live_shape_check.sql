@@ -23,6 +23,16 @@ BEGIN
   SELECT * INTO STRICT r FROM synchro.relation WHERE relation_id = rid;
   SELECT * INTO g FROM synchro.registration WHERE generation = reg AND relation_id = rid;
   EXECUTE format('LOCK TABLE ONLY %I.%I IN ACCESS SHARE MODE', r.schema_name, r.table_name);
+  -- The registered name must still be the registered relation: the caller reads the
+  -- table by that name with the owner's rights, and a renamed table's old name may
+  -- now be a view of the application, whose functions would run as the owner
+  -- (TestBaselineRefusesRenamedRelation). Checked after the lock: LOCK TABLE on a view
+  -- runs none of its code, and the locked table cannot be renamed until this
+  -- transaction ends.
+  IF to_regclass(format('%I.%I', r.schema_name, r.table_name)) IS DISTINCT FROM r.relid THEN
+    RAISE EXCEPTION 'baseline refused: relation_id % was renamed or moved (relation drift): rename it back, or rebind it', rid
+      USING ERRCODE = 'feature_not_supported';
+  END IF;
   IF NOT EXISTS (SELECT 1 FROM pg_attribute a
                   WHERE a.attrelid = r.relid AND a.attname = r.key_column AND a.attnum > 0 AND NOT a.attisdropped
                     AND a.atttypid = ('pg_catalog.' || quote_ident(r.key_pg_type))::regtype)

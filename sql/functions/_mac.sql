@@ -5,7 +5,7 @@ LANGUAGE sql STABLE
 -- No SET clause: an internal helper, called only from functions that pinned
 -- search_path already (a SET clause would cost a GUC save/restore per call).
 AS $$
-  SELECT sha256(k.outer_pad || sha256(k.inner_pad || convert_to(payload, 'UTF8') || '\x00'::bytea || convert_to(scope, 'UTF8')))
+  SELECT sha256(k.outer_pad || sha256(k.inner_pad || convert_to(payload, 'UTF8') || decode('00', 'hex') || convert_to(scope, 'UTF8')))
     FROM synchro.server_key k
 $$;
 

@@ -25,9 +25,9 @@ AS $$
   SELECT pg_catalog.encode(pg_catalog.substr(
            pg_catalog.sha256(k.outer_pad OPERATOR(pg_catalog.||) pg_catalog.sha256(
              k.inner_pad
-             OPERATOR(pg_catalog.||) '\x73796e6368726f2e6d736700'::pg_catalog.bytea -- 'synchro.msg' 0x00
+             OPERATOR(pg_catalog.||) pg_catalog.decode('73796e6368726f2e6d736700', 'hex') -- 'synchro.msg' 0x00
              OPERATOR(pg_catalog.||) pg_catalog.convert_to(prefix, 'UTF8')
-             OPERATOR(pg_catalog.||) '\x00'::pg_catalog.bytea
+             OPERATOR(pg_catalog.||) pg_catalog.decode('00', 'hex')
              OPERATOR(pg_catalog.||) pg_catalog.convert_to(body, 'UTF8'))),
            1, 16), 'hex')
     FROM synchro.server_key k

@@ -93,6 +93,14 @@ BEGIN
         stmt := format('SELECT pg_catalog.to_jsonb(t) FROM ONLY %s t WHERE %s FOR UPDATE', tgt, keypred);
         PERFORM pg_catalog.set_config('search_path', caller_search_path, true);
         EXECUTE stmt INTO cur USING key_text;
+        IF cur IS NULL THEN
+          -- Under READ COMMITTED a row lock that waited for a transaction which deleted
+          -- the row and inserted its key again finds the old tuple gone, and the new
+          -- one is not in the statement's snapshot: the row looked absent, and the
+          -- conflict said so (null version and row) while the row existed
+          -- (TestPushUpdateRacesDeleteAndInsert). A new statement sees it.
+          EXECUTE stmt INTO cur USING key_text;
+        END IF;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
       ELSE
         -- An insert locks no source row (it needs no UPDATE privilege).

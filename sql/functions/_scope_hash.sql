@@ -6,7 +6,7 @@
 CREATE OR REPLACE FUNCTION synchro._scope_hash(v text) RETURNS bytea
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-  SELECT pg_catalog.sha256(pg_catalog.decode(pg_catalog.replace(v, '\', '\\'), 'escape'))
+  SELECT pg_catalog.sha256(pg_catalog.decode(pg_catalog.replace(v, E'\\', E'\\\\'), 'escape'))
 $$;
 
 REVOKE ALL ON FUNCTION synchro._scope_hash(text) FROM PUBLIC;

@@ -225,18 +225,30 @@ BEGIN
     EXECUTE format('ALTER PUBLICATION %I SET TABLE %s', pub, rels);
   END IF;
 
-  -- Membership-rule generations: a prefix whose rules changed gets this generation.
+  -- Membership-rule generations: a prefix whose rules differ from the previous
+  -- generation's gets this generation. The rules are compared as values, each rule's
+  -- fields as one jsonb array, in rule order: a digest of the fields joined with '|'
+  -- and ';' gave two rule sets one digest when a column name held a separator (or a
+  -- NULL field was skipped), and such a rule change kept its prefix's cursors and
+  -- membership (TestRuleChangeWithSeparatorInColumnName). rules_digest records the
+  -- digest of that encoding; '' stands for "no rules".
+  WITH cur AS (
+    SELECT s.scope_prefix,
+           jsonb_agg(jsonb_build_array(s.relation_id, s.column_name, s.via_relation_id, s.via_match, s.via_scope)
+                     ORDER BY s.relation_id, s.rule_no) AS rules
+      FROM synchro.scope_rule s WHERE s.generation = g GROUP BY s.scope_prefix),
+  old AS (
+    SELECT s.scope_prefix,
+           jsonb_agg(jsonb_build_array(s.relation_id, s.column_name, s.via_relation_id, s.via_match, s.via_scope)
+                     ORDER BY s.relation_id, s.rule_no) AS rules
+      FROM synchro.scope_rule s WHERE s.generation = prev GROUP BY s.scope_prefix)
   INSERT INTO synchro.scope_prefix AS p (scope_prefix, rule_generation, rules_digest)
-  SELECT s.scope_prefix, g,
-         encode(sha256(convert_to(string_agg(
-           concat_ws('|', s.relation_id, s.column_name, s.via_relation_id, s.via_match, s.via_scope), ';'
-           ORDER BY s.relation_id, s.rule_no), 'UTF8')), 'hex')
-    FROM synchro.scope_rule s
-   WHERE s.generation = g
-   GROUP BY s.scope_prefix
+  SELECT c.scope_prefix, g, encode(sha256(convert_to(c.rules::text, 'UTF8')), 'hex')
+    FROM cur c LEFT JOIN old o ON o.scope_prefix = c.scope_prefix
+   WHERE o.rules IS DISTINCT FROM c.rules
+      OR NOT EXISTS (SELECT 1 FROM synchro.scope_prefix x WHERE x.scope_prefix = c.scope_prefix)
   ON CONFLICT (scope_prefix) DO UPDATE
-    SET rule_generation = excluded.rule_generation, rules_digest = excluded.rules_digest
-    WHERE p.rules_digest IS DISTINCT FROM excluded.rules_digest;
+    SET rule_generation = excluded.rule_generation, rules_digest = excluded.rules_digest;
   -- A prefix left without rules changed too: its membership is re-evaluated to nothing
   -- and its cursors are stale. The empty digest stands for "no rules".
   UPDATE synchro.scope_prefix p SET rule_generation = g, rules_digest = ''

@@ -20,7 +20,7 @@ BEGIN
   LOOP
     r := synchro.compact(keep);
     calls := calls OPERATOR(pg_catalog.+) 1;
-    FOR k IN SELECT e.key FROM pg_catalog.jsonb_each(r) e WHERE e.key OPERATOR(pg_catalog.~~) 'deleted\_%' LOOP
+    FOR k IN SELECT e.key FROM pg_catalog.jsonb_each(r) e WHERE e.key OPERATOR(pg_catalog.~~) E'deleted\\_%' LOOP
       total := total OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object(k,
         COALESCE((total OPERATOR(pg_catalog.->>) k)::pg_catalog.int8, 0)
           OPERATOR(pg_catalog.+) (r OPERATOR(pg_catalog.->>) k)::pg_catalog.int8);

@@ -40,7 +40,7 @@ BEGIN
     -- function writes (an LSN and two int4 ordinals), so no payload the key signed
     -- (another version's, say) fails with a cast error instead of SY400.
     IF payload IS NULL OR cardinality(parts) <> 4 OR parts[1] <> 'c1'
-       OR parts[4] !~ '^(s|t\.[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}|e\.[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}\.[0-9]{1,10}\.[0-9]{1,10})$' THEN
+       OR parts[4] !~ E'^(s|t\\.[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}|e\\.[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}\\.[0-9]{1,10}\\.[0-9]{1,10})$' THEN
       RAISE EXCEPTION 'invalid_argument: malformed cursor' USING ERRCODE = 'SY400';
     END IF;
     point := string_to_array(parts[4], '.');

@@ -41,7 +41,7 @@ BEGIN
     -- (P, the last delivered table_id, its key order (int8) and key (UTF-8, in hex), the
     -- chain), so no payload the key signed fails with a cast error instead of SY400.
     IF payload IS NULL OR cardinality(parts) <> 8 OR parts[1] <> 'r1'
-       OR parts[4] !~ '^(s|t\.[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8})$'
+       OR parts[4] !~ E'^(s|t\\.[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8})$'
        OR parts[5] !~ '^([a-z][a-z0-9_]{0,62})?$'
        OR parts[6] !~ '^-?[0-9]{1,19}$' OR parts[7] !~ '^([0-9a-f]{2})*$' OR parts[8] !~ '^[0-9a-f]{64}$' THEN
       RAISE EXCEPTION 'invalid_argument: malformed rebuild session' USING ERRCODE = 'SY400';
@@ -159,8 +159,8 @@ BEGIN
     SELECT count(*) > count(*) FILTER (WHERE p.sent) AS more,
            max(p.ord) FILTER (WHERE p.sent) AS last_ord,
            coalesce(array_agg(x ORDER BY p.ord) FILTER (WHERE p.sent), '{}') AS rows,
-           coalesce(synchro._chain_agg(h, convert_to(p.table_id, 'UTF8') || '\x00'::bytea || convert_to(p.pk, 'UTF8') || '\x00'::bytea
-                                          || convert_to(p.version, 'UTF8') || '\x0a'::bytea ORDER BY p.ord) FILTER (WHERE p.sent),
+           coalesce(synchro._chain_agg(h, convert_to(p.table_id, 'UTF8') || decode('00', 'hex') || convert_to(p.pk, 'UTF8') || decode('00', 'hex')
+                                          || convert_to(p.version, 'UTF8') || decode('0a', 'hex') ORDER BY p.ord) FILTER (WHERE p.sent),
                     h) AS chain
       FROM delivery p
       CROSS JOIN LATERAL (

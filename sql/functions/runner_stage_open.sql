@@ -18,7 +18,7 @@ BEGIN
     -- first: materialize writes them with the owner's rights, so a table of the caller
     -- (with its triggers or policies) would run the caller's code as the owner.
     IF EXISTS (SELECT 1 FROM pg_class c
-                WHERE c.relnamespace = pg_my_temp_schema() AND c.relname LIKE 'synchro\_%'
+                WHERE c.relnamespace = pg_my_temp_schema() AND c.relname LIKE E'synchro\\_%'
                   AND c.relowner <> current_user::regrole) THEN
       RAISE EXCEPTION 'runner refused: the session holds temporary synchro_ tables it made itself'
         USING ERRCODE = 'insufficient_privilege';

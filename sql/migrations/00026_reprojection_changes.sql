@@ -6,6 +6,18 @@
 -- projection and the stage as the change records of one transaction at C - 1
 -- (synchro._bootstrap_catch_up; docs/bootstrap.md).
 --
+-- Independent reviews (2026-12-04): the fence refuses a write to a renamed or moved
+-- registered table (0A000; its full check read the table by name as the owner, and an
+-- application view of that name ran the application's function as the owner), and the
+-- baselines refuse such a table (synchro._live_shape_check). No function literal holds
+-- a backslash outside E'' (a caller's standard_conforming_strings = off changed the
+-- fence's MAC bytes and blocked the stream, and broke pull and rebuild). COPY FREEZE is
+-- recognized whatever the statement holds between COPY and FREEZE. Push reads a row
+-- again when its row lock found the tuple deleted (a key deleted and inserted again
+-- concurrently answered as absent). activate_registry compares a prefix's rules as
+-- values (a digest of separator-joined fields collided). A via rule whose columns'
+-- text is not their equality is refused (synchro._stage_scope_rule).
+--
 -- The function files of this release ride on this migration (goose.go,
 -- finalMigration), which ends with synchro._refresh_fences(): every registered
 -- relation's fence is regenerated.
