@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -85,7 +86,7 @@ type Client struct {
 	rpc   rpcFunc
 
 	mu     sync.Mutex
-	scopes map[string]*sync.Mutex
+	scopes map[string]chan struct{}
 	sleep  func(ctx context.Context, d time.Duration) error
 }
 
@@ -186,7 +187,8 @@ func bindArgs(fn string, args []any, dsts ...any) error {
 }
 
 func open(ctx context.Context, cfg Config, rpc rpcFunc) (*Client, error) {
-	if l := len(cfg.ClientID); l < 1 || l > 256 {
+	// Characters, as the server counts them (length(client_id)), not bytes.
+	if l := utf8.RuneCountInString(cfg.ClientID); l < 1 || l > 256 || !utf8.ValidString(cfg.ClientID) {
 		return nil, errors.New("synchro client: ClientID must be 1 to 256 characters")
 	}
 	if cfg.StorePath == "" {
@@ -239,7 +241,7 @@ func open(ctx context.Context, cfg Config, rpc rpcFunc) (*Client, error) {
 		log:    cfg.Logger.With("client_id", cfg.ClientID),
 		store:  store,
 		rpc:    rpc,
-		scopes: map[string]*sync.Mutex{},
+		scopes: map[string]chan struct{}{},
 		sleep:  sleepCtx,
 	}, nil
 }
@@ -253,7 +255,11 @@ func storeDSN(path string) string {
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(FULL)")
 	q.Set("_txlock", "immediate")
-	return "file:" + path + "?" + q.Encode()
+	// The path is a plain file path: escaped, so that '?', '#' or '%' in it name that
+	// file instead of starting the URI's query or fragment (two paths that differed
+	// after a '#' opened one file, and after a '?' the pragmas were lost).
+	u := url.URL{Scheme: "file", Opaque: (&url.URL{Path: path}).EscapedPath(), RawQuery: q.Encode()}
+	return u.String()
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -345,13 +351,14 @@ SELECT h.version, h.row FROM holds h LEFT JOIN scopes s ON s.scope = h.scope
 	return r, true, nil
 }
 
-// scopeLock serializes the Syncs of one scope.
-func (c *Client) scopeLock(scope string) *sync.Mutex {
+// scopeLock serializes the Syncs of one scope: a one-slot semaphore, so that a Sync
+// waiting for another one of its scope still honours its context.
+func (c *Client) scopeLock(scope string) chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	m, ok := c.scopes[scope]
 	if !ok {
-		m = &sync.Mutex{}
+		m = make(chan struct{}, 1)
 		c.scopes[scope] = m
 	}
 	return m

@@ -50,8 +50,12 @@
 //     computes the checksum of CONTRACT.md "Rebuild" over exactly what it is about to
 //     apply and compares it with the server's; on a mismatch it rolls back and Sync
 //     returns ErrChecksumMismatch with nothing applied. Otherwise the same transaction
-//     replaces the scope's holds (and their images) with the rebuilt set and saves
-//     the last page's cursor; other scopes' holds are not touched.
+//     replaces the scope's holds (and their images) with the rebuilt set. A rebuild
+//     row changed after the rebuild's position may come in its newer state, so the
+//     rows alone may be no state the scope ever had: before that transaction, the
+//     pull from the last page's cursor is staged behind the rows (to has_more false),
+//     and the same transaction applies it and saves its cursor. Other scopes' holds
+//     are not touched.
 //  2. With a cursor, synchro.pull is called page by page; pages are staged while
 //     has_more is true. The page with has_more false closes the transfer: one local
 //     transaction applies every staged change in order and saves that page's cursor

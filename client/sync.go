@@ -34,11 +34,15 @@ type (
 
 // stagedChange is one row of staging.change: a change with its canonical key.
 type stagedChange struct {
-	Table   string          `json:"table"`
-	PK      string          `json:"pk"`
-	Op      string          `json:"op"` // "upsert" or "delete"
-	Version string          `json:"version,omitempty"`
-	Row     json.RawMessage `json:"row,omitempty"`
+	Table   string `json:"table"`
+	PK      string `json:"pk"`
+	Op      string `json:"op"` // "upsert" or "delete"
+	Version string `json:"version,omitempty"`
+	// Row is the row image's JSON text exactly as the server sent it, staged as a JSON
+	// string so that its bytes come back unchanged (a json.RawMessage was compacted
+	// and HTML-escaped by json.Marshal: the replica held other bytes than the server
+	// rendered).
+	Row string `json:"row_text,omitempty"`
 }
 
 // Sync brings scope up to date: a rebuild when it has no cursor, then pulls until
@@ -46,8 +50,12 @@ type stagedChange struct {
 // subscribed.
 func (c *Client) Sync(ctx context.Context, scope string) error {
 	l := c.scopeLock(scope)
-	l.Lock()
-	defer l.Unlock()
+	select {
+	case l <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-l }()
 
 	if _, _, err := c.Cursor(ctx, scope); err != nil {
 		return err
@@ -75,10 +83,8 @@ func (c *Client) Sync(ctx context.Context, scope string) error {
 				last409 = err
 				continue
 			}
-			if err != nil {
-				return err
-			}
-			continue
+			// A rebuild ends with its pull to the end of the stream: up to date.
+			return err
 		}
 		err = c.pull(ctx, scope, cursor)
 		if sqlState(err) == codeRebuildRequired {
@@ -141,7 +147,7 @@ func (c *Client) rebuild(ctx context.Context, scope string) error {
 			if c.cfg.Hooks.TamperRebuildRow != nil {
 				c.cfg.Hooks.TamperRebuildRow(&r)
 			}
-			staged = append(staged, stagedChange{Table: r.Table, PK: r.PK, Op: "upsert", Version: r.Version, Row: r.Data})
+			staged = append(staged, stagedChange{Table: r.Table, PK: r.PK, Op: "upsert", Version: r.Version, Row: string(r.Data)})
 		}
 		if err := c.stage(ctx, scope, seq, staged); err != nil {
 			return err
@@ -155,10 +161,25 @@ func (c *Client) rebuild(ctx context.Context, scope string) error {
 		if page.Checksum == nil || page.Cursor == nil {
 			return errors.New("synchro client: the last rebuild page has no checksum or cursor")
 		}
-		if err := c.applyRebuild(ctx, scope, *page.Cursor, *page.Checksum); err != nil {
+		// The rows are the scope at the rebuild's position P, except that a row changed
+		// after P may come in its newer state (CONTRACT.md "Rebuild"): only with the
+		// pull from P applied is the set a state the scope had. So the catch-up pull is
+		// staged behind the rows and both are applied in one local transaction; saved
+		// alone, the rows were a replica no reader should see (half of a transaction).
+		rows := seq
+		// The checksum first: a mismatch is known before anything more is fetched.
+		if err := c.checkStaged(ctx, scope, *page.Checksum); err != nil {
 			return err
 		}
-		c.log.Info("synchro client: scope rebuilt", "scope", scopeRef(scope), "rows", seq, "pages", pages, "took", time.Since(start))
+		cursor, seq, err := c.stagePull(ctx, scope, *page.Cursor, seq)
+		if err != nil {
+			return err
+		}
+		if err := c.applyRebuild(ctx, scope, rows, cursor, *page.Checksum); err != nil {
+			return err
+		}
+		c.log.Info("synchro client: scope rebuilt", "scope", scopeRef(scope), "rows", rows, "pages", pages,
+			"caught_up", seq-rows, "took", time.Since(start))
 		return nil
 	}
 }
@@ -169,44 +190,52 @@ func (c *Client) pull(ctx context.Context, scope, cursor string) error {
 	if err := c.clearStaging(ctx, scope); err != nil {
 		return err
 	}
-	var seq int64
+	cursor, seq, err := c.stagePull(ctx, scope, cursor, 0)
+	if err != nil {
+		return err
+	}
+	if err := c.applyPull(ctx, scope, cursor); err != nil {
+		return err
+	}
+	if seq > 0 {
+		c.log.Debug("synchro client: pulled", "scope", scopeRef(scope), "changes", seq)
+	}
+	return nil
+}
+
+// stagePull stages pull pages from cursor, numbered from seq, while has_more is true,
+// and returns the closing page's cursor and the next sequence number.
+func (c *Client) stagePull(ctx context.Context, scope, cursor string, seq int64) (string, int64, error) {
 	for {
 		var page pullPage
 		if err := c.call(ctx, &page, "pull", c.cfg.ClientID, scope, cursor, c.cfg.PageSize); err != nil {
-			return err
+			return "", 0, err
 		}
 		staged := make([]stagedChange, 0, len(page.Changes))
 		for _, w := range page.Changes {
 			key, err := rawKeyText(w.PK)
 			if err != nil {
-				return err
+				return "", 0, err
 			}
 			switch w.Op {
 			case "upsert":
-				staged = append(staged, stagedChange{Table: w.Table, PK: key, Op: "upsert", Version: w.Version, Row: w.Row})
+				staged = append(staged, stagedChange{Table: w.Table, PK: key, Op: "upsert", Version: w.Version, Row: string(w.Row)})
 			case "delete":
 				staged = append(staged, stagedChange{Table: w.Table, PK: key, Op: "delete"})
 			default:
-				return fmt.Errorf("synchro client: pull change with op %q", w.Op)
+				return "", 0, fmt.Errorf("synchro client: pull change with op %q", w.Op)
 			}
 		}
 		if err := c.stage(ctx, scope, seq, staged); err != nil {
-			return err
+			return "", 0, err
 		}
 		seq += int64(len(staged))
-		if page.HasMore {
-			// The page cursor is kept in memory only: it is never saved before the
-			// pages it covers are applied.
-			cursor = page.Cursor
-			continue
+		// The page cursor is kept in memory only: it is never saved before the pages
+		// it covers are applied.
+		cursor = page.Cursor
+		if !page.HasMore {
+			return cursor, seq, nil
 		}
-		if err := c.applyPull(ctx, scope, page.Cursor); err != nil {
-			return err
-		}
-		if seq > 0 {
-			c.log.Debug("synchro client: pulled", "scope", scopeRef(scope), "changes", seq)
-		}
-		return nil
 	}
 }
 
@@ -240,18 +269,52 @@ func (c *Client) stage(ctx context.Context, scope string, seq int64, changes []s
 	})
 }
 
-// applyRebuild: in one local transaction, checks the checksum over the staged rows,
-// replaces the scope's images with them, saves the cursor and clears staging. A
-// checksum mismatch rolls back (nothing applied) and discards the staged rows. Other
+// checkStaged compares the checksum of the rebuild rows staged for scope (all that is
+// staged) with the server's; on a mismatch it discards them and returns
+// ErrChecksumMismatch. applyRebuild checks again over exactly what it applies.
+func (c *Client) checkStaged(ctx context.Context, scope, checksum string) error {
+	err := c.inTx(ctx, func(tx *sql.Tx) error {
+		items, err := readStaged(ctx, tx, scope)
+		if err != nil {
+			return err
+		}
+		h := newChain()
+		for _, it := range items {
+			h.add(it.ch.Table, it.ch.PK, it.ch.Version)
+		}
+		if got := h.hex(); got != checksum {
+			return fmt.Errorf("%w: scope %s: server %s, received %s", ErrChecksumMismatch, scopeRef(scope), checksum, got)
+		}
+		return nil
+	})
+	if errors.Is(err, ErrChecksumMismatch) {
+		if cerr := c.clearStaging(ctx, scope); cerr != nil {
+			c.log.Warn("synchro client: clear staging", "scope", scopeRef(scope), "err", cerr)
+		}
+		c.log.Error("synchro client: rebuild checksum mismatch, nothing applied", "scope", scopeRef(scope))
+	}
+	return err
+}
+
+// applyRebuild: in one local transaction, checks the checksum over the staged rows
+// (the first rows staged changes), replaces the scope's images with them, applies the
+// catch-up pull's changes staged after them, saves the cursor and clears staging. A
+// checksum mismatch rolls back (nothing applied) and discards everything staged. Other
 // scopes' images are not touched, whatever rows they share with this one.
-func (c *Client) applyRebuild(ctx context.Context, scope, cursor, checksum string) error {
+func (c *Client) applyRebuild(ctx context.Context, scope string, rows int64, cursor, checksum string) error {
 	err := c.inTx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM holds WHERE scope = ?`, scope); err != nil {
 			return err
 		}
 		h := newChain()
 		err := c.eachStaged(ctx, tx, scope, func(seq int64, ch stagedChange) error {
-			h.add(ch.Table, ch.PK, ch.Version)
+			if seq < rows {
+				h.add(ch.Table, ch.PK, ch.Version)
+				return upsert(ctx, tx, scope, ch)
+			}
+			if ch.Op == "delete" {
+				return release(ctx, tx, scope, ch.Table, ch.PK)
+			}
 			return upsert(ctx, tx, scope, ch)
 		})
 		if err != nil {
@@ -297,36 +360,43 @@ func (c *Client) applyPull(ctx context.Context, scope, cursor string) error {
 	return err
 }
 
-// eachStaged calls fn for every staged change of scope in seq order.
-func (c *Client) eachStaged(ctx context.Context, tx *sql.Tx, scope string, fn func(int64, stagedChange) error) error {
+// stagedItem is one staged change with its sequence number.
+type stagedItem struct {
+	seq int64
+	ch  stagedChange
+}
+
+// readStaged reads every staged change of scope in seq order. The whole set is read
+// first: one connection cannot interleave a cursor and writes portably.
+func readStaged(ctx context.Context, tx *sql.Tx, scope string) ([]stagedItem, error) {
 	rs, err := tx.QueryContext(ctx, `SELECT seq, change FROM staging WHERE scope = ? ORDER BY seq`, scope)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	// Read the staged set first: one connection cannot interleave a cursor and writes
-	// portably.
-	type item struct {
-		seq int64
-		ch  stagedChange
-	}
-	var items []item
+	defer rs.Close()
+	var items []stagedItem
 	for rs.Next() {
-		var it item
+		var it stagedItem
 		var raw string
 		if err := rs.Scan(&it.seq, &raw); err != nil {
-			rs.Close()
-			return err
+			return nil, err
 		}
 		if err := json.Unmarshal([]byte(raw), &it.ch); err != nil {
-			rs.Close()
-			return fmt.Errorf("synchro client: staged change %d: %w", it.seq, err)
+			return nil, fmt.Errorf("synchro client: staged change %d: %w", it.seq, err)
 		}
 		items = append(items, it)
 	}
 	if err := rs.Close(); err != nil {
-		return err
+		return nil, err
 	}
-	if err := rs.Err(); err != nil {
+	return items, rs.Err()
+}
+
+// eachStaged calls fn for every staged change of scope in seq order (after the
+// ApplyChange hook, if any).
+func (c *Client) eachStaged(ctx context.Context, tx *sql.Tx, scope string, fn func(int64, stagedChange) error) error {
+	items, err := readStaged(ctx, tx, scope)
+	if err != nil {
 		return err
 	}
 	for _, it := range items {
@@ -363,7 +433,7 @@ UPDATE scopes SET cursor = ?, synced = (SELECT coalesce(max(synced), 0) + 1 FROM
 // images other scopes hold of the same row are not touched: their streams are at
 // their own positions, and versions are never compared.
 func upsert(ctx context.Context, tx *sql.Tx, scope string, ch stagedChange) error {
-	row := string(ch.Row)
+	row := ch.Row
 	if row == "" {
 		row = "null"
 	}
