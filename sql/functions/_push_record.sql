@@ -27,7 +27,7 @@ BEGIN
         WHERE f.mutation_id = _push_record.mutation_id AND f.coverage IS NULL
           AND f.client_id = _push_record.client_id AND f.txid = pg_current_xact_id()
           AND f.version = outcome ->> 'version') THEN
-    RAISE EXCEPTION 'push: an accepted mutation has no write fence in this transaction (is the fence trigger enabled?)'
+    RAISE EXCEPTION 'push: an accepted mutation has no write fence of its key in this transaction (the table''s fence trigger is disabled, or a BEFORE trigger changed the key)'
       USING ERRCODE = 'object_not_in_prerequisite_state';
   END IF;
   -- Another push of this mutation decided it first. Under READ COMMITTED this push saw
