@@ -12,6 +12,7 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"embed"
+	"errors"
 	"encoding/hex"
 	"fmt"
 	"io/fs"
@@ -91,6 +92,9 @@ func Install(ctx context.Context, db *sql.DB) error {
 	if err := runPrelude(ctx, conn); err != nil {
 		return err
 	}
+	if err := refuseNewer(ctx, conn); err != nil {
+		return err
+	}
 	provider, err := newProvider(db, GooseTable)
 	if err != nil {
 		return err
@@ -99,6 +103,67 @@ func Install(ctx context.Context, db *sql.DB) error {
 		return fmt.Errorf("install: migrate: %w", err)
 	}
 	return applyFunctions(ctx, conn)
+}
+
+// ErrNewerDatabase: the database records a migration newer than this build's newest.
+// Install refuses it (a rollback deploy of an older binary): goose has nothing to
+// apply, and re-applying this build's function files would silently replace the
+// newer release's. Run the newer binary; a downgrade is not supported.
+var ErrNewerDatabase = errors.New("install: the database has a newer Synchro release than this binary")
+
+// newestMigration is the version of the newest embedded migration.
+func newestMigration() (int64, error) {
+	names, err := fs.Glob(Migrations(), "*.sql")
+	if err != nil || len(names) == 0 {
+		return 0, fmt.Errorf("install: no embedded migrations: %v", err)
+	}
+	sort.Strings(names)
+	return goose.NumericComponent(names[len(names)-1])
+}
+
+// downgradeGuard is the SQL that refuses a database newer than this build: the newest
+// version recorded in synchro.goose_version above newest. Shared by Install and the
+// script of SQL.
+func downgradeGuard(newest int64) string {
+	return fmt.Sprintf(`DO $synchro_downgrade$
+DECLARE
+  v bigint;
+BEGIN
+  IF pg_catalog.to_regclass('synchro.goose_version') IS NOT NULL THEN
+    EXECUTE 'SELECT pg_catalog.max(version_id) FROM synchro.goose_version WHERE is_applied' INTO v;
+    IF v OPERATOR(pg_catalog.>) %d THEN
+      RAISE EXCEPTION 'synchro: the database has migration %%, newer than this release''s newest (%d): run the newer release; a downgrade is not supported', v
+        USING ERRCODE = 'SY400';
+    END IF;
+  END IF;
+END
+$synchro_downgrade$;
+`, newest, newest)
+}
+
+// refuseNewer fails with ErrNewerDatabase when the database records a newer migration.
+func refuseNewer(ctx context.Context, conn *sql.Conn) error {
+	newest, err := newestMigration()
+	if err != nil {
+		return err
+	}
+	var exists bool
+	if err := conn.QueryRowContext(ctx,
+		`SELECT pg_catalog.to_regclass('synchro.goose_version') IS NOT NULL`).Scan(&exists); err != nil {
+		return fmt.Errorf("install: version: %w", err)
+	}
+	if !exists {
+		return nil
+	}
+	var v sql.NullInt64
+	if err := conn.QueryRowContext(ctx,
+		`SELECT pg_catalog.max(version_id) FROM synchro.goose_version WHERE is_applied`).Scan(&v); err != nil {
+		return fmt.Errorf("install: version: %w", err)
+	}
+	if v.Valid && v.Int64 > newest {
+		return fmt.Errorf("%w: it has migration %d, this binary's newest is %d", ErrNewerDatabase, v.Int64, newest)
+	}
+	return nil
 }
 
 // MigrationStatus is one migration's state, for `synchro migrate status`.
@@ -155,6 +220,30 @@ func Status(ctx context.Context, db *sql.DB) ([]MigrationStatus, error) {
 			Name:    s.Source.Path,
 			Applied: s.State == goose.StateApplied,
 		})
+	}
+	// Versions a newer release recorded (goose lists only the embedded ones): shown, so
+	// an operator sees that this binary is older than the database.
+	if table == GooseTable {
+		newest, err := newestMigration()
+		if err != nil {
+			return nil, err
+		}
+		rows, err := db.QueryContext(ctx, `SELECT DISTINCT version_id FROM synchro.goose_version
+			WHERE is_applied AND version_id > $1 ORDER BY version_id`, newest)
+		if err != nil {
+			return nil, fmt.Errorf("migrate status: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var v int64
+			if err := rows.Scan(&v); err != nil {
+				return nil, fmt.Errorf("migrate status: %w", err)
+			}
+			out = append(out, MigrationStatus{Version: v, Name: "(newer than this binary: upgrade it)", Applied: true})
+		}
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("migrate status: %w", err)
+		}
 	}
 	return out, nil
 }
@@ -241,6 +330,12 @@ func SQL() (string, error) {
 		"-- no-op when applied again (docs/install.md). Apply it whole, e.g. psql -v ON_ERROR_STOP=1 -f.\n"+
 		"BEGIN;\n-- The install lock (synchro.InstallLockID): concurrent deploys take turns.\n"+
 		"SELECT pg_advisory_xact_lock(%d);\n\n%s", Hash()[:12], InstallLockID, GoosePrelude)
+	newest, err := newestMigration()
+	if err != nil {
+		return "", err
+	}
+	b.WriteString("\n-- A database of a newer release is refused: this script would replace its functions.\n")
+	b.WriteString(downgradeGuard(newest))
 	// goose's own DDL for its Postgres version table, and its version-0 row, so goose
 	// finds the table it would have made.
 	b.WriteString(`

@@ -458,6 +458,30 @@ func TestSQLScriptUpgrades(t *testing.T) {
 		require.Equal(t, before, gooseVersions(t, db))
 	})
 
+	// A rollback deploy: the script of an older release against a database of a newer
+	// one is refused (SY400) and changes nothing; synchro.Install refuses it too
+	// (ErrNewerDatabase). Before, both re-applied the older functions over the newer
+	// release's and reported success (found by review).
+	t.Run("RefusesNewerDatabase", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		db := testdb.New(t)
+		mustExec(t, db, `INSERT INTO synchro.goose_version (version_id, is_applied) VALUES (99999, true);
+			ALTER FUNCTION synchro._pl_ident(name) RENAME TO _pl_ident_99999`)
+		err := applyScript(ctx, t, db.URL, script)
+		require.Error(t, err)
+		require.Contains(t, err.Error(), "99999")
+		err = synchro.Install(ctx, db.SQL)
+		require.ErrorIs(t, err, synchro.ErrNewerDatabase)
+		// Nothing re-applied: the function this release "renamed" is not made again.
+		require.Zero(t, countOf(t, db, `SELECT count(*) FROM pg_proc WHERE proname = '_pl_ident'
+			AND pronamespace = 'synchro'::regnamespace`))
+		st, err := synchro.Status(ctx, db.SQL)
+		require.NoError(t, err)
+		require.Equal(t, int64(99999), st[len(st)-1].Version)
+		require.True(t, st[len(st)-1].Applied)
+	})
+
 	// As a team applies it: psql -f, twice, on a v0.1.0 install.
 	t.Run("ThroughPsql", func(t *testing.T) {
 		t.Parallel()

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -80,8 +81,12 @@ func runDev(ctx context.Context, e *env, args []string) error {
 
 	// The runner materializes the demo's writes until interrupted; a runner failure
 	// ends dev (the cluster is stopped by the deferred Stop).
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("dev: listen: %w", err)
+	}
 	served := make(chan error, 1)
-	go func() { served <- serveRunner(ctx, e, runner.Config{DatabaseURL: dbURL}, *listen) }()
+	go func() { served <- serveRunnerOn(ctx, e, runner.Config{DatabaseURL: dbURL}, ln) }()
 	// What to type is printed once the stream has started: typed before, rebuild
 	// answers SY503 (the stream has not started yet).
 	started, err := waitDevStream(ctx, dbURL, served)
@@ -89,7 +94,7 @@ func runDev(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "\nSynchro dev database ready (data in %s):\n\n  psql '%s'\n\n", cluster.Dir(), dbURL)
 		fmt.Fprintf(e.stdout, "  export %s='%s'\n\n", envDatabaseURL, dbURL)
 		printTryIt(e)
-		fmt.Fprintf(e.stdout, "The runner is attached: probes and metrics on http://%s/ (livez, readyz, metrics).\nPress Ctrl-C to stop.\n", *listen)
+		fmt.Fprintf(e.stdout, "The runner is attached: probes and metrics on http://%s/ (livez, readyz, metrics).\nPress Ctrl-C to stop.\n", ln.Addr())
 		err = <-served
 	}
 	if ctx.Err() != nil {
@@ -102,9 +107,9 @@ func runDev(ctx context.Context, e *env, args []string) error {
 // waitDevStream waits until the runner has started the stream (true), or returns the
 // runner's result if it ends first (false).
 func waitDevStream(ctx context.Context, dbURL string, served <-chan error) (bool, error) {
-	conn, err := pgx.Connect(ctx, dbURL)
+	conn, err := connectDB(ctx, dbURL)
 	if err != nil {
-		return false, fmt.Errorf("connect %s: %w", redactURL(dbURL), err)
+		return false, err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	tick := time.NewTicker(100 * time.Millisecond)
@@ -124,9 +129,9 @@ func waitDevStream(ctx context.Context, dbURL string, served <-chan error) (bool
 
 // createDevDatabase creates devDatabase unless it exists.
 func createDevDatabase(ctx context.Context, adminURL string) error {
-	conn, err := pgx.Connect(ctx, adminURL)
+	conn, err := connectDB(ctx, adminURL)
 	if err != nil {
-		return fmt.Errorf("connect %s: %w", redactURL(adminURL), err)
+		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	q := gen.New(conn)
@@ -142,9 +147,9 @@ func createDevDatabase(ctx context.Context, adminURL string) error {
 func setupDemo(ctx context.Context, e *env, dbURL string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, dbURL)
+	conn, err := connectDB(ctx, dbURL)
 	if err != nil {
-		return fmt.Errorf("connect %s: %w", redactURL(dbURL), err)
+		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	// One transaction, like the single script it replaces: all three tables or none.

@@ -117,10 +117,24 @@ func newFlags(e *env, name string) *flag.FlagSet {
 	return fs
 }
 
-// databaseURLFlag registers --database-url, defaulting to $SYNCHRO_DATABASE_URL.
+// databaseURLFlag registers --database-url, defaulting to $SYNCHRO_DATABASE_URL. Its
+// value never prints: -h showed the variable's URL, password included, as the flag's
+// default.
 func databaseURLFlag(fs *flag.FlagSet) *string {
-	return fs.String("database-url", os.Getenv(envDatabaseURL),
-		"PostgreSQL connection URL (default $"+envDatabaseURL+")")
+	p := new(string)
+	*p = os.Getenv(envDatabaseURL)
+	fs.Var(secretFlag{p}, "database-url", "PostgreSQL connection `URL` (default $"+envDatabaseURL+")")
+	return p
+}
+
+// secretFlag is a string flag whose value flag's usage never shows.
+type secretFlag struct{ p *string }
+
+func (s secretFlag) String() string { return "" }
+
+func (s secretFlag) Set(v string) error {
+	*s.p = v
+	return nil
 }
 
 func requireURL(u string) error {

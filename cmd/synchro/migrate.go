@@ -2,13 +2,9 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"text/tabwriter"
-
-	"github.com/jackc/pgx/v5"
-	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 
 	"github.com/synchro/synchro"
 	"github.com/synchro/synchro/gen"
@@ -25,9 +21,16 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 		fs.Usage()
 		return errors.New("migrate: want up or status")
 	}
+	if args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "--h" {
+		return fs.Parse(args[:1]) // prints the usage; flag.ErrHelp exits 0
+	}
 	sub := args[0]
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return fmt.Errorf("migrate: unexpected arguments %q", fs.Args())
 	}
 	if err := requireURL(*dbURL); err != nil {
 		return err
@@ -43,30 +46,17 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 	}
 }
 
-// openSQL opens database/sql over pgx and checks the connection.
-func openSQL(ctx context.Context, dbURL string) (*sql.DB, error) {
-	db, err := sql.Open("pgx", dbURL)
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", redactURL(dbURL), err)
-	}
-	if err := db.PingContext(ctx); err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("connect %s: %w", redactURL(dbURL), err)
-	}
-	return db, nil
-}
-
 func migrateUp(ctx context.Context, e *env, dbURL string) error {
 	db, err := openSQL(ctx, dbURL)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	e.logger.Info("installing", "database", redactURL(dbURL), "pack", synchro.Hash()[:12])
+	e.logger.Info("installing", "database", describeDB(dbURL), "pack", synchro.Hash()[:12])
 	if err := synchro.Install(ctx, db); err != nil {
 		return err
 	}
-	e.logger.Info("installed", "database", redactURL(dbURL))
+	e.logger.Info("installed", "database", describeDB(dbURL))
 	return nil
 }
 
@@ -99,9 +89,9 @@ func migrateStatus(ctx context.Context, e *env, dbURL string) error {
 		return nil
 	}
 
-	conn, err := pgx.Connect(ctx, dbURL)
+	conn, err := connectDB(ctx, dbURL)
 	if err != nil {
-		return fmt.Errorf("connect %s: %w", redactURL(dbURL), err)
+		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	gens, err := gen.New(conn).RegistryGenerations(ctx)

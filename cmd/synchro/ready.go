@@ -7,8 +7,6 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/synchro/synchro/gen"
 )
 
@@ -35,9 +33,9 @@ func runReady(ctx context.Context, e *env, args []string) error {
 	if err := requireURL(*dbURL); err != nil {
 		return err
 	}
-	conn, err := pgx.Connect(ctx, *dbURL)
+	conn, err := connectDB(ctx, *dbURL)
 	if err != nil {
-		return fmt.Errorf("connect %s: %w", redactURL(*dbURL), err)
+		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	rows, err := gen.New(conn).Readiness(ctx)

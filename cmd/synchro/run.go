@@ -3,11 +3,11 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,13 +36,6 @@ const (
 	envApplySess   = "SYNCHRO_APPLY_SESSIONS"
 )
 
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
-}
-
 func runRun(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "run")
 	fs.Usage = func() {
@@ -52,77 +45,29 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		fs.PrintDefaults()
 	}
 	dbURL := databaseURLFlag(fs)
-	slot := fs.String("slot", envOr(envSlot, "synchro"), "logical replication slot (default $"+envSlot+")")
-	publication := fs.String("publication", envOr(envPublication, "synchro"), "publication (default $"+envPublication+")")
-	decoder := fs.String("decoder", envOr(envDecoder, "pgoutput"), "output plugin: pgoutput or wal2json (default $"+envDecoder+"; docs/decoders.md)")
-	listen := fs.String("listen", envOr(envListen, "127.0.0.1:8080"), "address of /livez, /readyz and /metrics (default $"+envListen+")")
-	heartbeat, err := envDuration(envHeartbeat, 5*time.Second)
-	if err != nil {
-		return err
-	}
-	fs.DurationVar(&heartbeat, "heartbeat-interval", heartbeat, "runner heartbeat interval (default $"+envHeartbeat+")")
-	standby, err := envDuration(envStandby, 10*time.Second)
-	if err != nil {
-		return err
-	}
-	fs.DurationVar(&standby, "standby-interval", standby,
+	slot := fs.String("slot", "synchro", "logical replication slot (default $"+envSlot+")")
+	publication := fs.String("publication", "synchro", "publication (default $"+envPublication+")")
+	decoder := fs.String("decoder", "pgoutput", "output plugin: pgoutput or wal2json (default $"+envDecoder+"; docs/decoders.md)")
+	listen := fs.String("listen", "127.0.0.1:8080", "address of /livez, /readyz and /metrics (default $"+envListen+")")
+	heartbeat := fs.Duration("heartbeat-interval", 5*time.Second, "runner heartbeat interval (default $"+envHeartbeat+")")
+	standby := fs.Duration("standby-interval", 10*time.Second,
 		"interval of standby status updates that ask the server for a reply (default $"+envStandby+")")
-	receive, err := envDuration(envReceive, 0)
-	if err != nil {
-		return err
-	}
-	fs.DurationVar(&receive, "receive-timeout", receive,
+	receive := fs.Duration("receive-timeout", 0,
 		"a replication connection silent this long is dead and reconnected; 0: 3 x --standby-interval (default $"+envReceive+")")
-	liveness, err := envDuration(envLiveness, 0)
-	if err != nil {
-		return err
-	}
-	fs.DurationVar(&liveness, "liveness-timeout", liveness,
+	liveness := fs.Duration("liveness-timeout", 0,
 		"/livez answers 503 when a loop made no progress this long; 0: 2 x the longest of --receive-timeout, --backoff-max, --heartbeat-interval (default $"+envLiveness+")")
-	backoffMax, err := envDuration(envBackoffMax, 10*time.Second)
-	if err != nil {
-		return err
-	}
-	fs.DurationVar(&backoffMax, "backoff-max", backoffMax,
+	backoffMax := fs.Duration("backoff-max", 10*time.Second,
 		"longest delay between reconnection attempts (exponential from 100ms) (default $"+envBackoffMax+")")
-	metricsInterval, err := envDuration(envMetricsIntv, 5*time.Second)
-	if err != nil {
-		return err
-	}
-	fs.DurationVar(&metricsInterval, "metrics-interval", metricsInterval,
+	metricsInterval := fs.Duration("metrics-interval", 5*time.Second,
 		"refresh interval of the lag, WAL, heartbeat and poison gauges of /metrics (default $"+envMetricsIntv+")")
-	batchTxns, err := envInt(envBatchTxns, 1000)
-	if err != nil {
-		return err
-	}
-	batchEvents, err := envInt(envBatchEvents, 5000)
-	if err != nil {
-		return err
-	}
-	batchDelay, err := envDuration(envBatchDelay, 100*time.Millisecond)
-	if err != nil {
-		return err
-	}
-	fs.IntVar(&batchTxns, "batch-txns", batchTxns, "most source transactions per materialization batch (default $"+envBatchTxns+")")
-	fs.IntVar(&batchEvents, "batch-events", batchEvents, "a batch closes at this many row events (default $"+envBatchEvents+")")
-	fs.DurationVar(&batchDelay, "batch-delay", batchDelay, "a batch closes after this long while transactions keep arriving (default $"+envBatchDelay+")")
-	applySessions, err := envInt(envApplySess, 2)
-	if err != nil {
-		return err
-	}
-	fs.IntVar(&applySessions, "apply-sessions", applySessions,
+	batchTxns := fs.Int("batch-txns", 1000, "most source transactions per materialization batch (default $"+envBatchTxns+")")
+	batchEvents := fs.Int("batch-events", 5000, "a batch closes at this many row events (default $"+envBatchEvents+")")
+	batchDelay := fs.Duration("batch-delay", 100*time.Millisecond, "a batch closes after this long while transactions keep arriving (default $"+envBatchDelay+")")
+	applySessions := fs.Int("apply-sessions", 2,
 		"apply connections: 2 pipelines batches (the next one is prepared while one writes), 1 does not (default $"+envApplySess+")")
-	bufferDef, err := envInt(envBufferBytes, 64<<20)
-	if err != nil {
-		return err
-	}
-	batchDef, err := envInt(envBatchBytes, 8<<20)
-	if err != nil {
-		return err
-	}
-	bufferBytes := fs.Int64("buffer-bytes", int64(bufferDef),
+	bufferBytes := fs.Int64("buffer-bytes", 64<<20,
 		"bytes of replication payloads buffered ahead of materialization (a larger payload passes alone) (default $"+envBufferBytes+")")
-	batchBytes := fs.Int64("batch-bytes", int64(batchDef),
+	batchBytes := fs.Int64("batch-bytes", 8<<20,
 		"bytes of staged rows per COPY batch (a larger row goes alone) (default $"+envBatchBytes+")")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -130,6 +75,42 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	if fs.NArg() > 0 {
 		fs.Usage()
 		return fmt.Errorf("run: unexpected arguments %q", fs.Args())
+	}
+	// A SYNCHRO_* variable stands in for its flag when the flag is not given: flags
+	// win, and a variable is read (and checked) only then. Read before the flags were
+	// parsed, a bad variable made even -h and a correcting flag fail.
+	source, err := flagsFromEnv(fs, [][2]string{
+		{"slot", envSlot}, {"publication", envPublication}, {"decoder", envDecoder}, {"listen", envListen},
+		{"heartbeat-interval", envHeartbeat}, {"standby-interval", envStandby}, {"receive-timeout", envReceive},
+		{"liveness-timeout", envLiveness}, {"backoff-max", envBackoffMax}, {"metrics-interval", envMetricsIntv},
+		{"batch-txns", envBatchTxns}, {"batch-events", envBatchEvents}, {"batch-delay", envBatchDelay},
+		{"apply-sessions", envApplySess}, {"buffer-bytes", envBufferBytes}, {"batch-bytes", envBatchBytes},
+	})
+	if err != nil {
+		return err
+	}
+	// Fail closed on values the runner would otherwise replace by its defaults.
+	for _, c := range []struct {
+		name string
+		bad  bool
+		want string
+	}{
+		{"heartbeat-interval", *heartbeat <= 0, "a positive duration"},
+		{"standby-interval", *standby <= 0, "a positive duration"},
+		{"receive-timeout", *receive < 0, "a duration, 0 for the default"},
+		{"liveness-timeout", *liveness < 0, "a duration, 0 for the default"},
+		{"backoff-max", *backoffMax <= 0, "a positive duration"},
+		{"metrics-interval", *metricsInterval <= 0, "a positive duration"},
+		{"batch-txns", *batchTxns <= 0, "a positive integer"},
+		{"batch-events", *batchEvents <= 0, "a positive integer"},
+		{"batch-delay", *batchDelay <= 0, "a positive duration"},
+		{"apply-sessions", *applySessions != 1 && *applySessions != 2, "1 or 2"},
+		{"buffer-bytes", *bufferBytes <= 0, "a positive integer"},
+		{"batch-bytes", *batchBytes <= 0, "a positive integer"},
+	} {
+		if c.bad {
+			return fmt.Errorf("run: %s: want %s", source[c.name], c.want)
+		}
 	}
 	if err := requireURL(*dbURL); err != nil {
 		return err
@@ -139,16 +120,16 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		Slot:              *slot,
 		Publication:       *publication,
 		Decoder:           *decoder,
-		HeartbeatInterval: heartbeat,
-		StandbyInterval:   standby,
-		ReceiveTimeout:    receive,
-		LivenessTimeout:   liveness,
-		BackoffMax:        backoffMax,
-		MetricsInterval:   metricsInterval,
-		BatchTxns:         batchTxns,
-		BatchEvents:       batchEvents,
-		BatchDelay:        batchDelay,
-		ApplySessions:     applySessions,
+		HeartbeatInterval: *heartbeat,
+		StandbyInterval:   *standby,
+		ReceiveTimeout:    *receive,
+		LivenessTimeout:   *liveness,
+		BackoffMax:        *backoffMax,
+		MetricsInterval:   *metricsInterval,
+		BatchTxns:         *batchTxns,
+		BatchEvents:       *batchEvents,
+		BatchDelay:        *batchDelay,
+		ApplySessions:     *applySessions,
 		BufferBytes:       *bufferBytes,
 		BatchBytes:        *batchBytes,
 	}, *listen)
@@ -157,29 +138,36 @@ func runRun(ctx context.Context, e *env, args []string) error {
 // serveRunner runs the runner with its HTTP endpoints until ctx ends or the runner
 // fails.
 func serveRunner(ctx context.Context, e *env, cfg runner.Config, listen string) error {
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("run: listen: %w", err)
+	}
+	return serveRunnerOn(ctx, e, cfg, ln)
+}
+
+// serveRunnerOn is serveRunner on a listener already bound (synchro dev prints its
+// address, which --listen 127.0.0.1:0 leaves to the system). It closes ln.
+func serveRunnerOn(ctx context.Context, e *env, cfg runner.Config, ln net.Listener) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg.Metrics = runner.NewMetrics(reg)
 	cfg.Logger = e.logger
 	r, err := runner.New(cfg)
 	if err != nil {
+		_ = ln.Close()
 		return err
 	}
 
 	readiness, err := runner.NewReadiness(cfg.DatabaseURL)
 	if err != nil {
+		_ = ln.Close()
 		return err
 	}
 	defer readiness.Close()
-
-	ln, err := net.Listen("tcp", listen)
-	if err != nil {
-		return fmt.Errorf("run: listen: %w", err)
-	}
 	srv := &http.Server{Handler: runner.Handler(reg, readiness.Ready, r.Live), ReadHeaderTimeout: 5 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	e.logger.Info("serving probes and metrics", "listen", ln.Addr().String(), "database", redactURL(cfg.DatabaseURL))
+	e.logger.Info("serving probes and metrics", "listen", ln.Addr().String(), "database", describeDB(cfg.DatabaseURL))
 
 	runErr := r.Run(ctx)
 
@@ -202,29 +190,24 @@ func serveRunner(ctx context.Context, e *env, cfg runner.Config, listen string) 
 // logging it again.
 var errReported = errors.New("reported")
 
-// envInt reads a positive integer environment variable, def when unset.
-func envInt(name string, def int) (int, error) {
-	v := os.Getenv(name)
-	if v == "" {
-		return def, nil
+// flagsFromEnv sets each flag that was not given on the command line from its
+// variable, when that is set, and returns where each flag's value came from: "--name"
+// or the variable's name, for error messages.
+func flagsFromEnv(fs *flag.FlagSet, pairs [][2]string) (map[string]string, error) {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	source := map[string]string{}
+	for _, p := range pairs {
+		source[p[0]] = "--" + p[0]
+		if given[p[0]] {
+			continue
+		}
+		if v := os.Getenv(p[1]); v != "" {
+			if err := fs.Set(p[0], v); err != nil {
+				return nil, fmt.Errorf("run: %s: invalid value (want the type of --%s)", p[1], p[0])
+			}
+			source[p[0]] = p[1]
+		}
 	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("run: %s: want a positive integer", name)
-	}
-	return n, nil
-}
-
-// envDuration reads a duration environment variable (time.ParseDuration), def
-// when unset.
-func envDuration(name string, def time.Duration) (time.Duration, error) {
-	v := os.Getenv(name)
-	if v == "" {
-		return def, nil
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d < 0 {
-		return 0, fmt.Errorf("run: %s: want a duration such as 30s", name)
-	}
-	return d, nil
+	return source, nil
 }

@@ -389,7 +389,14 @@ func (c *Cluster) waitReady(ctx context.Context, exited <-chan struct{}) error {
 		actx, acancel := context.WithTimeout(ctx, 3*time.Second)
 		conn, err := pgx.Connect(actx, c.URL("postgres"))
 		if err == nil {
-			err = conn.Ping(actx)
+			// The server that answers must be this one: when the port was taken, our
+			// postmaster fails to bind and exits, and the connection reached the other
+			// server (a second `synchro dev` on the same port installed into the first
+			// one's database: found by review).
+			var dir string
+			if err = conn.QueryRow(actx, `SELECT current_setting('data_directory')`).Scan(&dir); err == nil && !sameDir(dir, c.dataDir) {
+				err = fmt.Errorf("pgcluster: port %d is served by another PostgreSQL (data directory %s)", c.port, dir)
+			}
 			_ = conn.Close(context.WithoutCancel(actx))
 		}
 		acancel()
@@ -404,6 +411,16 @@ func (c *Cluster) waitReady(ctx context.Context, exited <-chan struct{}) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// sameDir reports whether two paths name one directory (symbolic links resolved).
+func sameDir(a, b string) bool {
+	ra, errA := filepath.EvalSymlinks(a)
+	rb, errB := filepath.EvalSymlinks(b)
+	if errA != nil || errB != nil {
+		return filepath.Clean(a) == filepath.Clean(b)
+	}
+	return ra == rb
 }
 
 func (c *Cluster) shutdown(sig syscall.Signal, mode string) error {
