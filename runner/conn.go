@@ -18,6 +18,11 @@ var sessionParams = [...][2]string{
 	{"DateStyle", "ISO"},
 	{"IntervalStyle", "postgres"},
 	{"extra_float_digits", "3"},
+	// bytea as hex and xml as content whatever the database's or role's defaults: the
+	// walsender renders bytea with bytea_output, and the apply session reads xml
+	// values with xmloption.
+	{"bytea_output", "hex"},
+	{"xmloption", "content"},
 }
 
 // applyParams are the apply session's defaults, kept when the database URL sets

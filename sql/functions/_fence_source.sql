@@ -72,6 +72,19 @@ SECURITY DEFINER
 -- GUC save/restore on every fenced row, about 1.5-2 us (docs/benchmarks.md, "The fence's
 -- pinned search_path"): small next to the rest of the fence, and the price of the rule.
 SET search_path = pg_catalog, pg_temp
+-- The source refusals measure values as the runner renders them, so under the runner's
+-- settings (runner/conn.go sessionParams), not the writer's: with extra_float_digits
+-- = -15 a float8 prints about 9 times shorter, and a row the walsender could not render
+-- (over 1 GB as text, at every restart: the stream stopped for good) passed the 128 MiB
+-- check (TestFenceMeasuresUnderRunnerSettings); bytea_output escape halves printable
+-- bytes. Each further SET clause costs about 0.2 us a row (the first one, search_path,
+-- pays the GUC nesting).
+SET "TimeZone" = 'UTC'
+SET "DateStyle" = 'ISO'
+SET "IntervalStyle" = 'postgres'
+SET extra_float_digits = 3
+SET bytea_output = 'hex'
+SET xmloption = 'content'
 AS $fence$
 DECLARE
   k   text;
@@ -104,7 +117,7 @@ BEGIN
   IF TG_OP = 'INSERT' THEN
     k := NEW.%13$s::text;
     IF (%7$L::xid8 = pg_catalog.pg_current_xact_id() OR pg_catalog.pg_relation_filenode(TG_RELID) <> %8$s::oid)
-       AND pg_catalog.current_query() ~* E'\\mcopy\\M.*\\mfreeze\\M' THEN
+       AND pg_catalog.current_query() ~* E'\\mcopy\\M.*(\\mfreeze\\M|u&")' THEN
       RAISE EXCEPTION 'COPY FREEZE into a registered relation is not supported'
         USING ERRCODE = 'feature_not_supported';
     END IF;

@@ -35,6 +35,9 @@
 --     A rendering that fails in the writer (out of memory, 54000; an allocation over
 --     1 GB, XX000; any other error but a cancel) is the same refusal: the walsender
 --     would fail the same way.
+--   * registered xml (or xml[]) that is not well-formed content: 2200N.
+--   The fence renders under the runner's settings (its SET clauses), so these sizes
+--   are the runner's, whatever the writer's extra_float_digits or bytea_output.
 --
 -- Rendering calls each type's output function, to_jsonb (built-in types only) or
 -- record_out directly, never a cast to text: the writer may own the type (an enum's
@@ -87,12 +90,33 @@ BEGIN
            CASE WHEN base.oid IN ('json'::regtype, 'jsonb'::regtype) THEN base.oid
                 WHEN base.typelem <> 0 AND base.typlen = -1
                  AND (synchro._base_type(base.typelem)).oid IN ('json'::regtype, 'jsonb'::regtype)
-                THEN (synchro._base_type(base.typelem)).oid END AS json_kind
+                THEN (synchro._base_type(base.typelem)).oid END AS json_kind,
+           -- xml itself, or an array of it, through domains
+           CASE WHEN base.oid = 'xml'::regtype THEN 'scalar'
+                WHEN base.typelem <> 0 AND base.typlen = -1 AND (synchro._base_type(base.typelem)).oid = 'xml'::regtype
+                THEN 'array' END AS xml_kind
       FROM cols
       JOIN pg_type t ON t.oid = cols.atttypid
       CROSS JOIN LATERAL synchro._base_type(cols.atttypid) base
      ORDER BY cols.attname
   LOOP
+    -- xml that is not well-formed content: xmlroot writes its version argument into
+    -- the declaration unescaped (any role may call it), and the stored value then does
+    -- not read back as xml in the runner (2200N: a good transaction quarantined).
+    IF c.xml_kind = 'scalar' THEN
+      out := out || format($chk$
+    IF NEW.%3$s IS NOT NULL AND NOT pg_catalog.xml_is_well_formed_content(pg_catalog.textin(pg_catalog.xml_out(NEW.%3$s))) THEN
+      RAISE EXCEPTION 'registered value refused: column %% of relation_id %% holds xml that is not well-formed', %1$L, %2$s
+        USING ERRCODE = 'invalid_xml_content';
+    END IF;$chk$, c.attname, rid, synchro._pl_ident(c.attname));
+    ELSIF c.xml_kind = 'array' THEN
+      out := out || format($chk$
+    IF NEW.%3$s IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.unnest(NEW.%3$s) x
+         WHERE NOT pg_catalog.xml_is_well_formed_content(pg_catalog.textin(pg_catalog.xml_out(x)))) THEN
+      RAISE EXCEPTION 'registered value refused: column %% of relation_id %% holds xml that is not well-formed', %1$L, %2$s
+        USING ERRCODE = 'invalid_xml_content';
+    END IF;$chk$, c.attname, rid, synchro._pl_ident(c.attname));
+    END IF;
     IF c.json_kind IS NOT NULL THEN
       -- to_jsonb parses json (jsonb refuses what it cannot hold) and is the identity
       -- for jsonb; the depth is the level of the deepest item (jsonpath's .** is C, and

@@ -33,6 +33,8 @@ SET "TimeZone" TO 'UTC'
 SET "DateStyle" TO 'ISO'
 SET "IntervalStyle" TO 'postgres'
 SET extra_float_digits TO 3
+SET bytea_output TO 'hex'
+SET xmloption TO 'content'
 AS $$
 DECLARE
   plan     jsonb;

@@ -10,7 +10,10 @@
 --   - int2vector and oidvector look like arrays (category A) but print as '1 2', not
 --     as an array literal (22P02).
 --   - pg_node_tree and the statistics and BRIN summary types have no input function
---     (0A000).
+--     (0A000); gtsvector's always fails.
+--   - aclitem prints a role by name, or by number once it is gone, and reads a name
+--     back only while the role exists: makeaclitem (any role may call it) takes any
+--     number, and a grantee dropped before the runner caught up fails too (42704).
 -- synchro._render_kind keeps rendering such a column registered before this check
 -- existed; the next activation refuses it until set_columns leaves it out.
 CREATE OR REPLACE FUNCTION synchro._render_unreadable(typ oid) RETURNS boolean
@@ -29,7 +32,7 @@ BEGIN
      AND b.typname IN ('regclass', 'regtype', 'regproc', 'regprocedure', 'regoper', 'regoperator', 'regconfig',
                        'regdictionary', 'regnamespace', 'regrole', 'regcollation', 'int2vector', 'oidvector',
                        'pg_node_tree', 'pg_ndistinct', 'pg_dependencies', 'pg_mcv_list', 'pg_ddl_command',
-                       'pg_brin_bloom_summary', 'pg_brin_minmax_multi_summary');
+                       'pg_brin_bloom_summary', 'pg_brin_minmax_multi_summary', 'aclitem', 'gtsvector');
 END
 $$;
 

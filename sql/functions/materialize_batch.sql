@@ -30,6 +30,8 @@ SET "TimeZone" TO 'UTC'
 SET "DateStyle" TO 'ISO'
 SET "IntervalStyle" TO 'postgres'
 SET extra_float_digits TO 3
+SET bytea_output TO 'hex'
+SET xmloption TO 'content'
 -- No JIT: its compilation is paid per statement, and every statement here is short. The
 -- cost estimates that would trigger it are not real ones: synchro._materialize_run turns
 -- nested loops off, and a lateral probe that can only be a nested loop then carries

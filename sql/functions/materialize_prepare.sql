@@ -31,6 +31,8 @@ SET "TimeZone" TO 'UTC'
 SET "DateStyle" TO 'ISO'
 SET "IntervalStyle" TO 'postgres'
 SET extra_float_digits TO 3
+SET bytea_output TO 'hex'
+SET xmloption TO 'content'
 SET jit TO off
 SET plan_cache_mode TO force_generic_plan
 SET enable_seqscan TO off

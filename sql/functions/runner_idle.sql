@@ -13,6 +13,8 @@ SET "TimeZone" TO 'UTC'
 SET "DateStyle" TO 'ISO'
 SET "IntervalStyle" TO 'postgres'
 SET extra_float_digits TO 3
+SET bytea_output TO 'hex'
+SET xmloption TO 'content'
 -- As in synchro.materialize_batch, whose session this is: a projection bootstrap merged
 -- at an idle boundary (synchro._bootstrap_catch_up) probes the pack's tables by index,
 -- whatever statistics the session's cached plans were made with.
