@@ -418,6 +418,27 @@ func TestDecodeRefusals(t *testing.T) {
 	}
 }
 
+// TestFirstChangeRefusalCarriesCommitLSN: a refusal of a transaction's first change
+// (its Begin still held back) carries the transaction's commit LSN, so the runner
+// quarantines the transaction, which a retry resolves, not the change's own LSN,
+// which no retry ever resolves. (The integration test provoked it with a database
+// default bytea_output = escape until the runner pinned bytea_output on its sessions.)
+func TestFirstChangeRefusalCarriesCommitLSN(t *testing.T) {
+	s := newSession(t)
+	begin := []byte(`{"action":"B","xid":9,"timestamp":"2026-01-01 00:00:00+00","lsn":"0/200","nextlsn":"0/210"}`)
+	if _, err := s.Decode(1, begin); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Decode(2, []byte(`{"action":"I","xid":9,"timestamp":"2026-01-01 00:00:00+00","lsn":"0/100","schema":"public","table":"docs","columns":[{"name":"id","typeoid":20,"value":1},{"name":"owner","typeoid":25,"value":5}]}`))
+	var derr *decode.Error
+	if !errors.As(err, &derr) {
+		t.Fatalf("error %v, want a decode.Error", err)
+	}
+	if derr.CommitLSN != 0x200 {
+		t.Fatalf("commit LSN %s, want 0/200", derr.CommitLSN)
+	}
+}
+
 // TestActivationRestartsOnce: an activation of a generation the table set
 // predates ends the session once; the same activation (by position) is then let
 // through, so a forged one cannot end every session.
