@@ -18,8 +18,8 @@
 -- values (a digest of separator-joined fields collided). A via rule whose columns'
 -- text is not their equality is refused (synchro._stage_scope_rule).
 --
--- The fence measures values under the runner's settings (its SET clauses: TimeZone,
--- DateStyle, IntervalStyle, extra_float_digits, bytea_output, xmloption): a writer's
+-- The fence measures values under the runner's rendering settings (its SET clauses:
+-- DateStyle, IntervalStyle, extra_float_digits, bytea_output): a writer's
 -- extra_float_digits = -15 let a row past the 128 MiB check that the walsender could
 -- not render. It refuses xml that is not well-formed content (2200N). aclitem and
 -- gtsvector columns are refused at registration (their text does not read back).
