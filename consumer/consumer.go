@@ -45,7 +45,7 @@ type Config struct {
 	// (at least 1). Default 30s.
 	LeaseDuration time.Duration
 	// RenewEvery is how often the lease is renewed while a batch is in flight or the
-	// group is idle. Default LeaseDuration/3.
+	// group is idle. Default LeaseDuration/3; more than LeaseDuration/2 is refused.
 	RenewEvery time.Duration
 	// MaxTransactions and MaxBytes bound each read (read_changes). Defaults 128 and 8 MiB.
 	MaxTransactions int
@@ -109,7 +109,8 @@ func Run(ctx context.Context, cfg Config, h Handler) error {
 		l.stop()
 		if !errors.Is(err, errLeaseLost) {
 			l.release(cfg)
-			if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled)) {
+			// ctx ended, by cancellation or by its deadline: a clean stop.
+			if ctx.Err() != nil && (err == nil || errors.Is(err, ctx.Err())) {
 				return nil
 			}
 			return err
@@ -136,8 +137,16 @@ func (c Config) withDefaults() (Config, error) {
 	if c.LeaseDuration < time.Second {
 		c.LeaseDuration = time.Second
 	}
+	// The server's longest lease: renewals and the give-up time follow the lease
+	// actually held, not a longer one asked for.
+	c.LeaseDuration = min(c.LeaseDuration, 86400*time.Second)
 	if c.RenewEvery <= 0 {
 		c.RenewEvery = c.LeaseDuration / 3
+	}
+	// Renewed after half the lease or later, the lease can lapse between renewals and
+	// another owner take over while the handler still runs.
+	if c.RenewEvery > c.LeaseDuration/2 {
+		return c, fmt.Errorf("synchro consumer: RenewEvery (%s) must be at most half of LeaseDuration (%s)", c.RenewEvery, c.LeaseDuration)
 	}
 	if c.MaxTransactions <= 0 {
 		c.MaxTransactions = 128

@@ -318,16 +318,18 @@ BEGIN
     -- reservation, when it still holds it; a key inserted again since has a later
     -- version, which its own change brings). A row the window left alone gets none (its
     -- new shape is the merge's, read like a new table's). A relation new to the stream
-    -- gets none either (docs/bootstrap.md): a group reads it once after the merge.
-    IF EXISTS (SELECT 1 FROM synchro.relation r
-                WHERE r.relation_id = b.relation_id AND r.registration_kind = 'synced')
-       AND EXISTS (SELECT 1 FROM synchro.registration q
-                    WHERE q.relation_id = b.relation_id
-                      AND q.generation = (SELECT max(g.generation) FROM synchro.registry_generation g
-                                           WHERE g.generation < b.generation AND g.activated_at IS NOT NULL)) THEN
+    -- gets none either (docs/bootstrap.md): a group reads it once after the merge
+    -- (b.streamed: registered before the activation, its projection established).
+    -- Bootstraps staged under one snapshot share C: each numbers its changes after the
+    -- ones already written there.
+    IF b.streamed AND EXISTS (SELECT 1 FROM synchro.relation r
+                               WHERE r.relation_id = b.relation_id AND r.registration_kind = 'synced') THEN
       INSERT INTO synchro.change (stream_generation, commit_lsn, event_ordinal, commit_time, relation_id, table_id, pk,
                                   op, version, image)
-      SELECT gen, b.consistent_point - 1, (row_number() OVER (ORDER BY d.pk_int, d.pk COLLATE "C") - 1)::int,
+      SELECT gen, b.consistent_point - 1,
+             (coalesce((SELECT max(c.event_ordinal) + 1 FROM synchro.change c
+                         WHERE c.stream_generation = gen AND c.commit_lsn = b.consistent_point - 1), 0)
+              + row_number() OVER (ORDER BY d.pk_int, d.pk COLLATE "C") - 1)::int,
              b.staged_at, b.relation_id, r.table_id, d.pk, d.op, d.version, d.image
         FROM (SELECT s.pk, s.pk_int, 'upsert' AS op, s.version, s.image
                 FROM synchro.bootstrap_row s
@@ -508,6 +510,13 @@ BEGIN
    WHERE c.relation_id = rid AND c.generation < g
      AND c.generation IN (SELECT y.generation FROM synchro.bootstrap y
                            WHERE y.relation_id = rid AND y.merged_at IS NULL AND y.phase NOT IN ('merged', 'subsumed'));
+  -- A relation whose earlier projection bootstrap never merged has no projection of
+  -- that shape: the new one streamed only if the one it supersedes did.
+  UPDATE synchro.bootstrap n
+     SET streamed = n.streamed AND coalesce((SELECT bool_and(y.streamed) FROM synchro.bootstrap y
+                                              WHERE y.relation_id = rid AND y.generation < g AND y.kind = 'project'
+                                                AND y.merged_at IS NULL AND y.phase NOT IN ('merged', 'subsumed')), true)
+   WHERE n.relation_id = rid AND n.generation = g AND n.kind = 'project';
   UPDATE synchro.bootstrap y SET phase = 'subsumed', detail = format('subsumed by generation %s', g)
    WHERE y.relation_id = rid AND y.generation < g AND y.merged_at IS NULL AND y.phase NOT IN ('merged', 'subsumed');
 END
@@ -1598,12 +1607,17 @@ BEGIN
   IF NOT EXISTS (SELECT 1 FROM pg_attribute a
                   WHERE a.attrelid = r.relid AND a.attname = r.key_column AND a.attnum > 0 AND NOT a.attisdropped
                     AND a.atttypid = ('pg_catalog.' || quote_ident(r.key_pg_type))::regtype)
+     OR (g.column_attnums IS NOT NULL AND EXISTS (
+           SELECT 1 FROM unnest(g.columns, g.column_attnums) c(name, num)
+            WHERE NOT EXISTS (SELECT 1 FROM pg_attribute a
+                               WHERE a.attrelid = r.relid AND a.attname = c.name AND a.attnum = c.num
+                                 AND NOT a.attisdropped)))
      OR (g.column_types IS NOT NULL AND EXISTS (
            SELECT 1 FROM unnest(g.columns, g.column_types) c(name, typ)
             WHERE NOT EXISTS (SELECT 1 FROM pg_attribute a
                                WHERE a.attrelid = r.relid AND a.attname = c.name AND a.attnum > 0
                                  AND NOT a.attisdropped AND a.atttypid = c.typ))) THEN
-    RAISE EXCEPTION 'baseline refused: the key or a registered column of relation_id % changed type since registration (relation drift): register it again and activate the registry', rid
+    RAISE EXCEPTION 'baseline refused: the key or a registered column of relation_id % changed type, or was dropped and added again, since registration (relation drift): register it again (set_columns) and activate the registry', rid
       USING ERRCODE = 'feature_not_supported';
   END IF;
 END
@@ -3910,6 +3924,13 @@ BEGIN
                       SELECT 1 FROM pg_catalog.pg_attribute a
                        WHERE a.attrelid = c.oid AND a.attname = x.col AND a.attnum > 0 AND NOT a.attisdropped
                          AND a.atttypid = x.typ)) THEN 'columns'
+                 -- dropped and added again under the same name and type: the values
+                 -- of every row are gone, and no row event said so
+                 WHEN reg.column_attnums IS NOT NULL AND EXISTS (
+                   SELECT 1 FROM unnest(reg.columns, reg.column_attnums) AS x(col, num)
+                    WHERE NOT EXISTS (
+                      SELECT 1 FROM pg_catalog.pg_attribute a
+                       WHERE a.attrelid = c.oid AND a.attname = x.col AND a.attnum = x.num AND NOT a.attisdropped)) THEN 'columns'
                END AS reason
           FROM synchro.registration reg
           JOIN synchro.relation rel ON rel.relation_id = reg.relation_id
@@ -5365,10 +5386,16 @@ BEGIN
      ORDER BY rel.relation_id
   LOOP
     PERFORM synchro._install_triggers(r.relation_id);
-    -- Registered column types, so capture tells a retyped column (drift) apart.
+    -- Registered column types, so capture tells a retyped column (drift) apart, and
+    -- attribute numbers, so readiness and the baselines tell a column dropped and added
+    -- again under the same name and type apart (its values are gone with no row event).
     UPDATE synchro.registration reg
        SET column_types = ARRAY(
              SELECT a.atttypid FROM unnest(reg.columns) WITH ORDINALITY c(name, n)
+               JOIN pg_attribute a ON a.attrelid = r.relid AND a.attname = c.name
+              ORDER BY c.n),
+           column_attnums = ARRAY(
+             SELECT a.attnum FROM unnest(reg.columns) WITH ORDINALITY c(name, n)
                JOIN pg_attribute a ON a.attrelid = r.relid AND a.attname = c.name
               ORDER BY c.n)
      WHERE reg.generation = g AND reg.relation_id = r.relation_id;
@@ -5398,7 +5425,9 @@ BEGIN
       SELECT 1 FROM synchro.registration p, synchro.registration q
        WHERE p.generation = prev AND p.relation_id = r.relation_id
          AND q.generation = g AND q.relation_id = r.relation_id
-         AND (p.columns IS DISTINCT FROM q.columns OR p.column_types IS DISTINCT FROM q.column_types));
+         AND (p.columns IS DISTINCT FROM q.columns OR p.column_types IS DISTINCT FROM q.column_types
+              -- a column dropped and added again: its rows' values are gone
+              OR (p.column_attnums IS NOT NULL AND p.column_attnums IS DISTINCT FROM q.column_attnums)));
     -- A new relation whose table is empty has nothing to stage: it streams from this
     -- activation on, like any registered relation (its projection is empty at this
     -- position). Read under the trigger statements' lock, which keeps writers out until
@@ -5412,8 +5441,11 @@ BEGIN
       END IF;
     END IF;
     IF running AND reproject THEN
-      INSERT INTO synchro.bootstrap (generation, relation_id, kind, phase, stream_generation)
-      SELECT g, r.relation_id, 'project', 'requested', p.stream_generation FROM synchro.progress p;
+      -- streamed: registered in the previous generation, so its projection exists
+      -- (consumer groups get the merge's difference); _bootstrap_supersede keeps it
+      -- false when the previous generation's own bootstrap never merged.
+      INSERT INTO synchro.bootstrap (generation, relation_id, kind, phase, stream_generation, streamed)
+      SELECT g, r.relation_id, 'project', 'requested', p.stream_generation, NOT r.is_new FROM synchro.progress p;
       PERFORM synchro._bootstrap_supersede(r.relation_id, g);
     END IF;
   END LOOP;
@@ -6036,8 +6068,13 @@ BEGIN
     END IF;
     -- Stored sorted and distinct; every one a synced table's id.
     SELECT array_agg(DISTINCT x ORDER BY x) INTO tids FROM unnest(table_ids) x;
+    -- A synced table registered now (in the active or the pending generation): an
+    -- unregistered table keeps its relation row, and its id, for ever.
     IF EXISTS (SELECT 1 FROM unnest(tids) x
                 WHERE NOT EXISTS (SELECT 1 FROM synchro.relation r
+                                    JOIN synchro.registration g ON g.relation_id = r.relation_id
+                                    JOIN synchro.registry_generation rg ON rg.generation = g.generation
+                                                                       AND rg.state IN ('active', 'pending')
                                    WHERE r.table_id = x AND r.registration_kind = 'synced')) THEN
       RAISE EXCEPTION 'invalid_argument: unknown table_id' USING ERRCODE = 'SY400';
     END IF;
@@ -6049,7 +6086,11 @@ BEGIN
   SELECT * INTO p FROM synchro.progress;
   IF FOUND THEN
     IF start = 'latest' THEN
-      cp := coalesce(p.materialized_commit_lsn, p.generation_start_lsn);
+      -- Past every change recorded: a projection bootstrap merged at an idle boundary
+      -- writes its changes at its consistent point less one, above the last
+      -- materialized transaction (TestConsumerGroupLatestAfterIdleMerge).
+      cp := greatest(coalesce(p.materialized_commit_lsn, p.generation_start_lsn),
+                     (SELECT max(c.commit_lsn) FROM synchro.change c WHERE c.stream_generation = p.stream_generation));
     ELSE
       SELECT r.horizon_commit_lsn INTO horizon FROM synchro.change_retention r
        WHERE r.stream_generation = p.stream_generation;
@@ -8231,6 +8272,7 @@ CREATE TABLE synchro.bootstrap (
     row_digest text,
     requested_at timestamp with time zone DEFAULT now() NOT NULL,
     detail text,
+    streamed boolean DEFAULT false NOT NULL,
     CONSTRAINT bootstrap_detail_bounded CHECK ((detail ~ '^[a-z0-9_ =./]{0,120}$'::text)),
     CONSTRAINT bootstrap_kind CHECK ((kind = ANY (ARRAY['project'::text, 'remove'::text]))),
     CONSTRAINT bootstrap_phase CHECK ((phase = ANY (ARRAY['requested'::text, 'staging'::text, 'staged'::text, 'merged'::text, 'failed'::text, 'subsumed'::text])))
@@ -8620,7 +8662,8 @@ CREATE TABLE synchro.registration (
     generation bigint NOT NULL,
     relation_id bigint NOT NULL,
     columns name[] NOT NULL,
-    column_types oid[]
+    column_types oid[],
+    column_attnums smallint[]
 );
 
 

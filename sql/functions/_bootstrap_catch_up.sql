@@ -59,16 +59,18 @@ BEGIN
     -- reservation, when it still holds it; a key inserted again since has a later
     -- version, which its own change brings). A row the window left alone gets none (its
     -- new shape is the merge's, read like a new table's). A relation new to the stream
-    -- gets none either (docs/bootstrap.md): a group reads it once after the merge.
-    IF EXISTS (SELECT 1 FROM synchro.relation r
-                WHERE r.relation_id = b.relation_id AND r.registration_kind = 'synced')
-       AND EXISTS (SELECT 1 FROM synchro.registration q
-                    WHERE q.relation_id = b.relation_id
-                      AND q.generation = (SELECT max(g.generation) FROM synchro.registry_generation g
-                                           WHERE g.generation < b.generation AND g.activated_at IS NOT NULL)) THEN
+    -- gets none either (docs/bootstrap.md): a group reads it once after the merge
+    -- (b.streamed: registered before the activation, its projection established).
+    -- Bootstraps staged under one snapshot share C: each numbers its changes after the
+    -- ones already written there.
+    IF b.streamed AND EXISTS (SELECT 1 FROM synchro.relation r
+                               WHERE r.relation_id = b.relation_id AND r.registration_kind = 'synced') THEN
       INSERT INTO synchro.change (stream_generation, commit_lsn, event_ordinal, commit_time, relation_id, table_id, pk,
                                   op, version, image)
-      SELECT gen, b.consistent_point - 1, (row_number() OVER (ORDER BY d.pk_int, d.pk COLLATE "C") - 1)::int,
+      SELECT gen, b.consistent_point - 1,
+             (coalesce((SELECT max(c.event_ordinal) + 1 FROM synchro.change c
+                         WHERE c.stream_generation = gen AND c.commit_lsn = b.consistent_point - 1), 0)
+              + row_number() OVER (ORDER BY d.pk_int, d.pk COLLATE "C") - 1)::int,
              b.staged_at, b.relation_id, r.table_id, d.pk, d.op, d.version, d.image
         FROM (SELECT s.pk, s.pk_int, 'upsert' AS op, s.version, s.image
                 FROM synchro.bootstrap_row s

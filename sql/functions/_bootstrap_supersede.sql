@@ -31,6 +31,13 @@ BEGIN
    WHERE c.relation_id = rid AND c.generation < g
      AND c.generation IN (SELECT y.generation FROM synchro.bootstrap y
                            WHERE y.relation_id = rid AND y.merged_at IS NULL AND y.phase NOT IN ('merged', 'subsumed'));
+  -- A relation whose earlier projection bootstrap never merged has no projection of
+  -- that shape: the new one streamed only if the one it supersedes did.
+  UPDATE synchro.bootstrap n
+     SET streamed = n.streamed AND coalesce((SELECT bool_and(y.streamed) FROM synchro.bootstrap y
+                                              WHERE y.relation_id = rid AND y.generation < g AND y.kind = 'project'
+                                                AND y.merged_at IS NULL AND y.phase NOT IN ('merged', 'subsumed')), true)
+   WHERE n.relation_id = rid AND n.generation = g AND n.kind = 'project';
   UPDATE synchro.bootstrap y SET phase = 'subsumed', detail = format('subsumed by generation %s', g)
    WHERE y.relation_id = rid AND y.generation < g AND y.merged_at IS NULL AND y.phase NOT IN ('merged', 'subsumed');
 END

@@ -36,12 +36,17 @@ BEGIN
   IF NOT EXISTS (SELECT 1 FROM pg_attribute a
                   WHERE a.attrelid = r.relid AND a.attname = r.key_column AND a.attnum > 0 AND NOT a.attisdropped
                     AND a.atttypid = ('pg_catalog.' || quote_ident(r.key_pg_type))::regtype)
+     OR (g.column_attnums IS NOT NULL AND EXISTS (
+           SELECT 1 FROM unnest(g.columns, g.column_attnums) c(name, num)
+            WHERE NOT EXISTS (SELECT 1 FROM pg_attribute a
+                               WHERE a.attrelid = r.relid AND a.attname = c.name AND a.attnum = c.num
+                                 AND NOT a.attisdropped)))
      OR (g.column_types IS NOT NULL AND EXISTS (
            SELECT 1 FROM unnest(g.columns, g.column_types) c(name, typ)
             WHERE NOT EXISTS (SELECT 1 FROM pg_attribute a
                                WHERE a.attrelid = r.relid AND a.attname = c.name AND a.attnum > 0
                                  AND NOT a.attisdropped AND a.atttypid = c.typ))) THEN
-    RAISE EXCEPTION 'baseline refused: the key or a registered column of relation_id % changed type since registration (relation drift): register it again and activate the registry', rid
+    RAISE EXCEPTION 'baseline refused: the key or a registered column of relation_id % changed type, or was dropped and added again, since registration (relation drift): register it again (set_columns) and activate the registry', rid
       USING ERRCODE = 'feature_not_supported';
   END IF;
 END

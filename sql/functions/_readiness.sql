@@ -183,6 +183,13 @@ BEGIN
                       SELECT 1 FROM pg_catalog.pg_attribute a
                        WHERE a.attrelid = c.oid AND a.attname = x.col AND a.attnum > 0 AND NOT a.attisdropped
                          AND a.atttypid = x.typ)) THEN 'columns'
+                 -- dropped and added again under the same name and type: the values
+                 -- of every row are gone, and no row event said so
+                 WHEN reg.column_attnums IS NOT NULL AND EXISTS (
+                   SELECT 1 FROM unnest(reg.columns, reg.column_attnums) AS x(col, num)
+                    WHERE NOT EXISTS (
+                      SELECT 1 FROM pg_catalog.pg_attribute a
+                       WHERE a.attrelid = c.oid AND a.attname = x.col AND a.attnum = x.num AND NOT a.attisdropped)) THEN 'columns'
                END AS reason
           FROM synchro.registration reg
           JOIN synchro.relation rel ON rel.relation_id = reg.relation_id

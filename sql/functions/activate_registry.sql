@@ -125,10 +125,16 @@ BEGIN
      ORDER BY rel.relation_id
   LOOP
     PERFORM synchro._install_triggers(r.relation_id);
-    -- Registered column types, so capture tells a retyped column (drift) apart.
+    -- Registered column types, so capture tells a retyped column (drift) apart, and
+    -- attribute numbers, so readiness and the baselines tell a column dropped and added
+    -- again under the same name and type apart (its values are gone with no row event).
     UPDATE synchro.registration reg
        SET column_types = ARRAY(
              SELECT a.atttypid FROM unnest(reg.columns) WITH ORDINALITY c(name, n)
+               JOIN pg_attribute a ON a.attrelid = r.relid AND a.attname = c.name
+              ORDER BY c.n),
+           column_attnums = ARRAY(
+             SELECT a.attnum FROM unnest(reg.columns) WITH ORDINALITY c(name, n)
                JOIN pg_attribute a ON a.attrelid = r.relid AND a.attname = c.name
               ORDER BY c.n)
      WHERE reg.generation = g AND reg.relation_id = r.relation_id;
@@ -158,7 +164,9 @@ BEGIN
       SELECT 1 FROM synchro.registration p, synchro.registration q
        WHERE p.generation = prev AND p.relation_id = r.relation_id
          AND q.generation = g AND q.relation_id = r.relation_id
-         AND (p.columns IS DISTINCT FROM q.columns OR p.column_types IS DISTINCT FROM q.column_types));
+         AND (p.columns IS DISTINCT FROM q.columns OR p.column_types IS DISTINCT FROM q.column_types
+              -- a column dropped and added again: its rows' values are gone
+              OR (p.column_attnums IS NOT NULL AND p.column_attnums IS DISTINCT FROM q.column_attnums)));
     -- A new relation whose table is empty has nothing to stage: it streams from this
     -- activation on, like any registered relation (its projection is empty at this
     -- position). Read under the trigger statements' lock, which keeps writers out until
@@ -172,8 +180,11 @@ BEGIN
       END IF;
     END IF;
     IF running AND reproject THEN
-      INSERT INTO synchro.bootstrap (generation, relation_id, kind, phase, stream_generation)
-      SELECT g, r.relation_id, 'project', 'requested', p.stream_generation FROM synchro.progress p;
+      -- streamed: registered in the previous generation, so its projection exists
+      -- (consumer groups get the merge's difference); _bootstrap_supersede keeps it
+      -- false when the previous generation's own bootstrap never merged.
+      INSERT INTO synchro.bootstrap (generation, relation_id, kind, phase, stream_generation, streamed)
+      SELECT g, r.relation_id, 'project', 'requested', p.stream_generation, NOT r.is_new FROM synchro.progress p;
       PERFORM synchro._bootstrap_supersede(r.relation_id, g);
     END IF;
   END LOOP;

@@ -28,8 +28,13 @@ BEGIN
     END IF;
     -- Stored sorted and distinct; every one a synced table's id.
     SELECT array_agg(DISTINCT x ORDER BY x) INTO tids FROM unnest(table_ids) x;
+    -- A synced table registered now (in the active or the pending generation): an
+    -- unregistered table keeps its relation row, and its id, for ever.
     IF EXISTS (SELECT 1 FROM unnest(tids) x
                 WHERE NOT EXISTS (SELECT 1 FROM synchro.relation r
+                                    JOIN synchro.registration g ON g.relation_id = r.relation_id
+                                    JOIN synchro.registry_generation rg ON rg.generation = g.generation
+                                                                       AND rg.state IN ('active', 'pending')
                                    WHERE r.table_id = x AND r.registration_kind = 'synced')) THEN
       RAISE EXCEPTION 'invalid_argument: unknown table_id' USING ERRCODE = 'SY400';
     END IF;
@@ -41,7 +46,11 @@ BEGIN
   SELECT * INTO p FROM synchro.progress;
   IF FOUND THEN
     IF start = 'latest' THEN
-      cp := coalesce(p.materialized_commit_lsn, p.generation_start_lsn);
+      -- Past every change recorded: a projection bootstrap merged at an idle boundary
+      -- writes its changes at its consistent point less one, above the last
+      -- materialized transaction (TestConsumerGroupLatestAfterIdleMerge).
+      cp := greatest(coalesce(p.materialized_commit_lsn, p.generation_start_lsn),
+                     (SELECT max(c.commit_lsn) FROM synchro.change c WHERE c.stream_generation = p.stream_generation));
     ELSE
       SELECT r.horizon_commit_lsn INTO horizon FROM synchro.change_retention r
        WHERE r.stream_generation = p.stream_generation;

@@ -25,9 +25,31 @@
 -- gtsvector columns are refused at registration (their text does not read back).
 -- Push and materialization pin bytea_output and xmloption too.
 --
+-- Registered columns' attribute numbers (synchro.registration.column_attnums, set at
+-- activation): a registered column dropped and added again under the same name and
+-- type (every row's value gone, no row event in the WAL) is drift for readiness and
+-- the baselines, and set_columns re-projects the relation. Existing registrations get
+-- the attribute numbers their columns have now.
+ALTER TABLE synchro.registration ADD COLUMN column_attnums int2[];
+UPDATE synchro.registration reg
+   SET column_attnums = ARRAY(
+         SELECT a.attnum FROM unnest(reg.columns) WITH ORDINALITY c(name, n)
+           JOIN synchro.relation rel ON rel.relation_id = reg.relation_id
+           JOIN pg_catalog.pg_attribute a ON a.attrelid = rel.relid AND a.attname = c.name
+                                        AND a.attnum > 0 AND NOT a.attisdropped
+          ORDER BY c.n)
+ WHERE reg.column_types IS NOT NULL;
+--
+-- synchro.bootstrap.streamed: the relation's projection was established before the
+-- activation that requested the bootstrap (it streamed), so the merge writes the
+-- window's difference as change records; a relation new to the stream gets none, also
+-- when a later activation supersedes its first bootstrap before it merged.
+ALTER TABLE synchro.bootstrap ADD COLUMN streamed boolean NOT NULL DEFAULT false;
+--
 -- The function files of this release ride on this migration (goose.go,
 -- finalMigration), which ends with synchro._refresh_fences(): every registered
 -- relation's fence is regenerated.
 
 -- +goose Down
--- Nothing to undo in the schema.
+ALTER TABLE synchro.bootstrap DROP COLUMN streamed;
+ALTER TABLE synchro.registration DROP COLUMN column_attnums;
