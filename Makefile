@@ -40,6 +40,10 @@ test-timing: ## Protocol tests whose verdict is a server timeout (alone: not und
 marquee: ## Crash-injection marquee at full size (MARQUEE_KILLS=200 runner deaths at fault points, MARQUEE_RESTARTS=20 PostgreSQL crashes); docs/reliability.md
 	$(GO) test -count=1 -timeout 60m -v ./tests/marquee -run '^TestMarquee$$' -marquee.kills=$(MARQUEE_KILLS) -marquee.restarts=$(MARQUEE_RESTARTS)
 
+.PHONY: chaos
+chaos: ## Chaos tests at full size: concurrent writers, pushes, pulls, rebuilds, compaction, runner stops and SIGKILLs, registry changes, both decoders (make test runs two variants for 5 s)
+	$(GO) test -count=1 -timeout 30m -v ./tests -run '^TestChaos' -chaos.dur=25s -chaos.full
+
 .PHONY: fuzz
 fuzz: ## Fuzz campaigns, FUZZTIME each (default 5m); commit every finding under testdata/fuzz with a fix
 	$(GO) test ./runner/decode/pgoutput -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
