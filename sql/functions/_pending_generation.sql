@@ -9,7 +9,7 @@ DECLARE
   g bigint;
   active bigint;
 BEGIN
-  PERFORM pg_advisory_xact_lock(hashtextextended('synchro.registry', synchro._lock_seed()));
+  PERFORM synchro._registry_lock();
   SELECT generation INTO g FROM synchro.registry_generation WHERE state = 'pending';
   IF FOUND THEN
     RETURN g;

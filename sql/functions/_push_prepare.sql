@@ -128,6 +128,17 @@ BEGIN
       IF FOUND THEN
         RAISE EXCEPTION 'push: mutation % row holds a column that is not registered', i USING ERRCODE = 'SY400';
       END IF;
+      -- A column the database generates (GENERATED ALWAYS: an identity or a computed
+      -- column) cannot be written, the key of an insert included: naming one failed the
+      -- whole call with 428C9, and every retry the same way.
+      SELECT k INTO bad
+        FROM jsonb_object_keys(CASE WHEN op = 'insert' THEN row_in || jsonb_build_object(rel.key_column, pk) ELSE row_in END) k
+        JOIN pg_attribute a ON a.attrelid = rel.relid AND a.attname = k
+       WHERE a.attidentity = 'a' OR a.attgenerated <> ''
+       LIMIT 1;
+      IF FOUND THEN
+        RAISE EXCEPTION 'push: mutation % names a column the database generates (GENERATED ALWAYS)', i USING ERRCODE = 'SY400';
+      END IF;
       IF row_in ? rel.key_column THEN
         IF (rel.key_type = 'string' AND (jsonb_typeof(row_in -> rel.key_column) <> 'string'
               OR (CASE WHEN rel.key_pg_type = 'uuid' THEN lower(row_in ->> rel.key_column) ELSE row_in ->> rel.key_column END) <> key_text))

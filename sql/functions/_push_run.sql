@@ -57,6 +57,14 @@ DECLARE
   stmt     text;
   key_text text;
   row_in   jsonb;
+  visible  boolean;
+  -- The column definition list of a mutation's row for jsonb_to_record: the columns it
+  -- names, typed as the table declares them (format_type qualifies a type outside
+  -- pg_catalog under the pinned path). Only these columns are built: jsonb_populate_record
+  -- over the table's row type built every column, and one the row left out whose domain
+  -- is NOT NULL failed the write (23502) that plain SQL accepted
+  -- (TestPushNotNullDomainColumn).
+  col_defs text;
 BEGIN
   plan := synchro._push_prepare(client_id, mutations);
   -- Deferred constraints are checked at the end of each statement from here on, so a
@@ -86,13 +94,24 @@ BEGIN
         RAISE EXCEPTION 'push: the key is longer than 1024 bytes'
           USING ERRCODE = 'string_data_right_truncation', COLUMN = m ->> 'key_column';
       END IF;
+      -- A varchar(n) key longer than n: PostgreSQL refuses it (22001), unless what is
+      -- past n is spaces, which it drops: the row would be stored under another key than
+      -- the mutation's, and the call failed whole for want of that key's write fence
+      -- (55000), every retry alike (TestPushVarcharKeyTrailingSpaces). Refused either way.
+      IF m ->> 'key_pg_type' = 'varchar' AND EXISTS (
+           SELECT 1 FROM pg_attribute a
+            WHERE a.attrelid = tgt::regclass AND a.attname = m ->> 'key_column'
+              AND a.atttypmod > 4 AND pg_catalog.char_length(key_text) > a.atttypmod - 4) THEN
+        RAISE EXCEPTION 'push: the key is longer than its varchar column'
+          USING ERRCODE = 'string_data_right_truncation', COLUMN = m ->> 'key_column';
+      END IF;
       -- The row is read as the caller (its privileges and row-level security) before
       -- its reservation is locked or its version read: a row the caller cannot read
       -- gets neither. Update and delete lock the source row first, then the
       -- reservation: the order a direct write takes them (row, then fence), so the two
       -- never deadlock each other.
       IF m ->> 'op' <> 'insert' THEN
-        stmt := format('SELECT pg_catalog.to_jsonb(t) FROM ONLY %s t WHERE %s FOR UPDATE', tgt, keypred);
+        stmt := format('SELECT pg_catalog.to_jsonb(t.*) FROM ONLY %s t WHERE %s FOR UPDATE', tgt, keypred);
         PERFORM pg_catalog.set_config('search_path', caller_search_path, true);
         EXECUTE stmt INTO cur USING key_text;
         IF cur IS NULL THEN
@@ -103,10 +122,21 @@ BEGIN
           -- (TestPushUpdateRacesDeleteAndInsert). A new statement sees it.
           EXECUTE stmt INTO cur USING key_text;
         END IF;
+        IF cur IS NULL THEN
+          -- FOR UPDATE also applies the UPDATE policies of row-level security: a row the
+          -- caller may read but not lock that way is not absent, it is refused
+          -- (TestPushRowVisibleButNotUpdatable; it was answered as absent).
+          EXECUTE format('SELECT true FROM ONLY %s t WHERE %s', tgt, keypred) INTO visible USING key_text;
+          IF visible THEN
+            PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+            RAISE EXCEPTION 'row-level security: the row is visible but may not be locked for this write'
+              USING ERRCODE = 'insufficient_privilege';
+          END IF;
+        END IF;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
       ELSE
         -- An insert locks no source row (it needs no UPDATE privilege).
-        stmt := format('SELECT pg_catalog.to_jsonb(t) FROM ONLY %s t WHERE %s', tgt, keypred);
+        stmt := format('SELECT pg_catalog.to_jsonb(t.*) FROM ONLY %s t WHERE %s', tgt, keypred);
         PERFORM pg_catalog.set_config('search_path', caller_search_path, true);
         EXECUTE stmt INTO cur USING key_text;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
@@ -116,7 +146,7 @@ BEGIN
         IF m ->> 'op' = 'insert' THEN
           -- Read the row again once the reservation is locked: a direct write holds that
           -- lock until it commits, so the row read now is the row of the version in ent.
-          stmt := format('SELECT pg_catalog.to_jsonb(t) FROM ONLY %s t WHERE %s', tgt, keypred);
+          stmt := format('SELECT pg_catalog.to_jsonb(t.*) FROM ONLY %s t WHERE %s', tgt, keypred);
           PERFORM pg_catalog.set_config('search_path', caller_search_path, true);
           EXECUTE stmt INTO cur USING key_text;
           PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
@@ -135,10 +165,13 @@ BEGIN
                                           FROM jsonb_each(cur) e WHERE e.key = ANY (cols::text[])));
         ELSE
           SELECT string_agg(format('%I', k), ', ') INTO col_list FROM jsonb_object_keys(m -> 'row') k;
+          SELECT string_agg(format('%I %s', a.attname, format_type(a.atttypid, a.atttypmod)), ', ') INTO col_defs
+            FROM jsonb_object_keys(m -> 'row') k
+            JOIN pg_attribute a ON a.attrelid = tgt::regclass AND a.attname = k AND a.attnum > 0 AND NOT a.attisdropped;
           stmt := format(
-            'INSERT INTO %s AS t (%s) SELECT %s FROM pg_catalog.jsonb_populate_record(NULL::%s, $1) '
-            'ON CONFLICT (%I) DO NOTHING RETURNING pg_catalog.to_jsonb(t)',
-            tgt, col_list, col_list, tgt, m ->> 'key_column');
+            'INSERT INTO %s AS t (%s) SELECT %s FROM pg_catalog.jsonb_to_record($1) AS x(%s) '
+            'ON CONFLICT (%I) DO NOTHING RETURNING pg_catalog.to_jsonb(t.*)',
+            tgt, col_list, col_list, col_defs, m ->> 'key_column');
           PERFORM pg_catalog.set_config('search_path', caller_search_path, true);
           EXECUTE stmt INTO written USING row_in;
           PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
@@ -147,13 +180,13 @@ BEGIN
             -- caller by row-level security): a conflict, with what the caller may see.
             -- Only a row it can read gets its reservation locked, then read again: the
             -- version and the row are those of one committed state.
-            stmt := format('SELECT pg_catalog.to_jsonb(t) FROM ONLY %s t WHERE %s', tgt, keypred);
+            stmt := format('SELECT pg_catalog.to_jsonb(t.*) FROM ONLY %s t WHERE %s', tgt, keypred);
             PERFORM pg_catalog.set_config('search_path', caller_search_path, true);
             EXECUTE stmt INTO cur USING key_text;
             PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
             IF cur IS NOT NULL THEN
               ent := synchro._push_enter(client_id, (m ->> 'id')::uuid, (m ->> 'relation_id')::bigint, m ->> 'key', true);
-              stmt := format('SELECT pg_catalog.to_jsonb(t) FROM ONLY %s t WHERE %s', tgt, keypred);
+              stmt := format('SELECT pg_catalog.to_jsonb(t.*) FROM ONLY %s t WHERE %s', tgt, keypred);
               PERFORM pg_catalog.set_config('search_path', caller_search_path, true);
               EXECUTE stmt INTO cur USING key_text;
               PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
@@ -173,17 +206,21 @@ BEGIN
                                         FROM jsonb_each(cur) e WHERE e.key = ANY (cols::text[])));
       ELSIF m ->> 'op' = 'update' THEN
         SELECT string_agg(format('%I', k), ', ') INTO col_list FROM jsonb_object_keys(m -> 'row') k;
+        SELECT string_agg(format('%I %s', a.attname, format_type(a.atttypid, a.atttypmod)), ', ') INTO col_defs
+          FROM jsonb_object_keys(m -> 'row') k
+          JOIN pg_attribute a ON a.attrelid = tgt::regclass AND a.attname = k AND a.attnum > 0 AND NOT a.attisdropped;
         IF col_list IS NULL THEN
           -- An update that sets nothing still passes the fence: a new version.
-          stmt := format('UPDATE ONLY %s AS t SET %I = t.%I WHERE %s RETURNING pg_catalog.to_jsonb(t)',
+          stmt := format('UPDATE ONLY %s AS t SET %I = t.%I WHERE %s RETURNING pg_catalog.to_jsonb(t.*)',
                          tgt, m ->> 'key_column', m ->> 'key_column', keypred);
           PERFORM pg_catalog.set_config('search_path', caller_search_path, true);
           EXECUTE stmt INTO written USING key_text;
           PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
         ELSE
           stmt := format(
-            'UPDATE ONLY %s AS t SET (%s) = (SELECT %s FROM pg_catalog.jsonb_populate_record(NULL::%s, $2)) '
-            'WHERE %s RETURNING pg_catalog.to_jsonb(t)', tgt, col_list, col_list, tgt, keypred);
+            'UPDATE ONLY %s AS t SET (%s) = (SELECT %s FROM pg_catalog.jsonb_to_record($2) AS x(%s)) '
+            'WHERE %s RETURNING pg_catalog.to_jsonb(t.*)', tgt, col_list, col_list,
+            col_defs, keypred);
           PERFORM pg_catalog.set_config('search_path', caller_search_path, true);
           EXECUTE stmt INTO written USING key_text, row_in;
           PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
@@ -208,7 +245,7 @@ BEGIN
         -- another fence, whose version ver is (TestPushAcceptedRowIsTheStoredRow). This
         -- transaction holds the row and its reservation until it ends, so what is read
         -- now is that version's row. A row the caller cannot read back keeps RETURNING's.
-        stmt := format('SELECT pg_catalog.to_jsonb(t) FROM ONLY %s t WHERE %s', tgt, keypred);
+        stmt := format('SELECT pg_catalog.to_jsonb(t.*) FROM ONLY %s t WHERE %s', tgt, keypred);
         PERFORM pg_catalog.set_config('search_path', caller_search_path, true);
         EXECUTE stmt INTO cur USING key_text;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);

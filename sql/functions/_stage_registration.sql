@@ -35,6 +35,15 @@ BEGIN
     RAISE EXCEPTION 'registration refused: relation is already registered' USING ERRCODE = 'SY400';
   END IF;
   chk := synchro._check_relation(relation);
+  -- A key is a row's identity in the stream and on clients, compared byte for byte; a
+  -- nondeterministic collation makes other texts the same row ('a' and 'A'), and push
+  -- then found a row whose identity reservation it could not name (a conflict with a
+  -- row and no version: TestPushNondeterministicKeyRefused). Only at registration: an
+  -- existing registration keeps working (the fence compares keys byte for byte).
+  IF EXISTS (SELECT 1 FROM pg_attribute a JOIN pg_collation co ON co.oid = a.attcollation
+              WHERE a.attrelid = relation AND a.attname = chk.key_column AND NOT co.collisdeterministic) THEN
+    RAISE EXCEPTION 'registration refused: the primary key''s collation must be deterministic' USING ERRCODE = 'SY400';
+  END IF;
   cols := synchro._check_columns(relation, chk.key_column, columns);
 
   INSERT INTO synchro.relation (relid, schema_name, table_name, registration_kind, table_id,

@@ -26,7 +26,7 @@ DECLARE
   empty boolean;
   rb record;
 BEGIN
-  PERFORM pg_advisory_xact_lock(hashtextextended('synchro.registry', synchro._lock_seed()));
+  PERFORM synchro._registry_lock();
   SELECT generation INTO g FROM synchro.registry_generation WHERE state = 'pending';
   IF NOT FOUND THEN
     RAISE EXCEPTION 'activation refused: no registry generation is staged' USING ERRCODE = 'SY400';

@@ -46,10 +46,30 @@ UPDATE synchro.registration reg
 -- when a later activation supersedes its first bootstrap before it merged.
 ALTER TABLE synchro.bootstrap ADD COLUMN streamed boolean NOT NULL DEFAULT false;
 --
+-- synchro.registry_clock: one row every staging call and activation writes right after
+-- the registry lock (synchro._registry_lock), so that a REPEATABLE READ or SERIALIZABLE
+-- operator transaction whose snapshot predates another operator's staging fails with
+-- 40001 instead of activating a generation it did not see whole.
+CREATE TABLE synchro.registry_clock (
+  one     boolean PRIMARY KEY DEFAULT true CHECK (one),
+  changes bigint  NOT NULL DEFAULT 0
+);
+INSERT INTO synchro.registry_clock DEFAULT VALUES;
+REVOKE ALL ON synchro.registry_clock FROM PUBLIC;
+--
+-- Push (a second review): the row is rendered as to_jsonb(t.*) (a column named t was
+-- taken for the row); only the columns a mutation names are built (a NOT NULL domain
+-- column left out failed the write); a row visible but not lockable under row-level
+-- security is rejected 42501 (it was reported absent); a varchar(n) key longer than n is
+-- rejected 22001 (trailing spaces made the call fail whole with 55000); a mutation
+-- naming a GENERATED ALWAYS column is SY400 (it failed whole with 428C9). Registration
+-- refuses a key column with a nondeterministic collation.
+--
 -- The function files of this release ride on this migration (goose.go,
 -- finalMigration), which ends with synchro._refresh_fences(): every registered
 -- relation's fence is regenerated.
 
 -- +goose Down
+DROP TABLE synchro.registry_clock;
 ALTER TABLE synchro.bootstrap DROP COLUMN streamed;
 ALTER TABLE synchro.registration DROP COLUMN column_attnums;

@@ -1,0 +1,657 @@
+package tests
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+)
+
+// Push edge cases from an independent review (2026-12-04, second pass). Six were bugs,
+// each red before its fix: a column named t, a NOT NULL domain column left out, a row
+// visible but not lockable under row-level security, a varchar(n) key with trailing
+// spaces, a nondeterministic key collation, and a GENERATED ALWAYS column named by a
+// mutation. The others pin scenarios that were checked and hold.
+
+// rp2Role creates a LOGIN role in synchro_app with a random name, dropped at cleanup.
+func rp2Role(t *testing.T, e *pushEnv, prefix string) (name, ident string) {
+	t.Helper()
+	var suffix [6]byte
+	_, _ = rand.Read(suffix[:])
+	name = prefix + "_" + hex.EncodeToString(suffix[:])
+	ident = pgx.Identifier{name}.Sanitize()
+	e.exec(`CREATE ROLE ` + ident + ` LOGIN IN ROLE synchro_app`)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_, _ = e.db.Pool.Exec(ctx, `DROP OWNED BY `+ident)
+		_, _ = e.db.Pool.Exec(ctx, `DROP ROLE `+ident)
+	})
+	return name, ident
+}
+
+// rp2As acquires a connection that runs as role (SET ROLE), reset at cleanup.
+func rp2As(t *testing.T, e *pushEnv, ident string) *pgxpool.Conn {
+	t.Helper()
+	conn, err := e.db.Pool.Acquire(e.ctx)
+	require.NoError(t, err)
+	_, err = conn.Exec(e.ctx, `SET ROLE `+ident)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = conn.Exec(context.Background(), `RESET ROLE`)
+		conn.Release()
+	})
+	return conn
+}
+
+func rp2Status(t *testing.T, o pushOut) string {
+	t.Helper()
+	return o.str(t, "status")
+}
+
+// Docs (push.md, Notes): "A row hidden from the caller by row-level security looks
+// absent (conflict with nulls); a row visible but not updatable/deletable under the
+// policies is rejected 42501." A row the caller's SELECT policy shows but whose UPDATE
+// policy refuses is visible: an update of it must be rejected 42501, not reported as
+// an absent row. (Push's FOR UPDATE read applies the UPDATE policies; it reported such
+// a row absent.)
+func TestPushRowVisibleButNotUpdatable(t *testing.T) {
+	t.Parallel()
+	e := pushSetup(t)
+	e.exec(`
+		CREATE TABLE public.memo (id int4 PRIMARY KEY, owner text NOT NULL, body text);
+		ALTER TABLE public.memo ENABLE ROW LEVEL SECURITY;
+		CREATE POLICY memo_read ON public.memo FOR SELECT USING (true);
+		CREATE POLICY memo_ins ON public.memo FOR INSERT WITH CHECK (true);
+		CREATE POLICY memo_upd ON public.memo FOR UPDATE USING (owner = current_user);
+		CREATE POLICY memo_del ON public.memo FOR DELETE USING (true);
+		SELECT synchro.register_table('public.memo', 'memo');
+		SELECT synchro.activate_registry();
+		INSERT INTO public.memo VALUES (1, 'someone_else', 'theirs'), (2, 'someone_else', 'theirs too');`)
+	_, ident := rp2Role(t, e, "rp2_rls")
+	e.exec(`GRANT SELECT, INSERT, UPDATE, DELETE ON public.memo TO ` + ident)
+	v1, v2 := e.version("memo", "1"), e.version("memo", "2")
+	conn := rp2As(t, e, ident)
+
+	// The caller sees the row.
+	var n int
+	require.NoError(t, conn.QueryRow(e.ctx, `SELECT count(*) FROM public.memo WHERE id = 1`).Scan(&n))
+	require.Equal(t, 1, n, "the row is visible to the caller")
+
+	idU, idD := pushID(), pushID()
+	raw, err := pushRawOn(e.ctx, conn, "c1", pushJSON(t,
+		pushUpd(idU, "memo", 1, v1, pm{"body": "mine now"}),
+		pushDel(idD, "memo", 2, v2)))
+	require.NoError(t, err)
+	res := pushParse(t, raw)
+	t.Logf("outcomes: %s", raw)
+	// The row is unchanged either way.
+	require.Equal(t, 1, e.count(`SELECT count(*) FROM public.memo WHERE id = 1 AND body = 'theirs'`))
+	require.Equal(t, "rejected", rp2Status(t, res[0]),
+		"update of a visible row that the UPDATE policy refuses: want rejected 42501 (docs/sql/push.md), got %s", raw)
+	pushRejected(t, res[0], idU, "42501")
+	// The delete: visible and deletable by the DELETE policy; the lock (FOR UPDATE) is
+	// refused by the UPDATE policy. Not absent in any case.
+	require.NotEqual(t, `null`, string(res[1]["version"]),
+		"a visible row must not be reported absent (version null): %s", raw)
+}
+
+// A varchar(n) key: PostgreSQL silently cuts trailing spaces past n on input, so the
+// row is stored under another key text than the one the mutation names. The mutation
+// is the client's own; it must get an outcome (accepted or rejected), never a
+// whole-call failure that every retry repeats (the client's outbox stuck for ever). It
+// failed with 55000; it is rejected 22001 now, like a key that is too long.
+func TestPushVarcharKeyTrailingSpaces(t *testing.T) {
+	t.Parallel()
+	e := pushSetup(t)
+	e.exec(`
+		CREATE TABLE public.codes (code varchar(3) PRIMARY KEY, n int4);
+		SELECT synchro.register_table('public.codes', 'codes');
+		SELECT synchro.activate_registry();`)
+	id, other := pushID(), pushID()
+	raw, err := pushRawOn(e.ctx, e.db.Pool, "c1", pushJSON(t,
+		pushIns(other, "codes", "ok", pm{"n": 1}),
+		pushIns(id, "codes", "abc  ", pm{"n": 2})))
+	require.NoError(t, err, "a mutation's own key must not fail the whole call (retries fail the same way for ever)")
+	res := pushParse(t, raw)
+	pushAccepted(t, res[0], other, true)
+	st := rp2Status(t, res[1])
+	require.Contains(t, []string{"accepted", "rejected"}, st)
+}
+
+// Identity GENERATED ALWAYS: registration accepts it (a table only the application
+// inserts into still syncs); a push naming such a column, the key of an insert
+// included, is SY400 (a bad mutation shape). It failed the whole call with 428C9, every
+// retry alike (found by review).
+func TestPushEdgeIdentityAlwaysColumn(t *testing.T) {
+	t.Parallel()
+	t.Run("Key", func(t *testing.T) {
+		t.Parallel()
+		e := pushSetup(t)
+		_, err := e.db.Pool.Exec(e.ctx, `
+			CREATE TABLE public.seqd (id int8 GENERATED ALWAYS AS IDENTITY PRIMARY KEY, body text);
+			SELECT synchro.register_table('public.seqd', 'seqd');
+			SELECT synchro.activate_registry();`)
+		if err != nil {
+			t.Logf("registration refused an identity ALWAYS key: %v", err)
+			return
+		}
+		id, other := pushID(), pushID()
+		raw, err := pushRawOn(e.ctx, e.db.Pool, "c1", pushJSON(t,
+			pushIns(other, "tags", "ok", pm{"n": 1}),
+			pushIns(id, "seqd", 5, pm{"body": "b"})))
+		requireSQLState(t, err, "SY400")
+		t.Logf("%s", raw)
+	})
+	t.Run("NonKey", func(t *testing.T) {
+		t.Parallel()
+		e := pushSetup(t)
+		e.exec(`
+			CREATE TABLE public.seqc (id int4 PRIMARY KEY, ord int8 GENERATED ALWAYS AS IDENTITY, body text);
+			SELECT synchro.register_table('public.seqc', 'seqc');
+			SELECT synchro.activate_registry();`)
+		id, other := pushID(), pushID()
+		raw, err := pushRawOn(e.ctx, e.db.Pool, "c1", pushJSON(t,
+			pushIns(other, "tags", "ok", pm{"n": 1}),
+			pushIns(id, "seqc", 1, pm{"ord": 5, "body": "b"})))
+		requireSQLState(t, err, "SY400")
+		t.Logf("%s", raw)
+	})
+}
+
+// Values of arrays, composites, domains and enums in row: written as given, refused as
+// rejections with value-free reasons.
+func TestPushEdgeRichRowValues(t *testing.T) {
+	t.Parallel()
+	e := pushSetup(t)
+	e.exec(`
+		CREATE DOMAIN public.pos AS int4 CONSTRAINT pos_check CHECK (VALUE > 0);
+		CREATE DOMAIN public.nn AS text NOT NULL;
+		CREATE TYPE public.mood AS ENUM ('sad', 'ok', 'happy');
+		CREATE TABLE public.rich (
+		  id int4 PRIMARY KEY, arr int4[], grid text[][], d public.pos, m public.mood,
+		  nn public.nn DEFAULT 'x', j jsonb, dates date[]);
+		SELECT synchro.register_table('public.rich', 'rich');
+		SELECT synchro.activate_registry();`)
+	id := pushID()
+	res := e.push("c1", pushJSON(t, pushIns(id, "rich", 1, pm{
+		"arr": []int{1, 2, 3}, "grid": [][]string{{"a", "b"}, {"c", "d"}},
+		"d": 5, "m": "happy", "nn": "x", "j": pm{"a": []any{1, "b", nil}}, "dates": []string{"2024-01-02"},
+	})))
+	pushAccepted(t, res[0], id, true)
+	require.JSONEq(t, `{"id":1,"arr":[1,2,3],"grid":[["a","b"],["c","d"]],"d":5,"m":"happy","nn":"x",
+		"j":{"a":[1,"b",null]},"dates":["2024-01-02"]}`, string(res[0]["row"]))
+
+	cases := []struct {
+		name string
+		row  pm
+		code string
+	}{
+		{"DomainCheck", pm{"d": -424242}, "23514"},
+		{"DomainNotNull", pm{"nn": nil, "d": 1}, "23502"},
+		{"BadEnum", pm{"m": "zz-secret-label"}, "22P02"},
+		{"BadArrayElement", pm{"arr": []any{1, "zz-secret-elem"}}, "22P02"},
+		{"ArrayNotArray", pm{"arr": 424243}, ""},
+		{"RaggedArray", pm{"grid": []any{[]string{"a"}, []string{"b", "c"}}}, ""},
+		{"BadDateInArray", pm{"dates": []string{"2024-02-30"}}, ""},
+		{"ObjectForArray", pm{"arr": pm{"zz-secret-k": 1}}, ""},
+	}
+	for i, tc := range cases {
+		mid := pushID()
+		raw, err := pushRawOn(e.ctx, e.db.Pool, "c1", pushJSON(t, pushUpd(mid, "rich", 1, e.version("rich", "1"), tc.row)))
+		require.NoError(t, err, "case %s: a bad value is this mutation's fault: rejected, not a whole-call failure", tc.name)
+		out := pushParse(t, raw)[0]
+		require.Equal(t, "rejected", rp2Status(t, out), "case %s: %s", tc.name, raw)
+		if tc.code != "" {
+			require.Equal(t, tc.code, out.str(t, "code"), "case %s", tc.name)
+		}
+		require.NotContains(t, raw, "zz-secret", "case %s", tc.name)
+		require.NotContains(t, raw, "42424", "case %s", tc.name)
+		_ = i
+	}
+}
+
+// Deeply nested JSON in a registered jsonb column: the fence refuses over 8,000 levels
+// with 22001 (a rejection). Push itself must get there without failing the call
+// (stack depth, 54001) below what the caller could pass in.
+func TestPushEdgeDeepJSON(t *testing.T) {
+	t.Parallel()
+	e := pushSetup(t)
+	e.exec(`
+		CREATE TABLE public.deep (id int4 PRIMARY KEY, j jsonb, txt text);
+		SELECT synchro.register_table('public.deep', 'deep');
+		SELECT synchro.activate_registry();`)
+	nest := func(n int) string { return strings.Repeat("[", n) + "1" + strings.Repeat("]", n) }
+	for _, depth := range []int{7990, 8500, 9500} {
+		for _, col := range []string{"j", "txt"} {
+			id := pushID()
+			call := fmt.Sprintf(`[{"id": %q, "table": "deep", "op": "insert", "pk": %d, "row": {%q: %s}}]`, id, depth*10+int(col[0]-'a'), col, nest(depth))
+			raw, err := pushRawOn(e.ctx, e.db.Pool, "c1", call)
+			if err != nil {
+				// The caller's own jsonb parse may refuse the input: then it is not push's.
+				var ok bool
+				require.NoError(t, e.db.Pool.QueryRow(e.ctx, `SELECT $1::jsonb IS NOT NULL`, call).Scan(&ok))
+				require.NoError(t, err, "depth %d col %s: the input parses as jsonb, push fails the whole call", depth, col)
+			}
+			out := pushParse(t, raw)[0]
+			st := rp2Status(t, out)
+			t.Logf("depth %d col %s: %s %.300s", depth, col, st, raw)
+			if col == "j" && depth > 8000 {
+				require.Equal(t, "rejected", st)
+				require.Equal(t, "22001", out.str(t, "code"))
+			} else {
+				require.Equal(t, "accepted", st)
+			}
+		}
+	}
+}
+
+// Integer keys in every spelling JSON allows name one row, and a replay spelled
+// another way replays.
+func TestPushEdgeIntKeySpellings(t *testing.T) {
+	t.Parallel()
+	e := pushSetup(t)
+	id := pushID()
+	first, err := pushRawOn(e.ctx, e.db.Pool, "c1",
+		`[{"id": "`+id+`", "table": "items", "op": "insert", "pk": 1e3, "row": {"name": "k", "id": 1000.00}}]`)
+	require.NoError(t, err)
+	pushAccepted(t, pushParse(t, first)[0], id, true)
+	require.True(t, e.itemExists(1000))
+	for _, spelled := range []string{"1000", "1000.0", "1E3", "10e2", "1000.000e0"} {
+		again, err := pushRawOn(e.ctx, e.db.Pool, "c1",
+			`[{"id": "`+id+`", "table": "items", "op": "insert", "pk": `+spelled+`, "row": {"name": "k", "id": 1000.00}}]`)
+		require.NoError(t, err, spelled)
+		require.Equal(t, first, again, spelled)
+	}
+	// -0 is 0.
+	id0 := pushID()
+	res := e.push("c1", `[{"id": "`+id0+`", "table": "items", "op": "insert", "pk": -0, "row": {"name": "zero"}}]`)
+	v := pushAccepted(t, res[0], id0, true)
+	e.requireFence("c1", id0, "items", "0", "insert", v)
+	// int64 bounds.
+	idMax, idMin := pushID(), pushID()
+	res = e.push("c1", `[{"id": "`+idMax+`", "table": "children", "op": "insert", "pk": 9223372036854775807},
+		{"id": "`+idMin+`", "table": "children", "op": "insert", "pk": -9223372036854775808}]`)
+	pushAccepted(t, res[0], idMax, true)
+	pushAccepted(t, res[1], idMin, true)
+	for _, bad := range []string{"9223372036854775808", "-9223372036854775809", "1e19", "1.5", "1e-1", `"1"`, "true", "null"} {
+		e.pushFails(e.db.Pool, "c1", `[{"id": "`+pushID()+`", "table": "children", "op": "insert", "pk": `+bad+`}]`, "SY400")
+	}
+}
+
+// Duplicate object keys: jsonb keeps the last. The content recorded is that jsonb, and
+// a replay of the same text replays.
+func TestPushEdgeDuplicateJSONKeys(t *testing.T) {
+	t.Parallel()
+	e := pushSetup(t)
+	id := pushID()
+	call := `[{"id": "` + id + `", "table": "tags", "op": "delete", "op": "insert", "pk": "x", "pk": "y", "row": {"n": 1, "n": 2}}]`
+	first, err := pushRawOn(e.ctx, e.db.Pool, "c1", call)
+	require.NoError(t, err)
+	out := pushParse(t, first)[0]
+	pushAccepted(t, out, id, true)
+	require.JSONEq(t, `{"name": "y", "n": 2}`, string(out["row"]))
+	again, err := pushRawOn(e.ctx, e.db.Pool, "c1", call)
+	require.NoError(t, err)
+	require.Equal(t, first, again)
+	// The same content without the duplicates is the same content.
+	again, err = pushRawOn(e.ctx, e.db.Pool, "c1", `[{"pk":"y","row":{"n":2},"op":"insert","table":"tags","id":"`+strings.ToUpper(id)+`"}]`)
+	require.NoError(t, err)
+	require.Equal(t, first, again)
+}
+
+// "Same content is the mutation object as canonical jsonb": jsonb considers 1 and 1.0
+// equal (numeric equality), but its text keeps the scale.
+func TestPushEdgeNumericScaleInRowIsContent(t *testing.T) {
+	t.Parallel()
+	e := pushSetup(t)
+	id := pushID()
+	first, err := pushRawOn(e.ctx, e.db.Pool, "c1", `[{"id": "`+id+`", "table": "tags", "op": "insert", "pk": "s", "row": {"n": 2}}]`)
+	require.NoError(t, err)
+	var eq bool
+	require.NoError(t, e.db.Pool.QueryRow(e.ctx, `SELECT '{"n": 2}'::jsonb = '{"n": 2.0}'::jsonb`).Scan(&eq))
+	t.Logf("jsonb equality of 2 and 2.0: %v", eq)
+	again, err := pushRawOn(e.ctx, e.db.Pool, "c1", `[{"id": "`+id+`", "table": "tags", "op": "insert", "pk": "s", "row": {"n": 2.0}}]`)
+	if err != nil {
+		t.Logf("row value 2.0 after 2: %v", err)
+	} else {
+		require.Equal(t, first, again)
+	}
+}
+
+// Push in the caller's transaction: rolled back, nothing is recorded and a retry applies
+// afresh; twice in one transaction, the second call replays the first's outcome and a
+// chained update on the first's version is accepted; the caller's other writes commit
+// with it.
+func TestPushEdgeCallerTransaction(t *testing.T) {
+	t.Parallel()
+	e := pushSetup(t)
+	id := pushID()
+	call := pushJSON(t, pushIns(id, "tags", "a", pm{"n": 1}))
+
+	tx, err := e.db.Pool.Begin(e.ctx)
+	require.NoError(t, err)
+	raw, err := pushRawOn(e.ctx, tx, "c1", call)
+	require.NoError(t, err)
+	pushAccepted(t, pushParse(t, raw)[0], id, true)
+	require.NoError(t, tx.Rollback(e.ctx))
+	require.Zero(t, e.count(`SELECT count(*) FROM synchro.mutation_outcome`))
+	require.Zero(t, e.count(`SELECT count(*) FROM synchro.write_fence`))
+	require.Zero(t, e.count(`SELECT count(*) FROM public.tags`))
+
+	tx, err = e.db.Pool.Begin(e.ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	_, err = tx.Exec(e.ctx, `INSERT INTO public.items (id, name) VALUES (1, 'direct')`)
+	require.NoError(t, err)
+	raw1, err := pushRawOn(e.ctx, tx, "c1", call)
+	require.NoError(t, err)
+	v := pushAccepted(t, pushParse(t, raw1)[0], id, true)
+	raw2, err := pushRawOn(e.ctx, tx, "c1", call)
+	require.NoError(t, err)
+	require.Equal(t, raw1, raw2, "second call in one transaction replays")
+	id2 := pushID()
+	raw3, err := pushRawOn(e.ctx, tx, "c1", pushJSON(t, pushUpd(id2, "tags", "a", v, pm{"n": 2})))
+	require.NoError(t, err)
+	v2 := pushAccepted(t, pushParse(t, raw3)[0], id2, true)
+	// The direct row of this transaction, updated by push with its version.
+	var vi string
+	require.NoError(t, tx.QueryRow(e.ctx, `SELECT rv.version FROM synchro.row_version rv JOIN synchro.relation r USING (relation_id)
+		WHERE r.table_id = 'items' AND rv.pk = '1'`).Scan(&vi))
+	id3 := pushID()
+	raw4, err := pushRawOn(e.ctx, tx, "c1", pushJSON(t, pushUpd(id3, "items", 1, vi, pm{"name": "pushed"})))
+	require.NoError(t, err)
+	v3 := pushAccepted(t, pushParse(t, raw4)[0], id3, true)
+	require.NoError(t, tx.Commit(e.ctx))
+	e.requireFence("c1", id, "tags", "a", "insert", v)
+	e.requireFence("c1", id2, "tags", "a", "update", v2)
+	e.requireFence("c1", id3, "items", "1", "update", v3)
+	require.Equal(t, v2, e.version("tags", "a"))
+	require.Equal(t, v3, e.version("items", "1"))
+	e.requireNoPushContext()
+}
+
+// A key column with a nondeterministic collation: other texts name the same row ('abc'
+// and 'ABC'), and push found the row but not its identity reservation (a conflict with
+// a row and a null version; an update with the right version could never be accepted).
+// Found by review; registration now refuses such a key (SY400).
+func TestPushNondeterministicKeyRefused(t *testing.T) {
+	t.Parallel()
+	e := pushSetup(t)
+	_, err := e.db.Pool.Exec(e.ctx, `CREATE COLLATION public.ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false)`)
+	if err != nil {
+		t.Skipf("no ICU: %v", err)
+	}
+	e.exec(`CREATE TABLE public.names (name text COLLATE public.ci PRIMARY KEY, n int4)`)
+	_, err = e.db.Pool.Exec(e.ctx, `SELECT synchro.register_table('public.names', 'names')`)
+	requireSQLState(t, err, "SY400")
+}
+
+// Outcomes after retention: retire_client makes the id SY409; an outcome compacted by
+// outcome_retention is applied as a new mutation (documented).
+func TestPushEdgeRetentionAndRetire(t *testing.T) {
+	t.Parallel()
+	e := pushSetup(t)
+	id := pushID()
+	call := pushJSON(t, pushIns(id, "tags", "a", pm{"n": 1}))
+	first := e.push("c1", call)
+	pushAccepted(t, first[0], id, true)
+
+	// The same id from another client is another mutation.
+	res := e.push("c2", call)
+	pushConflict(t, res[0], id, e.version("tags", "a"))
+
+	e.exec(`UPDATE synchro.setting SET value = '1 second' WHERE name = 'outcome_retention'`)
+	e.exec(`UPDATE synchro.mutation_outcome SET decided_at = now() - interval '1 hour' WHERE client_id = 'c1'`)
+	var out string
+	require.NoError(t, e.db.Pool.QueryRow(e.ctx, `SELECT synchro.compact('7 days')::text`).Scan(&out))
+	t.Logf("compact: %s", out)
+	require.Zero(t, e.count(`SELECT count(*) FROM synchro.mutation_outcome WHERE client_id = 'c1'`))
+	require.Equal(t, 1, e.count(`SELECT count(*) FROM synchro.mutation_outcome WHERE client_id = 'c2'`))
+	res = e.push("c1", call)
+	pushConflict(t, res[0], id, e.version("tags", "a"))
+
+	var ret string
+	require.NoError(t, e.db.Pool.QueryRow(e.ctx, `SELECT synchro.retire_client('c2')::text`).Scan(&ret))
+	e.pushFails(e.db.Pool, "c2", call, "SY409")
+	raw, err := pushRawOn(e.ctx, e.db.Pool, "c2", call)
+	require.Error(t, err)
+	require.Empty(t, raw)
+	_ = json.Valid
+}
+
+// SELECT only: every write is a rejection 42501, nothing written, no version leaks
+// beyond what the caller may read.
+func TestPushEdgeSelectOnly(t *testing.T) {
+	t.Parallel()
+	e := pushSetup(t)
+	_, ident := rp2Role(t, e, "rp2_ro")
+	e.exec(`GRANT SELECT ON public.items TO ` + ident)
+	e.exec(`INSERT INTO public.items (id, name) VALUES (1, 'alpha'), (2, 'beta')`)
+	v1, v2 := e.version("items", "1"), e.version("items", "2")
+	conn := rp2As(t, e, ident)
+	before := e.state(false)
+	ids := []string{pushID(), pushID(), pushID(), pushID()}
+	raw, err := pushRawOn(e.ctx, conn, "c1", pushJSON(t,
+		pushIns(ids[0], "items", 3, pm{"name": "three"}),
+		pushUpd(ids[1], "items", 1, v1, pm{"name": "x"}),
+		pushDel(ids[2], "items", 2, v2),
+		pushIns(ids[3], "items", 1, pm{"name": "dup"}),
+	))
+	require.NoError(t, err)
+	res := pushParse(t, raw)
+	pushRejected(t, res[0], ids[0], "42501")
+	pushRejected(t, res[1], ids[1], "42501")
+	pushRejected(t, res[2], ids[2], "42501")
+	// An insert of an existing key: the caller can read it, so a conflict with it.
+	pushConflict(t, res[3], ids[3], v1)
+	require.Equal(t, before, e.state(false))
+}
+
+// An application trigger on the pushed table writes another registered table: the
+// outcome and the write fence are the mutation's row only; a rejection of the
+// mutation undoes the trigger's write too; a deferred FK violated by the trigger's
+// write lands on that mutation (checked at its end).
+func TestPushEdgeTriggerWritesOtherRegisteredTable(t *testing.T) {
+	t.Parallel()
+	e := pushSetup(t)
+	e.exec(`
+		CREATE FUNCTION public.tags_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+		  INSERT INTO public.children (id, item_id) VALUES (NEW.n, NEW.n);
+		  RETURN NULL;
+		END $$;
+		CREATE TRIGGER tags_audit AFTER INSERT ON public.tags FOR EACH ROW EXECUTE FUNCTION public.tags_audit();
+		INSERT INTO public.items (id, name) VALUES (1, 'one');`)
+	ids := []string{pushID(), pushID(), pushID()}
+	raw, err := pushRawOn(e.ctx, e.db.Pool, "c1", pushJSON(t,
+		pushIns(ids[0], "tags", "a", pm{"n": 1}),
+		pushIns(ids[1], "tags", "b", pm{"n": 424242}), // child 424242 -> item 424242: FK violated
+		pushIns(ids[2], "tags", "c", pm{"n": 1}),      // child 1 exists: unique violation
+	))
+	require.NoError(t, err)
+	res := pushParse(t, raw)
+	v0 := pushAccepted(t, res[0], ids[0], true)
+	reason := pushRejected(t, res[1], ids[1], "23503")
+	require.Contains(t, reason, "children_item_fk")
+	pushRejected(t, res[2], ids[2], "23505")
+	e.requireFence("c1", ids[0], "tags", "a", "insert", v0)
+	e.requireNoFence("c1", ids[1])
+	e.requireNoFence("c1", ids[2])
+	require.Equal(t, 1, e.count(`SELECT count(*) FROM synchro.write_fence`))
+	require.Equal(t, 1, e.count(`SELECT count(*) FROM public.children`))
+	require.Equal(t, 1, e.count(`SELECT count(*) FROM public.tags`))
+	require.NotEmpty(t, e.version("children", "1"))
+	require.Empty(t, e.version("children", "424242"))
+	e.requireNoPushContext()
+}
+
+// The caller's own write earlier in its transaction violates an INITIALLY DEFERRED
+// constraint: push (SET CONSTRAINTS ALL IMMEDIATE) must not attribute it to a
+// mutation and record a rejection; the call fails and nothing is recorded.
+func TestPushEdgeCallerDeferredViolationBeforePush(t *testing.T) {
+	t.Parallel()
+	e := pushSetup(t)
+	tx, err := e.db.Pool.Begin(e.ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	_, err = tx.Exec(e.ctx, `INSERT INTO public.children (id, item_id) VALUES (1, 999)`)
+	require.NoError(t, err)
+	id := pushID()
+	raw, err := pushRawOn(e.ctx, tx, "c1", pushJSON(t, pushIns(id, "tags", "x", pm{"n": 1})))
+	t.Logf("push after the caller's deferred violation: %s %v", raw, err)
+	if err == nil {
+		// Then the outcome must not be a rejection for the caller's violation.
+		out := pushParse(t, raw)[0]
+		require.Equal(t, "accepted", rp2Status(t, out))
+	}
+}
+
+// 1000 mutations of every outcome kind, then the same call again: byte for byte.
+func TestPushEdgeThousandMixedReplay(t *testing.T) {
+	t.Parallel()
+	e := pushSetup(t)
+	e.exec(`INSERT INTO public.items (id, name) SELECT g, 'n' || g FROM generate_series(1, 250) g`)
+	ms := make([]any, 0, 1000)
+	for i := 0; i < 1000; i++ {
+		switch i % 4 {
+		case 0:
+			ms = append(ms, pushIns(pushID(), "items", 1000+i, pm{"name": fmt.Sprintf("new%d", i)}))
+		case 1:
+			ms = append(ms, pushUpd(pushID(), "items", 1+i/4, "00000000000000000000000000000000", pm{"qty": 1}))
+		case 2:
+			ms = append(ms, pushIns(pushID(), "items", 5000+i, pm{"name": "bad", "qty": -1}))
+		default:
+			k := 1 + i/4
+			ms = append(ms, pushUpd(pushID(), "items", k, e.version("items", fmt.Sprint(k)), pm{"qty": 2}))
+		}
+	}
+	call := pushJSON(t, ms...)
+	first, err := pushRawOn(e.ctx, e.db.Pool, "c1", call)
+	require.NoError(t, err)
+	res := pushParse(t, first)
+	require.Len(t, res, 1000)
+	counts := map[string]int{}
+	for _, o := range res {
+		counts[rp2Status(t, o)]++
+	}
+	require.Equal(t, map[string]int{"accepted": 500, "conflict": 250, "rejected": 250}, counts)
+	state := e.state(true)
+	again, err := pushRawOn(e.ctx, e.db.Pool, "c1", call)
+	require.NoError(t, err)
+	require.Equal(t, first, again)
+	require.Equal(t, state, e.state(true))
+}
+
+// A registered table with a column named "t": push's statements alias the table "t"
+// and rendered the row with to_jsonb(t), which PostgreSQL resolves to the column t, not
+// the row (to_jsonb(t.* ) now). An insert is written (row, version, write fence) while its outcome says
+// "conflict" with version and row null (the row absent); an insert or update giving t
+// a value is rejected 22023 (jsonb_each of a string).
+func TestPushColumnNamedT(t *testing.T) {
+	t.Parallel()
+	e := pushSetup(t)
+	e.exec(`
+		CREATE TABLE public.notes (id int4 PRIMARY KEY, t text, body text);
+		SELECT synchro.register_table('public.notes', 'notes');
+		SELECT synchro.activate_registry();
+		INSERT INTO public.notes VALUES (10, 'ten', 'b');`)
+
+	t.Run("InsertWithoutT", func(t *testing.T) {
+		id := pushID()
+		raw, err := pushRawOn(e.ctx, e.db.Pool, "c1", pushJSON(t, pushIns(id, "notes", 1, pm{"body": "hello"})))
+		require.NoError(t, err)
+		out := pushParse(t, raw)[0]
+		written := e.count(`SELECT count(*) FROM public.notes WHERE id = 1`)
+		fences := e.count(`SELECT count(*) FROM synchro.write_fence WHERE mutation_id = $1`, id)
+		t.Logf("outcome %s; row written: %d; write fences: %d", raw, written, fences)
+		require.Equal(t, "accepted", rp2Status(t, out), "the row was written (%d) with a write fence (%d), the outcome says: %s", written, fences, raw)
+		require.JSONEq(t, `{"id": 1, "t": null, "body": "hello"}`, string(out["row"]))
+	})
+	t.Run("InsertWithT", func(t *testing.T) {
+		id := pushID()
+		raw, err := pushRawOn(e.ctx, e.db.Pool, "c1", pushJSON(t, pushIns(id, "notes", 2, pm{"t": "x", "body": "hello"})))
+		require.NoError(t, err)
+		out := pushParse(t, raw)[0]
+		require.Equal(t, "accepted", rp2Status(t, out), "a valid insert: %s", raw)
+	})
+	t.Run("UpdateExisting", func(t *testing.T) {
+		id := pushID()
+		raw, err := pushRawOn(e.ctx, e.db.Pool, "c1", pushJSON(t, pushUpd(id, "notes", 10, e.version("notes", "10"), pm{"body": "new"})))
+		require.NoError(t, err)
+		out := pushParse(t, raw)[0]
+		require.Equal(t, "accepted", rp2Status(t, out), "a valid update with the current version: %s", raw)
+	})
+}
+
+// A column whose domain is NOT NULL and which has a default: docs/sql/push.md says the
+// columns of an insert's row are "the columns to set on insert (others take their
+// defaults)", and an update sets "the changed columns". Push builds both from
+// jsonb_populate_record(NULL::table, row), which checked every domain column absent
+// from row against NULL: an insert omitting it, and every update not naming it, was
+// rejected 23502 although a plain INSERT/UPDATE succeeds (jsonb_to_record over the
+// named columns now).
+func TestPushNotNullDomainColumn(t *testing.T) {
+	t.Parallel()
+	e := pushSetup(t)
+	e.exec(`
+		CREATE DOMAIN public.label AS text NOT NULL;
+		CREATE TABLE public.labelled (id int4 PRIMARY KEY, lbl public.label DEFAULT 'none', body text);
+		SELECT synchro.register_table('public.labelled', 'labelled');
+		SELECT synchro.activate_registry();
+		INSERT INTO public.labelled (id, body) VALUES (1, 'direct');  -- the default applies
+		UPDATE public.labelled SET body = 'direct update' WHERE id = 1;`)
+	idI, idU := pushID(), pushID()
+	raw, err := pushRawOn(e.ctx, e.db.Pool, "c1", pushJSON(t,
+		pushIns(idI, "labelled", 2, pm{"body": "pushed"}),
+		pushUpd(idU, "labelled", 1, e.version("labelled", "1"), pm{"body": "pushed update"})))
+	require.NoError(t, err)
+	t.Logf("%s", raw)
+	res := pushParse(t, raw)
+	require.Equal(t, "accepted", rp2Status(t, res[0]), "insert omitting a column with a default: %s", raw)
+	require.Equal(t, "accepted", rp2Status(t, res[1]), "update not naming the domain column: %s", raw)
+}
+
+// SY503: an accepted push to a table that is unregistered before the runner captured
+// the push (the table held no rows to bootstrap, so no projection bootstrap is
+// involved). Its transaction committed while the table was registered, so it is
+// materialized under that registry and the fence covered: the client is served.
+func TestPushEdgeCapturePendingAfterUnregister(t *testing.T) {
+	t.Parallel()
+	e := newSyncEnv(t, `GRANT SELECT ON notes TO synchro_operator;`)
+	db := e.db
+	ctx := context.Background()
+	e.stopRunner(t)
+	raw, err := pushRawOn(ctx, db.Pool, "pusher", pushJSON(t, pushIns(pushID(), "notes", "n1", pm{"owner": "o1", "body": "pushed"})))
+	require.NoError(t, err)
+	require.Contains(t, raw, `"accepted"`)
+	_, err = rebuildRaw(db, "pusher", "owner:o1", "", 100)
+	requireSQLState(t, err, "SY503")
+
+	op := newOperator(t, db)
+	require.NoError(t, op.exec(`SELECT synchro.unregister_relation($1)`, relationID(t, db, "notes")))
+	g2 := op.activate(t)
+	e.startRunner(t)
+	waitRegistry(t, db, g2)
+	write(t, db, `INSERT INTO tasks (id, owner, title) VALUES (1, 'o1', 'one')`)
+
+	var last error
+	for i := 0; i < 100; i++ {
+		_, last = rebuildRaw(db, "pusher", "owner:o1", "", 100)
+		if pe := asPgError(last); pe == nil || pe.Code != "SY503" {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	var cov string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT coalesce(string_agg(coalesce(coverage, 'NULL'), ','), 'none') FROM synchro.write_fence WHERE client_id = 'pusher'`).Scan(&cov))
+	t.Logf("write fence coverage: %s", cov)
+	require.NoError(t, last, "the pushing client is served once the stream caught up")
+}
