@@ -26,6 +26,7 @@ type SynchroBootstrap struct {
 	RowDigest        *string
 	RequestedAt      time.Time
 	Detail           *string
+	Streamed         bool
 }
 
 type SynchroBootstrapCoverage struct {
@@ -220,10 +221,11 @@ type SynchroReadinessLimit struct {
 }
 
 type SynchroRegistration struct {
-	Generation  int64
-	RelationID  int64
-	Columns     []string
-	ColumnTypes []pgtype.Uint32
+	Generation    int64
+	RelationID    int64
+	Columns       []string
+	ColumnTypes   []pgtype.Uint32
+	ColumnAttnums []int16
 }
 
 type SynchroRegistry struct {
@@ -237,6 +239,11 @@ type SynchroRegistry struct {
 	KeyType          string
 	Columns          []string
 	ScopeRules       interface{}
+}
+
+type SynchroRegistryClock struct {
+	One     bool
+	Changes int64
 }
 
 type SynchroRegistryGeneration struct {

@@ -60,7 +60,6 @@ func TestPushUpdateRacesDeleteAndInsert(t *testing.T) {
 	}
 }
 
-
 // fenceCatchUp writes a marker row and waits until the runner has materialized it, then
 // requires that the materialized projection of items equals the live table (same keys,
 // same registered values, same versions as the reservations) and that nothing is

@@ -465,4 +465,3 @@ func TestMaterializeTruncateDependency(t *testing.T) {
 	require.Zero(t, countOf(t, db, `SELECT count(*) FROM synchro.effect WHERE pk::int8 >= 200`), "nothing after it")
 	requireBlockedAt(t, db, q)
 }
-

@@ -278,4 +278,3 @@ func TestReadPathInReadOnlyTransaction(t *testing.T) {
 	require.NoError(t, tx.QueryRow(ctx, `SELECT synchro.rebuild('ro', 'owner:a', NULL, 2)::text`).Scan(&raw))
 	require.Contains(t, raw, `"has_more": true`)
 }
-
