@@ -84,6 +84,16 @@ BEGIN
     -- parameters are computed here, under the pinned search_path).
     key_text := m ->> 'key';
     row_in := m -> 'row';
+    -- The columns an insert or an update writes, and their definitions for
+    -- jsonb_to_record (col_defs, above).
+    col_list := NULL;
+    col_defs := NULL;
+    IF m ->> 'op' <> 'delete' THEN
+      SELECT string_agg(format('%I', k), ', ') INTO col_list FROM jsonb_object_keys(row_in) k;
+      SELECT string_agg(format('%I %s', a.attname, format_type(a.atttypid, a.atttypmod)), ', ') INTO col_defs
+        FROM jsonb_object_keys(row_in) k
+        JOIN pg_attribute a ON a.attrelid = tgt::regclass AND a.attname = k AND a.attnum > 0 AND NOT a.attisdropped;
+    END IF;
     BEGIN
       -- A key over 1024 bytes (octet_length of its text; docs/errors.md) is the fence
       -- trigger's refusal too. Checked here first, so an oversized key never reaches an
@@ -164,10 +174,6 @@ BEGIN
                                         'version', ent.version, 'row', (SELECT coalesce(jsonb_object_agg(e.key, e.value), '{}')
                                           FROM jsonb_each(cur) e WHERE e.key = ANY (cols::text[])));
         ELSE
-          SELECT string_agg(format('%I', k), ', ') INTO col_list FROM jsonb_object_keys(m -> 'row') k;
-          SELECT string_agg(format('%I %s', a.attname, format_type(a.atttypid, a.atttypmod)), ', ') INTO col_defs
-            FROM jsonb_object_keys(m -> 'row') k
-            JOIN pg_attribute a ON a.attrelid = tgt::regclass AND a.attname = k AND a.attnum > 0 AND NOT a.attisdropped;
           stmt := format(
             'INSERT INTO %s AS t (%s) SELECT %s FROM pg_catalog.jsonb_to_record($1) AS x(%s) '
             'ON CONFLICT (%I) DO NOTHING RETURNING pg_catalog.to_jsonb(t.*)',
@@ -205,10 +211,6 @@ BEGIN
                                       'version', ent.version, 'row', (SELECT coalesce(jsonb_object_agg(e.key, e.value), '{}')
                                         FROM jsonb_each(cur) e WHERE e.key = ANY (cols::text[])));
       ELSIF m ->> 'op' = 'update' THEN
-        SELECT string_agg(format('%I', k), ', ') INTO col_list FROM jsonb_object_keys(m -> 'row') k;
-        SELECT string_agg(format('%I %s', a.attname, format_type(a.atttypid, a.atttypmod)), ', ') INTO col_defs
-          FROM jsonb_object_keys(m -> 'row') k
-          JOIN pg_attribute a ON a.attrelid = tgt::regclass AND a.attname = k AND a.attnum > 0 AND NOT a.attisdropped;
         IF col_list IS NULL THEN
           -- An update that sets nothing still passes the fence: a new version.
           stmt := format('UPDATE ONLY %s AS t SET %I = t.%I WHERE %s RETURNING pg_catalog.to_jsonb(t.*)',
