@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -395,7 +393,6 @@ SELECT 'notes', n.id, rv.version, to_jsonb(n)::text
 // or (on SY409) rebuilding and then pulling, ends in the live state.
 func TestRegistryEdgeDependencyJoinsUnderWrites(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	e := newSyncEnv(t, `CREATE TABLE project_leads (id int8 PRIMARY KEY, project_id int8, lead_id text);
 		INSERT INTO project_leads SELECT i, i % 5, 'u' || (i % 4) FROM generate_series(1, 40) i;
 		INSERT INTO project_members SELECT i, i % 5, 'u' || (i % 3) FROM generate_series(1, 6) i;
@@ -407,51 +404,23 @@ func TestRegistryEdgeDependencyJoinsUnderWrites(t *testing.T) {
 	for _, u := range users {
 		scopes = append(scopes, "user:"+u, "lead:"+u, "owner:"+u)
 	}
-	reps := map[string]replica{}
-	curs := map[string]string{}
-	for _, s := range scopes {
-		reps[s], curs[s] = startScope(t, db, "c", s)
-	}
-
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var stopOnce sync.Once
-	stopWriters := func() { stopOnce.Do(func() { close(stop) }); wg.Wait() }
-	defer stopWriters()
-	var n atomic.Int64
-	for w := 0; w < 2; w++ {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				i := n.Add(1)
-				var sql string
-				switch i % 5 {
-				case 0:
-					sql = fmt.Sprintf(`UPDATE project_leads SET project_id = %d WHERE id = %d`, i%6, 1+i%40)
-				case 1:
-					sql = fmt.Sprintf(`UPDATE project_leads SET lead_id = 'u%d' WHERE id = %d`, i%4, 1+(i*7)%40)
-				case 2:
-					sql = fmt.Sprintf(`UPDATE tasks SET project_id = %d, v = v + 1 WHERE id = %d`, i%6, 1+(i*3)%60)
-				case 3:
-					sql = fmt.Sprintf(`INSERT INTO project_leads VALUES (%d, %d, 'u%d')`, 1000+i, i%6, i%4)
-				case 4:
-					sql = fmt.Sprintf(`DELETE FROM project_leads WHERE id = %d; UPDATE project_members SET user_id = 'u%d' WHERE id = %d`, 1000+i-1, i%3, 1+i%6)
-				}
-				if _, err := db.Pool.Exec(ctx, sql); err != nil {
-					if pe := asPgError(err); pe != nil && (pe.Code == "40P01" || pe.Code == "40001") {
-						continue
-					}
-					t.Errorf("writer: %v", err)
-					return
-				}
-				time.Sleep(2 * time.Millisecond)
-			}
-		})
-	}
+	reps, curs := startScopes(t, db, "c", scopes)
+	w := startWriters(t, db, 2, 2*time.Millisecond, []string{"40P01", "40001"}, func(i int64) string {
+		var sql string
+		switch i % 5 {
+		case 0:
+			sql = fmt.Sprintf(`UPDATE project_leads SET project_id = %d WHERE id = %d`, i%6, 1+i%40)
+		case 1:
+			sql = fmt.Sprintf(`UPDATE project_leads SET lead_id = 'u%d' WHERE id = %d`, i%4, 1+(i*7)%40)
+		case 2:
+			sql = fmt.Sprintf(`UPDATE tasks SET project_id = %d, v = v + 1 WHERE id = %d`, i%6, 1+(i*3)%60)
+		case 3:
+			sql = fmt.Sprintf(`INSERT INTO project_leads VALUES (%d, %d, 'u%d')`, 1000+i, i%6, i%4)
+		case 4:
+			sql = fmt.Sprintf(`DELETE FROM project_leads WHERE id = %d; UPDATE project_members SET user_id = 'u%d' WHERE id = %d`, 1000+i-1, i%3, 1+i%6)
+		}
+		return sql
+	})
 	time.Sleep(200 * time.Millisecond)
 	op := newOperator(t, db)
 	require.NoError(t, op.exec(`SELECT synchro.register_dependency('project_leads', ARRAY['project_id', 'lead_id']::name[])`))
@@ -472,7 +441,7 @@ func TestRegistryEdgeDependencyJoinsUnderWrites(t *testing.T) {
 		curs[s] = p.Cursor
 	}
 	time.Sleep(300 * time.Millisecond)
-	stopWriters()
+	w.Stop()
 	write(t, db, `INSERT INTO notes VALUES ('last', 'u1', 'last')`)
 	for _, s := range scopes {
 		ch, _ := pullAll(t, db, "c", s, curs[s], 50)
@@ -481,7 +450,7 @@ func TestRegistryEdgeDependencyJoinsUnderWrites(t *testing.T) {
 		fresh, _ := startScope(t, db, "d", s)
 		requireReplica(t, liveScope(t, db, liveLeadsSQL, s), fresh, "rebuild "+s)
 	}
-	t.Logf("writes: %d", n.Load())
+	t.Logf("writes: %d", w.Attempts())
 	requireNoQuarantine(t, db)
 }
 
@@ -491,38 +460,14 @@ func TestRegistryEdgeDependencyJoinsUnderWrites(t *testing.T) {
 // shape and pull on to the live state.
 func TestRegistryEdgeSetColumnsAfterRewriteUnderWrites(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	e := newSyncEnv(t, `INSERT INTO notes SELECT 'n' || i, 'o' || (i % 3), 'body ' || i FROM generate_series(1, 50) i;
 		GRANT SELECT ON notes TO synchro_operator;`)
 	db := e.db
 	scopes := []string{"owner:o0", "owner:o1", "owner:o2", "user:u1"}
-	reps := map[string]replica{}
-	curs := map[string]string{}
-	for _, s := range scopes {
-		reps[s], curs[s] = startScope(t, db, "c", s)
-	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var stopOnce sync.Once
-	stopWriters := func() { stopOnce.Do(func() { close(stop) }); wg.Wait() }
-	defer stopWriters()
-	var n atomic.Int64
-	wg.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			i := n.Add(1)
-			sql := fmt.Sprintf(`INSERT INTO notes (id, owner, body) VALUES ('w%d', 'o%d', 'w') ON CONFLICT (id) DO UPDATE SET body = 'again';
-				UPDATE notes SET owner = 'o%d' WHERE id = 'n%d'`, i, i%3, (i+1)%3, 1+i%50)
-			if _, err := db.Pool.Exec(ctx, sql); err != nil {
-				t.Errorf("writer: %v", err)
-				return
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
+	reps, curs := startScopes(t, db, "c", scopes)
+	w := startWriters(t, db, 1, 2*time.Millisecond, nil, func(i int64) string {
+		return fmt.Sprintf(`INSERT INTO notes (id, owner, body) VALUES ('w%d', 'o%d', 'w') ON CONFLICT (id) DO UPDATE SET body = 'again';
+			UPDATE notes SET owner = 'o%d' WHERE id = 'n%d'`, i, i%3, (i+1)%3, 1+i%50)
 	})
 	time.Sleep(200 * time.Millisecond)
 	mustExec(t, db, `ALTER TABLE notes ADD COLUMN extra text DEFAULT md5(random()::text)`)
@@ -540,14 +485,14 @@ func TestRegistryEdgeSetColumnsAfterRewriteUnderWrites(t *testing.T) {
 		curs[s] = p.Cursor
 	}
 	time.Sleep(200 * time.Millisecond)
-	stopWriters()
+	w.Stop()
 	write(t, db, `INSERT INTO tasks (id, owner, title) VALUES (1, 'o1', 'last')`)
 	for _, s := range scopes {
 		ch, _ := pullAll(t, db, "c", s, curs[s], 50)
 		reps[s].apply(t, ch)
 		requireReplica(t, liveScope(t, db, liveScopeSQL, s), reps[s], "incremental "+s)
 	}
-	t.Logf("writes: %d", n.Load())
+	t.Logf("writes: %d", w.Attempts())
 	requireNoQuarantine(t, db)
 }
 
@@ -663,36 +608,11 @@ func TestRegistryEdgeDependencyLeavesUnderWrites(t *testing.T) {
 		GRANT SELECT ON tasks TO synchro_operator;`)
 	db := e.db
 	scopes := []string{"user:u0", "user:u1", "user:u2", "owner:u0", "owner:u1"}
-	reps := map[string]replica{}
-	curs := map[string]string{}
-	for _, s := range scopes {
-		reps[s], curs[s] = startScope(t, db, "c", s)
-	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var stopOnce sync.Once
-	stopWriters := func() { stopOnce.Do(func() { close(stop) }); wg.Wait() }
-	defer stopWriters()
-	var n atomic.Int64
-	wg.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			i := n.Add(1)
-			sql := fmt.Sprintf(`UPDATE project_members SET project_id = %d WHERE id = %d; UPDATE tasks SET reviewer = 'u%d', v = v + 1 WHERE id = %d`,
-				i%4, 1+i%12, i%3, 1+(i*7)%30)
-			if _, err := db.Pool.Exec(ctx, sql); err != nil {
-				if pe := asPgError(err); pe != nil && pe.Code == "40P01" {
-					continue // the activation's trigger DDL against a two-table writer
-				}
-				t.Errorf("writer: %v", err)
-				return
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
+	reps, curs := startScopes(t, db, "c", scopes)
+	// 40P01: the activation's trigger DDL against a two-table writer.
+	w := startWriters(t, db, 1, 2*time.Millisecond, []string{"40P01"}, func(i int64) string {
+		return fmt.Sprintf(`UPDATE project_members SET project_id = %d WHERE id = %d; UPDATE tasks SET reviewer = 'u%d', v = v + 1 WHERE id = %d`,
+			i%4, 1+i%12, i%3, 1+(i*7)%30)
 	})
 	time.Sleep(150 * time.Millisecond)
 	op := newOperator(t, db)
@@ -717,7 +637,7 @@ func TestRegistryEdgeDependencyLeavesUnderWrites(t *testing.T) {
 		curs[s] = p.Cursor
 	}
 	time.Sleep(200 * time.Millisecond)
-	stopWriters()
+	w.Stop()
 	write(t, db, `INSERT INTO notes VALUES ('last', 'u1', 'x')`)
 	live := `SELECT 'tasks', t.id::text, rv.version, to_jsonb(t)::text
 	  FROM tasks t JOIN synchro.row_version rv
