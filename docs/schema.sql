@@ -3865,10 +3865,12 @@ BEGIN
     SELECT s.plugin, s.slot_type, s.temporary, s.wal_status, s.confirmed_flush_lsn,
            s.database = pg_catalog.current_database() AS same_database,
            -- Retained WAL against max_slot_wal_keep_size (-1: unlimited) and what
-           -- may still be written before the slot starts losing WAL (NULL: unlimited).
+           -- may still be written before the slot starts losing WAL (NULL: unlimited; 0
+           -- once lost).
            CASE WHEN s.restart_lsn IS NOT NULL AND NOT pg_catalog.pg_is_in_recovery()
                 THEN (pg_catalog.pg_current_wal_lsn() OPERATOR(pg_catalog.-) s.restart_lsn)::int8 END AS retained_bytes,
-           s.safe_wal_size AS safe_bytes,
+           -- safe_wal_size is NULL for a lost slot too: it has nothing left (0).
+           CASE WHEN s.wal_status = 'lost' THEN 0 ELSE s.safe_wal_size END AS safe_bytes,
            (SELECT CASE WHEN st.setting::int8 < 0 THEN -1 ELSE st.setting::int8 * 1048576 END
               FROM pg_catalog.pg_settings st WHERE st.name = 'max_slot_wal_keep_size') AS max_keep_bytes
       INTO slot

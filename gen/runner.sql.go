@@ -561,7 +561,7 @@ SELECT coalesce((SELECT (pg_catalog.pg_current_wal_lsn() - s.restart_lsn)::int8
                     AND s.restart_lsn IS NOT NULL), -1)::int8 AS retained_bytes,
        coalesce((SELECT CASE WHEN st.setting::int8 < 0 THEN -1 ELSE st.setting::int8 * 1048576 END
                    FROM pg_catalog.pg_settings st WHERE st.name = 'max_slot_wal_keep_size'), -1)::int8 AS max_keep_bytes,
-       coalesce((SELECT coalesce(s.safe_wal_size, -1)
+       coalesce((SELECT coalesce(s.safe_wal_size, CASE WHEN s.wal_status = 'lost' THEN 0 ELSE -1 END)
                    FROM pg_catalog.pg_replication_slots s
                   WHERE s.slot_name = $1::name AND s.database = pg_catalog.current_database()), -2)::int8 AS safe_bytes
 `
@@ -575,7 +575,8 @@ type SlotRetentionRow struct {
 // Metrics (runner/observe.go): WAL the slot retains (current WAL position minus its
 // restart_lsn, -1 without the slot), max_slot_wal_keep_size in bytes (-1: unlimited) and
 // the slot's safe_wal_size (WAL that may still be written before it starts losing WAL;
-// -1: unlimited, -2: no slot). Catalog views only: nothing is decoded.
+// -1: unlimited, 0 once lost, -2: no slot; safe_wal_size is NULL both when unlimited and
+// for a lost slot). Catalog views only: nothing is decoded.
 func (q *Queries) SlotRetention(ctx context.Context, slotName string) (SlotRetentionRow, error) {
 	row := q.db.QueryRow(ctx, slotRetention, slotName)
 	var i SlotRetentionRow

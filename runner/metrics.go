@@ -145,7 +145,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		safeWAL: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "synchro_slot_safe_wal_bytes",
-			Help: "WAL that may still be written before the slot starts losing WAL it needs (safe_wal_size); -1 when max_slot_wal_keep_size is unlimited, NaN without the slot.",
+			Help: "WAL that may still be written before the slot starts losing WAL it needs (safe_wal_size); -1 when max_slot_wal_keep_size is unlimited, 0 once the slot is lost, NaN without the slot.",
 		}),
 		poisonState: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "synchro_poisoned",

@@ -16,7 +16,8 @@ import (
 // observeBudget bounds one refresh of the database-side gauges.
 const observeBudget = 10 * time.Second
 
-// gauges are the database-side figures of one refresh; NaN when unknown.
+// gauges are the database-side figures of one refresh; NaN when unknown, except
+// ready, which is 0 unless readiness was read and every check was ok.
 type gauges struct {
 	walLag, commitLag, heartbeatAge float64
 	poisoned, ready                 float64
@@ -57,10 +58,13 @@ func (r *Runner) observeLoop(ctx context.Context, quit <-chan struct{}) {
 	}
 }
 
-// observe reads one set of gauges; conn nil is a failed connection.
+// observe reads one set of gauges; conn nil is a failed connection. The figures
+// start unknown (NaN); the verdict starts not ready (0): readiness that could not be
+// read is unready (ADR 001, fail closed), and an alert on synchro_ready == 0 must
+// fire then, which it never does on NaN.
 func (r *Runner) observe(ctx context.Context, conn *pgx.Conn) (gauges, error) {
 	g := gauges{walLag: math.NaN(), commitLag: math.NaN(), heartbeatAge: math.NaN(), poisoned: math.NaN(),
-		ready: math.NaN(), retained: math.NaN(), maxKeep: math.NaN(), safe: math.NaN()}
+		ready: 0, retained: math.NaN(), maxKeep: math.NaN(), safe: math.NaN()}
 	if conn == nil {
 		return g, errNoConnection
 	}

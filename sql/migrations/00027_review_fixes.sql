@@ -1,0 +1,12 @@
+-- +goose Up
+-- Fixes from the fifteenth session's independent reviews (2026-12-04), functions only:
+--
+-- Readiness: the slot check's safe_wal_bytes of a lost slot is 0, not 'unlimited'
+-- (pg_replication_slots.safe_wal_size is NULL both for a lost slot and when
+-- max_slot_wal_keep_size is -1).
+--
+-- The function files of this release ride on this migration (goose.go,
+-- finalMigration), which ends with synchro._refresh_fences(): every registered
+-- relation's fence is regenerated.
+
+-- +goose Down
