@@ -86,8 +86,9 @@ SET "IntervalStyle" = 'postgres'
 SET extra_float_digits = 3
 SET bytea_output = 'hex'
 AS $fence$
+<<fence>>
 DECLARE
-  k   text;
+  k   text;                   -- the key as text; fence.k where the table's columns are in scope
   v   text;                   -- the transition version (for the write fence under push)
   fid uuid;                   -- the fence_id (idem)
   ctx record;
@@ -216,7 +217,7 @@ BEGIN
     WITH p AS (
       SELECT t.xmin AS live_xmin, t.cmin AS live_cmin, sk.inner_pad, sk.outer_pad,
              pg_catalog.pg_current_xact_id() AS txid
-        FROM synchro.server_key sk LEFT JOIN ONLY %2$I.%3$I t ON t.%4$I = k::%5$s),
+        FROM synchro.server_key sk LEFT JOIN ONLY %2$I.%3$I t ON t.%4$I = fence.k::%5$s),
     w AS (
       INSERT INTO synchro.row_version AS r (relation_id, pk, version, deleted, fence_txid, fence_xmin, fence_cmin)
       SELECT %6$s, k, v, TG_OP = 'DELETE', p.txid, p.live_xmin, p.live_cmin FROM p

@@ -5,6 +5,10 @@
 -- (pg_replication_slots.safe_wal_size is NULL both for a lost slot and when
 -- max_slot_wal_keep_size is -1).
 --
+-- The fence's full check names its key variable qualified (fence.k): a registered
+-- table with a column named k failed a second change of a row in one transaction, and
+-- every push to it, with 42702 (ambiguous column reference).
+--
 -- The function files of this release ride on this migration (goose.go,
 -- finalMigration), which ends with synchro._refresh_fences(): every registered
 -- relation's fence is regenerated.

@@ -600,15 +600,17 @@ func (s *session) inTxnDoc(walStart pglogrepl.LSN, d *document) error {
 	return nil
 }
 
-// changeLSN checks a change's own lsn: present, after the transaction's
+// changeLSN checks a change's own lsn: present, not before the transaction's
 // previous change, before its commit record. Rows carry no LSN downstream (as
-// pgoutput's do not); the order check keeps a tampered one from passing.
+// pgoutput's do not); the order check keeps a tampered one from passing. Several
+// changes share one lsn when one WAL record holds them: the rows of a COPY or of
+// another multi-insert (heap_multi_insert), the tables of one TRUNCATE.
 func (s *session) changeLSN(walStart pglogrepl.LSN, d *document) error {
 	l, ok := parseLSN(d.LSN)
 	if !ok {
 		return malformed(walStart, "change without lsn")
 	}
-	if l <= s.lastChange || l >= s.pending.FinalLSN {
+	if l == 0 || l < s.lastChange || l >= s.pending.FinalLSN {
 		return decode.NewError(decode.ClassTransactionFraming, walStart, "change lsn out of transaction order")
 	}
 	s.lastChange = l

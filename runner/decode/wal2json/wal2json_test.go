@@ -619,3 +619,36 @@ func TestStartOptionsNoMessageFilter(t *testing.T) {
 		}
 	}
 }
+
+// TestChangeLSNOrder: the changes of one WAL record (a COPY's multi-insert, one
+// TRUNCATE of several tables) share its lsn and pass; a change before the previous
+// one, a zero lsn or one at the commit record is refused (transaction framing).
+func TestChangeLSNOrder(t *testing.T) {
+	begin := []byte(`{"action":"B","xid":9,"timestamp":"2026-01-01 00:00:00+00","lsn":"0/200","nextlsn":"0/210"}`)
+	ins := func(lsn string, id int) []byte {
+		return []byte(fmt.Sprintf(`{"action":"I","xid":9,"timestamp":"2026-01-01 00:00:00+00","lsn":"%s","schema":"public","table":"docs","columns":[{"name":"id","typeoid":20,"value":%d},{"name":"owner","typeoid":25,"value":"a"}]}`, lsn, id))
+	}
+	s := newSession(t)
+	if _, err := s.Decode(1, begin); err != nil {
+		t.Fatal(err)
+	}
+	for i, lsn := range []string{"0/100", "0/100", "0/100", "0/180", "0/180"} {
+		if _, err := s.Decode(pglogrepl.LSN(2+i), ins(lsn, i)); err != nil {
+			t.Fatalf("change %d at %s: %v", i, lsn, err)
+		}
+	}
+	for _, tc := range []struct{ name, lsn string }{{"before the previous change", "0/17F"}, {"zero", "0/0"}, {"at the commit", "0/200"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSession(t)
+			if _, err := s.Decode(1, begin); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Decode(2, ins("0/180", 1)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Decode(3, ins(tc.lsn, 2)); !errors.Is(err, &decode.Error{Class: decode.ClassTransactionFraming}) {
+				t.Fatalf("change at %s: %v, want transaction_framing", tc.lsn, err)
+			}
+		})
+	}
+}
