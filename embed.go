@@ -78,13 +78,29 @@ func Install(ctx context.Context, db *sql.DB) error {
 		return fmt.Errorf("install: connect: %w", err)
 	}
 	defer conn.Close()
+	// The search_path pinned on this connection for the whole install, restored after:
+	// the install runs as a privileged role, and an application that owns the database
+	// (so public, or a search_path set on the database) could otherwise put a better
+	// overload of a function or operator the install calls in front of pg_catalog's
+	// (an untyped pg_advisory_lock($1) preferred public.pg_advisory_lock(float8)) and
+	// run it as the installer. The calls are qualified too.
+	var saved string
+	if err := conn.QueryRowContext(ctx, `SELECT pg_catalog.current_setting('search_path')`).Scan(&saved); err != nil {
+		return fmt.Errorf("install: search_path: %w", err)
+	}
+	if _, err := conn.ExecContext(ctx, `SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false)`); err != nil {
+		return fmt.Errorf("install: search_path: %w", err)
+	}
+	defer func() {
+		_, _ = conn.ExecContext(context.WithoutCancel(ctx), `SELECT pg_catalog.set_config('search_path', $1, false)`, saved)
+	}()
 	// A blocking session-level advisory lock: concurrent installers queue on it instead
 	// of polling (goose's session locker, given InstallLockID, takes the same key).
-	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", InstallLockID); err != nil {
+	if _, err := conn.ExecContext(ctx, "SELECT pg_catalog.pg_advisory_lock($1::pg_catalog.int8)", InstallLockID); err != nil {
 		return fmt.Errorf("install: lock: %w", err)
 	}
 	defer func() {
-		_, _ = conn.ExecContext(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", InstallLockID)
+		_, _ = conn.ExecContext(context.WithoutCancel(ctx), "SELECT pg_catalog.pg_advisory_unlock($1::pg_catalog.int8)", InstallLockID)
 	}()
 
 	// Schema synchro first (goose's version table lives in it), and an install from
@@ -329,7 +345,7 @@ func SQL() (string, error) {
 		"-- Installs into an empty database, upgrades an installed pack to this release, and is a\n"+
 		"-- no-op when applied again (docs/install.md). Apply it whole, e.g. psql -v ON_ERROR_STOP=1 -f.\n"+
 		"BEGIN;\n-- The install lock (synchro.InstallLockID): concurrent deploys take turns.\n"+
-		"SELECT pg_advisory_xact_lock(%d);\n\n%s", Hash()[:12], InstallLockID, GoosePrelude)
+		"SELECT pg_catalog.pg_advisory_xact_lock(%d::pg_catalog.int8);\n\n%s", Hash()[:12], InstallLockID, GoosePrelude)
 	newest, err := newestMigration()
 	if err != nil {
 		return "", err

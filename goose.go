@@ -309,7 +309,7 @@ func PrepareGoose(ctx context.Context, db *sql.DB) error {
 		return fmt.Errorf("goose prelude: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1)", InstallLockID); err != nil {
+	if _, err := tx.ExecContext(ctx, "SELECT pg_catalog.pg_advisory_xact_lock($1::pg_catalog.int8)", InstallLockID); err != nil {
 		return fmt.Errorf("goose prelude: lock: %w", err)
 	}
 	if _, err := tx.ExecContext(ctx, GoosePrelude); err != nil {

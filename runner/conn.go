@@ -23,6 +23,13 @@ var sessionParams = [...][2]string{
 	// values with xmloption.
 	{"bytea_output", "hex"},
 	{"xmloption", "content"},
+	// The runner's own statements name types and functions unqualified ($1::text,
+	// count(*)); a startup parameter outranks the database's and the role's settings,
+	// so a database owner's ALTER DATABASE … SET search_path = app, pg_catalog cannot
+	// make them resolve to its own domain or function and run it as the runner's login
+	// (which reads the message key). pg_temp last: the session's temporary objects are
+	// the runner's own, named pg_temp.x where used.
+	{"search_path", "pg_catalog, pg_temp"},
 }
 
 // applyParams are the apply session's defaults, kept when the database URL sets

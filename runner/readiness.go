@@ -24,6 +24,9 @@ func NewReadiness(dbURL string) (*Readiness, error) {
 	}
 	cfg.MaxConns = 2
 	cfg.ConnConfig.RuntimeParams["application_name"] = "synchro-readyz"
+	// As the runner's sessions (sessionParams): unqualified names resolve in
+	// pg_catalog, whatever search_path the database or role sets.
+	cfg.ConnConfig.RuntimeParams["search_path"] = "pg_catalog, pg_temp"
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		return nil, fmt.Errorf("synchro: readiness: %w", err)

@@ -63,7 +63,7 @@ func runMigrations(_ context.Context, e *env, args []string) error {
 // preludeScript is synchro.GoosePrelude in one transaction under the install lock (the
 // key goose's Postgres locker and `synchro migrate up` take), for psql.
 func preludeScript() string {
-	return fmt.Sprintf("BEGIN;\nSELECT pg_advisory_xact_lock(%d);\n%sCOMMIT;\n", synchro.InstallLockID, synchro.GoosePrelude)
+	return fmt.Sprintf("BEGIN;\nSELECT pg_catalog.pg_advisory_xact_lock(%d::pg_catalog.int8);\n%sCOMMIT;\n", synchro.InstallLockID, synchro.GoosePrelude)
 }
 
 // exportMigrations writes the goose source into dir. Files already there with the same

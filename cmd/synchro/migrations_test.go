@@ -37,7 +37,7 @@ func TestMigrationsExportAndPrelude(t *testing.T) {
 
 	e, out := testEnv()
 	require.Equal(t, 0, run(context.Background(), e, []string{"migrations", "prelude"}))
-	require.True(t, strings.HasPrefix(out.String(), "BEGIN;\nSELECT pg_advisory_xact_lock("), out.String())
+	require.True(t, strings.HasPrefix(out.String(), "BEGIN;\nSELECT pg_catalog.pg_advisory_xact_lock("), out.String())
 	db := testdb.NewEmpty(t)
 	_, err = db.Pool.Exec(context.Background(), out.String())
 	require.NoError(t, err)

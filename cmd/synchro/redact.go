@@ -30,6 +30,11 @@ func parseDB(raw string) (*pgx.ConnConfig, error) {
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = connectTimeout
 	}
+	// The commands' statements (install, status, ready) resolve unqualified names in
+	// pg_catalog whatever search_path the database or role sets: they run as a
+	// deploy or operator role, and an application that owns the database must not
+	// slip its own overload in front of pg_catalog's.
+	cfg.RuntimeParams["search_path"] = "pg_catalog, pg_temp"
 	return cfg, nil
 }
 
