@@ -1062,6 +1062,10 @@ SET "DateStyle" = 'ISO'
 SET "IntervalStyle" = 'postgres'
 SET extra_float_digits = 3
 SET bytea_output = 'hex'
+-- The full check's plan must not evaluate the table's CHECK constraints, which the
+-- planner folds (running the application's IMMUTABLE functions as the owner) only
+-- under constraint_exclusion = on, a setting any writer may choose.
+SET constraint_exclusion = 'partition'
 AS $fence$
 <<fence>>
 DECLARE
@@ -1190,6 +1194,15 @@ BEGIN
   --      (a later change fenced first) or an INSERT/UPDATE finds no live tuple (a
   --      later delete fenced first);
   --   then, only when w wrote, the authenticated message as above.
+  -- The full check plans a query on the table as the owner, and planning evaluates
+  -- the constant-argument IMMUTABLE functions of the table's index and statistics
+  -- expressions: refused when one is the application's (synchro._planned_app_code).
+  -- Its CHECK constraints are folded only under constraint_exclusion = on (the SET
+  -- clause above).
+  IF lsn IS NULL AND synchro._planned_app_code(TG_RELID) THEN
+    RAISE EXCEPTION 'registered relation_id %% has an index or statistics expression that calls a function or operator of the application (the fence would plan it as the pack owner): hand the function to a superuser or drop the expression',
+      %6$s USING ERRCODE = 'feature_not_supported';
+  END IF;
   IF lsn IS NULL THEN
     WITH p AS (
       SELECT t.xmin AS live_xmin, t.cmin AS live_cmin, sk.inner_pad, sk.outer_pad,
@@ -1594,7 +1607,7 @@ DECLARE
 BEGIN
   SELECT * INTO STRICT r FROM synchro.relation WHERE relation_id = rid;
   SELECT * INTO g FROM synchro.registration WHERE generation = reg AND relation_id = rid;
-  EXECUTE format('LOCK TABLE ONLY %I.%I IN ACCESS SHARE MODE', r.schema_name, r.table_name);
+  EXECUTE format('LOCK TABLE ONLY %I.%I IN SHARE UPDATE EXCLUSIVE MODE', r.schema_name, r.table_name);
   -- The registered name must still be the registered relation: the caller reads the
   -- table by that name with the owner's rights, and a renamed table's old name may
   -- now be a view of the application, whose functions would run as the owner
@@ -1603,6 +1616,10 @@ BEGIN
   -- transaction ends.
   IF to_regclass(format('%I.%I', r.schema_name, r.table_name)) IS DISTINCT FROM r.relid THEN
     RAISE EXCEPTION 'baseline refused: relation_id % was renamed or moved (relation drift): rename it back, or rebind it', rid
+      USING ERRCODE = 'feature_not_supported';
+  END IF;
+  IF synchro._planned_app_code(r.relid) THEN
+    RAISE EXCEPTION 'baseline refused: relation_id % has an index or statistics expression that calls a function or operator of the application (planned as the pack owner): hand the function to a superuser or drop the expression', rid
       USING ERRCODE = 'feature_not_supported';
   END IF;
   IF NOT EXISTS (SELECT 1 FROM pg_attribute a
@@ -3142,6 +3159,38 @@ CREATE FUNCTION synchro._pl_ident(n name) RETURNS text
 
 
 ALTER FUNCTION synchro._pl_ident(n name) OWNER TO postgres;
+
+--
+-- Name: _planned_app_code(oid); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._planned_app_code(rel oid) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT (EXISTS (SELECT 1 FROM pg_catalog.pg_index i
+                   WHERE i.indrelid = rel AND (i.indexprs IS NOT NULL OR i.indpred IS NOT NULL))
+          OR EXISTS (SELECT 1 FROM pg_catalog.pg_statistic_ext s
+                      WHERE s.stxrelid = rel AND s.stxexprs IS NOT NULL))
+     AND EXISTS (
+       SELECT 1
+         FROM pg_catalog.pg_depend d
+         LEFT JOIN pg_catalog.pg_operator o
+           ON d.refclassid = 'pg_catalog.pg_operator'::pg_catalog.regclass AND o.oid = d.refobjid
+         JOIN pg_catalog.pg_proc p
+           ON p.oid = CASE WHEN d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass THEN d.refobjid
+                           ELSE o.oprcode::pg_catalog.oid END
+         JOIN pg_catalog.pg_roles ow ON ow.oid = p.proowner
+        WHERE ((d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                AND d.objid IN (SELECT i.indexrelid FROM pg_catalog.pg_index i WHERE i.indrelid = rel))
+               OR (d.classid = 'pg_catalog.pg_statistic_ext'::pg_catalog.regclass
+                   AND d.objid IN (SELECT s.oid FROM pg_catalog.pg_statistic_ext s WHERE s.stxrelid = rel)))
+          AND d.refclassid IN ('pg_catalog.pg_proc'::pg_catalog.regclass, 'pg_catalog.pg_operator'::pg_catalog.regclass)
+          AND NOT ow.rolsuper
+          AND ow.rolname OPERATOR(pg_catalog.<>) CURRENT_USER)
+$$;
+
+
+ALTER FUNCTION synchro._planned_app_code(rel oid) OWNER TO postgres;
 
 --
 -- Name: _push_enter(text, uuid, bigint, text, boolean); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -5354,6 +5403,7 @@ ALTER FUNCTION synchro.acquire_lease(name text, owner text, lease_seconds intege
 CREATE FUNCTION synchro.activate_registry() RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET constraint_exclusion TO 'partition'
     AS $_$
 DECLARE
   g bigint;
@@ -5468,6 +5518,13 @@ BEGIN
      ORDER BY rel.relation_id
   LOOP
     PERFORM synchro._install_triggers(r.relation_id);
+    -- Under the triggers' lock (SHARE ROW EXCLUSIVE, which keeps CREATE STATISTICS and
+    -- CREATE INDEX out until this commits), before any read of the table planned as the
+    -- owner (here, and every fence's full check from this activation on).
+    IF synchro._planned_app_code(r.relid) THEN
+      RAISE EXCEPTION 'activation refused: relation_id % has an index or statistics expression that calls a function or operator of the application (planned as the pack owner): hand the function to a superuser or drop the expression', r.relation_id
+        USING ERRCODE = 'feature_not_supported';
+    END IF;
     -- Registered column types, so capture tells a retyped column (drift) apart, and
     -- attribute numbers, so readiness and the baselines tell a column dropped and added
     -- again under the same name and type apart (its values are gone with no row event).
@@ -7207,6 +7264,7 @@ ALTER FUNCTION synchro.runner_ack(lsn pg_lsn) OWNER TO postgres;
 CREATE FUNCTION synchro.runner_baseline(slot_name text, plugin text, consistent_point pg_lsn) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET constraint_exclusion TO 'partition'
     SET "TimeZone" TO 'UTC'
     SET "DateStyle" TO 'ISO'
     SET "IntervalStyle" TO 'postgres'
@@ -7299,6 +7357,7 @@ ALTER FUNCTION synchro.runner_bootstrap_fail(detail text) OWNER TO postgres;
 CREATE FUNCTION synchro.runner_bootstrap_stage(consistent_point pg_lsn, slot_name text) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET constraint_exclusion TO 'partition'
     SET "TimeZone" TO 'UTC'
     SET "DateStyle" TO 'ISO'
     SET "IntervalStyle" TO 'postgres'
@@ -7380,6 +7439,7 @@ ALTER FUNCTION synchro.runner_bootstrap_stage(consistent_point pg_lsn, slot_name
 CREATE FUNCTION synchro.runner_bootstrap_versions(relation_id bigint, after text, chunk integer) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET constraint_exclusion TO 'partition'
     SET lock_timeout TO '200ms'
     AS $$
 DECLARE
@@ -7626,6 +7686,7 @@ ALTER FUNCTION synchro.runner_release() OWNER TO postgres;
 CREATE FUNCTION synchro.runner_reset_baseline(reset_id uuid, slot_name text, consistent_point pg_lsn) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET constraint_exclusion TO 'partition'
     SET "TimeZone" TO 'UTC'
     SET "DateStyle" TO 'ISO'
     SET "IntervalStyle" TO 'postgres'
@@ -8009,6 +8070,7 @@ ALTER FUNCTION synchro.runner_reset_verify(reset_id uuid, chunk integer) OWNER T
 CREATE FUNCTION synchro.runner_reset_versions(reset_id uuid, after_relation bigint, after text, chunk integer, OUT relation_id bigint, OUT last text) RETURNS record
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET constraint_exclusion TO 'partition'
     SET lock_timeout TO '200ms'
     AS $$
 DECLARE
@@ -10125,6 +10187,13 @@ REVOKE ALL ON FUNCTION synchro._pending_generation() FROM PUBLIC;
 --
 
 REVOKE ALL ON FUNCTION synchro._pl_ident(n name) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _planned_app_code(rel oid); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._planned_app_code(rel oid) FROM PUBLIC;
 
 
 --

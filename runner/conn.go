@@ -30,6 +30,11 @@ var sessionParams = [...][2]string{
 	// (which reads the message key). pg_temp last: the session's temporary objects are
 	// the runner's own, named pg_temp.x where used.
 	{"search_path", "pg_catalog, pg_temp"},
+	// The baselines read registered tables planned as the pack's owner: the planner
+	// folds a table's CHECK constraints (running the application's IMMUTABLE
+	// functions) only under constraint_exclusion = on, which the database's owner
+	// could set for every session.
+	{"constraint_exclusion", "partition"},
 }
 
 // applyParams are the apply session's defaults, kept when the database URL sets

@@ -85,6 +85,10 @@ SET "DateStyle" = 'ISO'
 SET "IntervalStyle" = 'postgres'
 SET extra_float_digits = 3
 SET bytea_output = 'hex'
+-- The full check's plan must not evaluate the table's CHECK constraints, which the
+-- planner folds (running the application's IMMUTABLE functions as the owner) only
+-- under constraint_exclusion = on, a setting any writer may choose.
+SET constraint_exclusion = 'partition'
 AS $fence$
 <<fence>>
 DECLARE
@@ -213,6 +217,15 @@ BEGIN
   --      (a later change fenced first) or an INSERT/UPDATE finds no live tuple (a
   --      later delete fenced first);
   --   then, only when w wrote, the authenticated message as above.
+  -- The full check plans a query on the table as the owner, and planning evaluates
+  -- the constant-argument IMMUTABLE functions of the table's index and statistics
+  -- expressions: refused when one is the application's (synchro._planned_app_code).
+  -- Its CHECK constraints are folded only under constraint_exclusion = on (the SET
+  -- clause above).
+  IF lsn IS NULL AND synchro._planned_app_code(TG_RELID) THEN
+    RAISE EXCEPTION 'registered relation_id %% has an index or statistics expression that calls a function or operator of the application (the fence would plan it as the pack owner): hand the function to a superuser or drop the expression',
+      %6$s USING ERRCODE = 'feature_not_supported';
+  END IF;
   IF lsn IS NULL THEN
     WITH p AS (
       SELECT t.xmin AS live_xmin, t.cmin AS live_cmin, sk.inner_pad, sk.outer_pad,

@@ -8,10 +8,18 @@
 -- column is relation drift: the baseline is refused (0A000) until the relation is
 -- registered again.
 --
--- The table is locked first (ACCESS SHARE, to the end of the caller's transaction): a
--- statement plans against the catalog as it is when it runs, not as the transaction's
--- snapshot saw it, so a type change committed between this check and the read would
--- otherwise pass; with the lock, such a change waits for the baseline.
+-- The table is locked first (SHARE UPDATE EXCLUSIVE, to the end of the caller's
+-- transaction): a statement plans against the catalog as it is when it runs, not as
+-- the transaction's snapshot saw it, so a type change committed between this check and
+-- the read would otherwise pass; with the lock, such a change waits for the baseline.
+-- The mode also keeps CREATE STATISTICS and CREATE INDEX out (ACCESS SHARE did not):
+-- the relation has no index or statistics expression that runs the application's code
+-- when the owner plans the read (synchro._planned_app_code), and gets none before it.
+-- Writers (ROW EXCLUSIVE) go on; a VACUUM or ANALYZE of the table waits, and an
+-- autovacuum of it is cancelled.
+--
+-- The callers run with constraint_exclusion = partition (runner/conn.go pins it on
+-- the runner's sessions), so no CHECK constraint is folded either.
 CREATE OR REPLACE FUNCTION synchro._live_shape_check(rid bigint, reg bigint) RETURNS void
 LANGUAGE plpgsql
 -- No SET clause: called only from functions that pinned search_path.
@@ -22,7 +30,7 @@ DECLARE
 BEGIN
   SELECT * INTO STRICT r FROM synchro.relation WHERE relation_id = rid;
   SELECT * INTO g FROM synchro.registration WHERE generation = reg AND relation_id = rid;
-  EXECUTE format('LOCK TABLE ONLY %I.%I IN ACCESS SHARE MODE', r.schema_name, r.table_name);
+  EXECUTE format('LOCK TABLE ONLY %I.%I IN SHARE UPDATE EXCLUSIVE MODE', r.schema_name, r.table_name);
   -- The registered name must still be the registered relation: the caller reads the
   -- table by that name with the owner's rights, and a renamed table's old name may
   -- now be a view of the application, whose functions would run as the owner
@@ -31,6 +39,10 @@ BEGIN
   -- transaction ends.
   IF to_regclass(format('%I.%I', r.schema_name, r.table_name)) IS DISTINCT FROM r.relid THEN
     RAISE EXCEPTION 'baseline refused: relation_id % was renamed or moved (relation drift): rename it back, or rebind it', rid
+      USING ERRCODE = 'feature_not_supported';
+  END IF;
+  IF synchro._planned_app_code(r.relid) THEN
+    RAISE EXCEPTION 'baseline refused: relation_id % has an index or statistics expression that calls a function or operator of the application (planned as the pack owner): hand the function to a superuser or drop the expression', rid
       USING ERRCODE = 'feature_not_supported';
   END IF;
   IF NOT EXISTS (SELECT 1 FROM pg_attribute a

@@ -11,6 +11,9 @@ CREATE OR REPLACE FUNCTION synchro.activate_registry() RETURNS bigint
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+-- The reads of registered tables below are planned as the owner: no CHECK constraint
+-- of theirs may be folded (synchro._planned_app_code says why).
+SET constraint_exclusion = 'partition'
 AS $$
 DECLARE
   g bigint;
@@ -125,6 +128,13 @@ BEGIN
      ORDER BY rel.relation_id
   LOOP
     PERFORM synchro._install_triggers(r.relation_id);
+    -- Under the triggers' lock (SHARE ROW EXCLUSIVE, which keeps CREATE STATISTICS and
+    -- CREATE INDEX out until this commits), before any read of the table planned as the
+    -- owner (here, and every fence's full check from this activation on).
+    IF synchro._planned_app_code(r.relid) THEN
+      RAISE EXCEPTION 'activation refused: relation_id % has an index or statistics expression that calls a function or operator of the application (planned as the pack owner): hand the function to a superuser or drop the expression', r.relation_id
+        USING ERRCODE = 'feature_not_supported';
+    END IF;
     -- Registered column types, so capture tells a retyped column (drift) apart, and
     -- attribute numbers, so readiness and the baselines tell a column dropped and added
     -- again under the same name and type apart (its values are gone with no row event).

@@ -12,6 +12,9 @@ RETURNS text
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+-- Reads registered tables planned as the owner: no CHECK constraint of theirs folded
+-- (synchro._planned_app_code).
+SET constraint_exclusion TO 'partition'
 SET lock_timeout TO '200ms'
 AS $$
 DECLARE

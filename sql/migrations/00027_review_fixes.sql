@@ -9,6 +9,12 @@
 -- table with a column named k failed a second change of a row in one transaction, and
 -- every push to it, with 42702 (ambiguous column reference).
 --
+-- Planning a query on a registered table as the pack owner ran the application's
+-- IMMUTABLE functions of its index and statistics expressions (constant folding) with
+-- the owner's rights: the fence's full check, activate_registry and the baselines now
+-- refuse such a table (0A000, synchro._planned_app_code; the baselines lock it SHARE
+-- UPDATE EXCLUSIVE), and pin constraint_exclusion = partition (CHECK constraints).
+--
 -- The function files of this release ride on this migration (goose.go,
 -- finalMigration), which ends with synchro._refresh_fences(): every registered
 -- relation's fence is regenerated.
