@@ -163,6 +163,23 @@ func (p *scanner) uint32() uint32 {
 	return uint32(n)
 }
 
+// oid reads a type OID as wal2json prints it. Version 2.5 prints an OID with
+// "%d" (pg_decode_write_tuple), so a type created after the cluster's OID counter
+// passed 2^31 (an enum, a domain, their arrays) arrives negative: its two's
+// complement is the OID. An unsigned rendering is read as it is.
+func (p *scanner) oid() uint32 {
+	if p.i < len(p.b) && p.b[p.i] == '-' {
+		p.i++
+		n := p.uint32()
+		if n == 0 || n > 1<<31 {
+			p.bad = true
+			return 0
+		}
+		return uint32(int32(-int64(n)))
+	}
+	return p.uint32()
+}
+
 func (p *scanner) boolean() *bool {
 	switch {
 	case !p.bad && len(p.b)-p.i >= 4 && string(p.b[p.i:p.i+4]) == "true":
@@ -190,7 +207,7 @@ func (p *scanner) columns(withValue bool) []wireColumn {
 		c.Name = string(p.plain())
 		p.lit(',')
 		p.key("typeoid")
-		c.TypeOID = p.uint32()
+		c.TypeOID = wireOID(p.oid())
 		if withValue {
 			p.lit(',')
 			p.key("value")

@@ -62,3 +62,30 @@ func FuzzFastPath(f *testing.F) {
 		}
 	})
 }
+
+// TestTypeOIDPastTwoToThe31: wal2json 2.5 prints a type OID with "%d", so an OID past
+// 2^31 arrives negative; both paths read its two's complement, an unsigned rendering
+// as it is, and refuse what is no OID.
+func TestTypeOIDPastTwoToThe31(t *testing.T) {
+	doc := func(oid string) []byte {
+		return []byte(`{"action":"I","columns":[{"name":"m","typeoid":` + oid + `,"value":"x"}],"pk":[{"name":"m","typeoid":` + oid + `}]}`)
+	}
+	for oid, want := range map[string]uint32{"-1294967296": 3000000000, "3000000000": 3000000000, "-2147483648": 1 << 31, "-1": 4294967295, "25": 25} {
+		fast, ok := parseFast(doc(oid))
+		strict, err := parseStrict(0, doc(oid))
+		if !ok || err != nil || !reflect.DeepEqual(fast, strict) {
+			t.Fatalf("typeoid %s: fast %+v (%v), strict %+v (%v)", oid, fast, ok, strict, err)
+		}
+		if uint32(fast.Columns[0].TypeOID) != want || uint32(fast.PK[0].TypeOID) != want {
+			t.Fatalf("typeoid %s read as %d, want %d", oid, fast.Columns[0].TypeOID, want)
+		}
+	}
+	for _, oid := range []string{"-2147483649", "4294967296", "--1", "1.5", "0x19"} {
+		if _, err := parseStrict(0, doc(oid)); err == nil {
+			t.Fatalf("typeoid %s accepted by the strict path", oid)
+		}
+		if _, ok := parseFast(doc(oid)); ok {
+			t.Fatalf("typeoid %s accepted by the fast path", oid)
+		}
+	}
+}

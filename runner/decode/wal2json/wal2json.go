@@ -29,6 +29,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -322,11 +323,10 @@ func notRepresentable(oid uint32) bool {
 
 // tableName renders schema.table for add-tables, escaping what wal2json's
 // parser treats specially ('.', ',', '*', '\' and white space) with '\'. A
-// name that is exactly "*" would still mean every schema or table: refused.
+// name that is exactly "*" is written "\*": wal2json 2.5 tests for its wildcard
+// before it removes the escapes, so that is the literal name
+// (TestDecoderEdgeWal2jsonTableNamedStar writes an unregistered table beside it).
 func tableName(schema, table string) (string, error) {
-	if schema == "*" || table == "*" {
-		return "", decode.NewError(decode.ClassConfigInvalid, 0, "a registered schema or table named * cannot be named to wal2json")
-	}
 	return escapeName(schema) + "." + escapeName(table), nil
 }
 
@@ -391,14 +391,28 @@ func (*session) Boundary(data []byte) decode.Boundary {
 // wireColumn is one element of "columns" or "identity".
 type wireColumn struct {
 	Name    string          `json:"name"`
-	TypeOID uint32          `json:"typeoid"`
+	TypeOID wireOID         `json:"typeoid"`
 	Value   json.RawMessage `json:"value"`
 }
 
 // wirePK is one element of "pk".
 type wirePK struct {
-	Name    string `json:"name"`
-	TypeOID uint32 `json:"typeoid"`
+	Name    string  `json:"name"`
+	TypeOID wireOID `json:"typeoid"`
+}
+
+// wireOID is a type OID as wal2json prints it: version 2.5 with "%d", so an OID
+// past 2^31 arrives negative and its two's complement is the OID (scanner.oid is
+// the fast path's reading).
+type wireOID uint32
+
+func (o *wireOID) UnmarshalJSON(b []byte) error {
+	n, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil || n < math.MinInt32 || n > math.MaxUint32 {
+		return fmt.Errorf("typeoid %.20q is not an OID", b)
+	}
+	*o = wireOID(uint32(n))
+	return nil
 }
 
 // document is one format-2 document, every field the options produce.
@@ -700,7 +714,7 @@ func (st *relState) matches(cols []wireColumn, update bool) bool {
 	j := 0
 	for _, c := range st.rel.Columns {
 		if j < len(cols) && cols[j].Name == c.Name {
-			if cols[j].TypeOID != c.TypeOID {
+			if uint32(cols[j].TypeOID) != c.TypeOID {
 				return false
 			}
 			j++
@@ -724,7 +738,7 @@ func (st *relState) identityMatches(id []wireColumn) bool {
 		if !c.Key {
 			continue
 		}
-		if j >= len(id) || id[j].Name != c.Name || id[j].TypeOID != c.TypeOID {
+		if j >= len(id) || id[j].Name != c.Name || uint32(id[j].TypeOID) != c.TypeOID {
 			return false
 		}
 		j++
@@ -743,7 +757,7 @@ func (st *relState) pkMatches(pk []wirePK) bool {
 		if !c.Key {
 			continue
 		}
-		if j >= len(pk) || pk[j].Name != c.Name || pk[j].TypeOID != c.TypeOID {
+		if j >= len(pk) || pk[j].Name != c.Name || uint32(pk[j].TypeOID) != c.TypeOID {
 			return false
 		}
 		j++
@@ -805,12 +819,12 @@ func (s *session) reshape(out []decode.Message, st *relState, d *document, updat
 			if wire[c.Name] {
 				for j < len(d.Columns) && d.Columns[j].Name != c.Name {
 					if _, known := byName[d.Columns[j].Name]; !known {
-						add(d.Columns[j].Name, d.Columns[j].TypeOID)
+						add(d.Columns[j].Name, uint32(d.Columns[j].TypeOID))
 					}
 					j++
 				}
 				if j < len(d.Columns) {
-					add(d.Columns[j].Name, d.Columns[j].TypeOID)
+					add(d.Columns[j].Name, uint32(d.Columns[j].TypeOID))
 					j++
 				}
 				continue
@@ -822,7 +836,7 @@ func (s *session) reshape(out []decode.Message, st *relState, d *document, updat
 		}
 		for ; j < len(d.Columns); j++ {
 			if _, known := byName[d.Columns[j].Name]; !known {
-				add(d.Columns[j].Name, d.Columns[j].TypeOID)
+				add(d.Columns[j].Name, uint32(d.Columns[j].TypeOID))
 			}
 		}
 		if d.Identity != nil && len(d.Identity) == len(rel.Columns) && len(rel.Columns) > 1 {
