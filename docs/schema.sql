@@ -8261,21 +8261,28 @@ ALTER FUNCTION synchro.runner_state() OWNER TO postgres;
 -- Name: runner_table_set(); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
-CREATE FUNCTION synchro.runner_table_set() RETURNS TABLE(relid oid, first_generation bigint, columns text[], latest_generation bigint)
+CREATE FUNCTION synchro.runner_table_set() RETURNS TABLE(relid oid, first_generation bigint, generations bigint[], columns text[], column_generations bigint[], latest_generation bigint)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
   WITH activated AS (
     SELECT g.generation FROM synchro.registry_generation g
-     WHERE g.state IN ('active', 'retired') AND g.activated_at IS NOT NULL)
-  SELECT r.relid, min(reg.generation),
-         array_agg(DISTINCT c.name ORDER BY c.name),
+     WHERE g.state IN ('active', 'retired') AND g.activated_at IS NOT NULL),
+  regs AS (
+    SELECT r.relid, reg.generation, reg.columns::text[] || r.key_column::text AS cols
+      FROM synchro.relation r
+      JOIN synchro.registration reg ON reg.relation_id = r.relation_id
+      JOIN activated a ON a.generation = reg.generation),
+  cols AS (
+    SELECT x.relid, c.name, max(x.generation) AS last
+      FROM regs x CROSS JOIN LATERAL unnest(x.cols) AS c(name)
+     GROUP BY x.relid, c.name)
+  SELECT x.relid, min(x.generation), array_agg(x.generation ORDER BY x.generation),
+         (SELECT array_agg(c.name ORDER BY c.name) FROM cols c WHERE c.relid = x.relid),
+         (SELECT array_agg(c.last ORDER BY c.name) FROM cols c WHERE c.relid = x.relid),
          (SELECT max(a.generation) FROM activated a)
-    FROM synchro.relation r
-    JOIN synchro.registration reg ON reg.relation_id = r.relation_id
-    JOIN activated a ON a.generation = reg.generation
-   CROSS JOIN LATERAL unnest(reg.columns::text[] || r.key_column::text) AS c(name)
-   GROUP BY r.relid
+    FROM regs x
+   GROUP BY x.relid
 $$;
 
 

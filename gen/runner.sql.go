@@ -473,16 +473,19 @@ func (q *Queries) RunnerState(ctx context.Context) (RunnerStateRow, error) {
 
 const runnerTableSet = `-- name: RunnerTableSet :many
 SELECT t.relid::bigint AS relid, t.first_generation::bigint AS first_generation,
-       t.columns::text[] AS columns, t.latest_generation::bigint AS latest_generation
+       t.generations::bigint[] AS generations, t.columns::text[] AS columns,
+       t.column_generations::bigint[] AS column_generations, t.latest_generation::bigint AS latest_generation
 FROM synchro.runner_table_set() AS t
 ORDER BY t.relid
 `
 
 type RunnerTableSetRow struct {
-	Relid            int64
-	FirstGeneration  int64
-	Columns          []string
-	LatestGeneration int64
+	Relid             int64
+	FirstGeneration   int64
+	Generations       []int64
+	Columns           []string
+	ColumnGenerations []int64
+	LatestGeneration  int64
 }
 
 // Decoder session start (runner/decode/wal2json): the table set of a decoder without a
@@ -499,7 +502,9 @@ func (q *Queries) RunnerTableSet(ctx context.Context) ([]RunnerTableSetRow, erro
 		if err := rows.Scan(
 			&i.Relid,
 			&i.FirstGeneration,
+			&i.Generations,
 			&i.Columns,
+			&i.ColumnGenerations,
 			&i.LatestGeneration,
 		); err != nil {
 			return nil, err

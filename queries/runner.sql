@@ -147,7 +147,8 @@ SELECT coalesce((SELECT (pg_catalog.pg_current_wal_lsn() - s.restart_lsn)::int8
 -- publication, from the registry.
 -- name: RunnerTableSet :many
 SELECT t.relid::bigint AS relid, t.first_generation::bigint AS first_generation,
-       t.columns::text[] AS columns, t.latest_generation::bigint AS latest_generation
+       t.generations::bigint[] AS generations, t.columns::text[] AS columns,
+       t.column_generations::bigint[] AS column_generations, t.latest_generation::bigint AS latest_generation
 FROM synchro.runner_table_set() AS t
 ORDER BY t.relid;
 

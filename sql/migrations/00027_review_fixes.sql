@@ -15,6 +15,13 @@
 -- refuse such a table (0A000, synchro._planned_app_code; the baselines lock it SHARE
 -- UPDATE EXCLUSIVE), and pin constraint_exclusion = partition (CHECK constraints).
 --
+-- synchro.runner_table_set gives each relation every activated generation that
+-- registers it and each column's latest: wal2json decoded a relation a later activation
+-- unregistered (its writes quarantined the stream), and refused a float column that a
+-- later generation no longer registered, for ever. Its result type changes: dropped
+-- here, the function file creates it again.
+DROP FUNCTION IF EXISTS synchro.runner_table_set();
+--
 -- The function files of this release ride on this migration (goose.go,
 -- finalMigration), which ends with synchro._refresh_fences(): every registered
 -- relation's fence is regenerated.

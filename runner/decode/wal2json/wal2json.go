@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -200,6 +201,10 @@ type relState struct {
 	rel      *decode.Relation // the current shape
 	typlen   map[string]int32 // catalog type length by column name (-1: varlena)
 	firstGen int64            // the first activated generation that registers it
+	gens     []int64          // every activated generation that registers it (nil: all from firstGen)
+	// nonRepUntil: the latest generation that registers a float4, float8 or numeric
+	// column of it (0: none does, or the latest does and the session was refused).
+	nonRepUntil int64
 }
 
 // Open reads the table set and the catalog shape of its relations and
@@ -238,9 +243,14 @@ func (p Plugin) Open(ctx context.Context, db decode.Querier, spec decode.Session
 			// report the registered relation as missing.
 			continue
 		}
-		registered := make(map[string]struct{}, len(t.Columns))
-		for _, c := range t.Columns {
-			registered[c] = struct{}{}
+		// Each registered column with the latest activated generation that registers
+		// it: only a column a generation this session can still decode registers
+		// matters (the generation in effect at its start, or a later one).
+		registered := make(map[string]int64, len(t.Columns))
+		for i, c := range t.Columns {
+			if i < len(t.ColumnGenerations) {
+				registered[c] = t.ColumnGenerations[i]
+			}
 		}
 		rel := decode.Relation{
 			OID:       uint32(sh.Relid),
@@ -251,16 +261,22 @@ func (p Plugin) Open(ctx context.Context, db decode.Querier, spec decode.Session
 		if len(sh.Replident) == 1 {
 			rel.ReplicaIdentity = sh.Replident[0]
 		}
-		tb := Table{Relation: rel, TypLens: make([]int32, len(sh.ColNames)), FirstGeneration: t.FirstGeneration}
+		tb := Table{Relation: rel, TypLens: make([]int32, len(sh.ColNames)), FirstGeneration: t.FirstGeneration,
+			Generations: t.Generations}
 		for i, name := range sh.ColNames {
 			rel.Columns[i] = decode.Column{Name: name, TypeOID: uint32(sh.ColTypes[i]), TypeMod: sh.ColTypmods[i], Key: sh.ColKeys[i]}
 			tb.TypLens[i] = sh.ColTyplens[i]
-			if _, reg := registered[name]; reg && notRepresentable(uint32(sh.ColTypes[i])) {
-				e := decode.NewError(decode.ClassValueNotRepresentable, 0,
-					"decoder wal2json cannot carry NaN or Infinity of a registered float4, float8 or numeric column (use pgoutput, or a domain over the type)")
-				e.RelationOID = rel.OID
-				return nil, e
+			last, reg := registered[name]
+			if !reg || !notRepresentable(uint32(sh.ColTypes[i])) || last < spec.RegistryGeneration {
+				continue
 			}
+			if last >= set[0].LatestGeneration {
+				return nil, notRepresentableErr(rel.OID, 0)
+			}
+			// Registered only by generations before the latest (set_columns took it
+			// out, or the relation was unregistered): refused only if a row of the
+			// relation arrives while one of them is in effect (session.row).
+			tb.NotRepresentableUntil = max(tb.NotRepresentableUntil, last)
 		}
 		tables = append(tables, tb)
 	}
@@ -272,12 +288,19 @@ func (p Plugin) Open(ctx context.Context, db decode.Querier, spec decode.Session
 
 // Table is one relation of a session's table set: its shape as pgoutput's
 // Relation message would give it, each column's catalog type length (-1:
-// varlena, the only kind an unchanged TOAST value can be), and the first
-// activated registry generation that registers it.
+// varlena, the only kind an unchanged TOAST value can be), and the activated
+// registry generations that register it.
 type Table struct {
 	Relation        decode.Relation
 	TypLens         []int32 // aligned with Relation.Columns
 	FirstGeneration int64
+	// Generations are the activated generations that register it, ascending; nil
+	// means every generation from FirstGeneration on.
+	Generations []int64
+	// NotRepresentableUntil: a float4, float8 or numeric column is registered in
+	// generations up to this one (0: none), none later. A row of the relation while
+	// such a generation is in effect is refused (value_not_representable).
+	NotRepresentableUntil int64
 }
 
 // NewSession returns the session of a table set read elsewhere (Open reads it
@@ -304,7 +327,8 @@ func NewSession(tables []Table, spec decode.SessionSpec, latest int64) (decode.S
 			return nil, e
 		}
 		names = append(names, name)
-		st := &relState{rel: &rel, typlen: make(map[string]int32, len(rel.Columns)), firstGen: tb.FirstGeneration}
+		st := &relState{rel: &rel, typlen: make(map[string]int32, len(rel.Columns)), firstGen: tb.FirstGeneration,
+			gens: tb.Generations, nonRepUntil: tb.NotRepresentableUntil}
 		for i, c := range rel.Columns {
 			st.typlen[c.Name] = tb.TypLens[i]
 		}
@@ -312,6 +336,13 @@ func NewSession(tables []Table, spec decode.SessionSpec, latest int64) (decode.S
 	}
 	s.opts = append(baseOptions(), option("add-tables", strings.Join(names, ",")))
 	return s, nil
+}
+
+func notRepresentableErr(oid uint32, at pglogrepl.LSN) error {
+	e := decode.NewError(decode.ClassValueNotRepresentable, at,
+		"decoder wal2json cannot carry NaN or Infinity of a registered float4, float8 or numeric column (use pgoutput, or a domain over the type)")
+	e.RelationOID = oid
+	return e
 }
 
 // notRepresentable: types wal2json 2.5 prints as bare JSON numbers whose NaN or
@@ -643,9 +674,18 @@ func (s *session) relation(walStart pglogrepl.LSN, d *document) (*relState, erro
 }
 
 // published reports whether the relation's changes are decoded at this
-// position: from the activation of the first generation that registers it on,
-// as the publication pgoutput reads holds it only from then.
-func (s *session) published(st *relState) bool { return st.firstGen <= s.curGen }
+// position: while a generation that registers it is in effect, as the
+// publication pgoutput reads holds it only then (activate_registry sets the
+// publication's tables). A relation a later activation unregistered is the
+// application's own table again: its writes, which no fence follows, never reach
+// the stream.
+func (s *session) published(st *relState) bool {
+	if st.gens == nil {
+		return st.firstGen <= s.curGen
+	}
+	_, ok := slices.BinarySearch(st.gens, s.curGen)
+	return ok
+}
 
 func (s *session) row(walStart pglogrepl.LSN, d *document) ([]decode.Message, error) {
 	if err := s.inTxnDoc(walStart, d); err != nil {
@@ -660,6 +700,9 @@ func (s *session) row(walStart pglogrepl.LSN, d *document) ([]decode.Message, er
 	}
 	if !s.published(st) {
 		return nil, nil
+	}
+	if s.curGen <= st.nonRepUntil {
+		return nil, notRepresentableErr(st.rel.OID, s.pending.FinalLSN)
 	}
 	out := s.open(make([]decode.Message, 0, 3)) // Begin, Relation, Row: pgoutput's order
 	row := &decode.Row{}
