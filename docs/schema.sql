@@ -1194,6 +1194,17 @@ BEGIN
   --      (a later change fenced first) or an INSERT/UPDATE finds no live tuple (a
   --      later delete fenced first);
   --   then, only when w wrote, the authenticated message as above.
+  -- A replica identity other than DEFAULT is drift (ADR 001), refused here at the
+  -- source. Only on this path: a catalog read per row of the fast path cost 14 percent
+  -- of the fence (scripts/fence-instructions: 327,398 to 372,964 instructions even
+  -- through pg_get_replica_identity_index), so a top-level write after the change
+  -- reaches the WAL, where pgoutput blocks capture on it and wal2json sees it at its
+  -- next session start (docs/decoders.md, "Replica identity").
+  IF lsn IS NULL AND (SELECT c.relreplident FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) TG_RELID)
+                     OPERATOR(pg_catalog.<>) 'd' THEN
+    RAISE EXCEPTION 'registered relation_id %% no longer has REPLICA IDENTITY DEFAULT (relation drift): ALTER TABLE ... REPLICA IDENTITY DEFAULT',
+      %6$s USING ERRCODE = 'feature_not_supported';
+  END IF;
   -- The full check plans a query on the table as the owner, and planning evaluates
   -- the constant-argument IMMUTABLE functions of the table's index and statistics
   -- expressions: refused when one is the application's (synchro._planned_app_code).
@@ -5200,7 +5211,11 @@ BEGIN
   EXCEPTION WHEN data_exception OR character_not_in_repertoire OR untranslatable_character THEN
     RETURN NULL;
   END;
+  -- The decoder ignores the unused low bits of a token's last character, so up to 16
+  -- spellings decode to one token's bytes: only the spelling synchro._token writes is
+  -- that token (a tampered one is refused, whatever it decodes to).
   IF length(raw) <= 32
+     OR rtrim(translate(encode(raw, 'base64'), E'+/\n', '-_'), '=') <> token
      OR sha256(substr(raw, length(raw) - 31)) <> sha256(synchro._mac(payload, scope)) THEN
     RETURN NULL;
   END IF;
@@ -5637,21 +5652,24 @@ BEGIN
   END IF;
 
   -- Membership-rule generations: a prefix whose rules differ from the previous
-  -- generation's gets this generation. The rules are compared as values, each rule's
-  -- fields as one jsonb array, in rule order: a digest of the fields joined with '|'
+  -- generation's gets this generation. The rules are compared as a set of values, each
+  -- rule's fields as one jsonb array, ordered by that value and without repeats (a row's
+  -- scopes are the union of its rules: the same rules staged in another order, or one
+  -- twice, are the same rule set, and kept the prefix's cursors only since 2026-12-04,
+  -- TestReadEdgeSameRuleSetReorderedKeepsCursors): a digest of the fields joined with '|'
   -- and ';' gave two rule sets one digest when a column name held a separator (or a
   -- NULL field was skipped), and such a rule change kept its prefix's cursors and
   -- membership (TestRuleChangeWithSeparatorInColumnName). rules_digest records the
   -- digest of that encoding; '' stands for "no rules".
   WITH cur AS (
     SELECT s.scope_prefix,
-           jsonb_agg(jsonb_build_array(s.relation_id, s.column_name, s.via_relation_id, s.via_match, s.via_scope)
-                     ORDER BY s.relation_id, s.rule_no) AS rules
+           jsonb_agg(DISTINCT jsonb_build_array(s.relation_id, s.column_name, s.via_relation_id, s.via_match, s.via_scope)
+                     ORDER BY jsonb_build_array(s.relation_id, s.column_name, s.via_relation_id, s.via_match, s.via_scope)) AS rules
       FROM synchro.scope_rule s WHERE s.generation = g GROUP BY s.scope_prefix),
   old AS (
     SELECT s.scope_prefix,
-           jsonb_agg(jsonb_build_array(s.relation_id, s.column_name, s.via_relation_id, s.via_match, s.via_scope)
-                     ORDER BY s.relation_id, s.rule_no) AS rules
+           jsonb_agg(DISTINCT jsonb_build_array(s.relation_id, s.column_name, s.via_relation_id, s.via_match, s.via_scope)
+                     ORDER BY jsonb_build_array(s.relation_id, s.column_name, s.via_relation_id, s.via_match, s.via_scope)) AS rules
       FROM synchro.scope_rule s WHERE s.generation = prev GROUP BY s.scope_prefix)
   INSERT INTO synchro.scope_prefix AS p (scope_prefix, rule_generation, rules_digest)
   SELECT c.scope_prefix, g, encode(sha256(convert_to(c.rules::text, 'UTF8')), 'hex')
@@ -5894,9 +5912,18 @@ BEGIN
   -- Target generations are never reused, not even those of aborted resets.
   SELECT greatest((SELECT max(g.stream_generation) FROM synchro.stream_generation g),
                   (SELECT max(r.target_generation) FROM synchro.reset r)) + 1 INTO target;
-  INSERT INTO synchro.reset (reason, phase, source_generation, target_generation, retired_slot)
-  VALUES (reason, 'requested', p.stream_generation, target, p.slot_name)
-  RETURNING reset_id INTO id;
+  -- Under REPEATABLE READ or SERIALIZABLE the check above reads the caller's snapshot,
+  -- which can predate another operator's reset committed since: the unique indexes
+  -- (one open reset, target generations never reused) then refuse the insert, and that
+  -- is the same refusal.
+  BEGIN
+    INSERT INTO synchro.reset (reason, phase, source_generation, target_generation, retired_slot)
+    VALUES (reason, 'requested', p.stream_generation, target, p.slot_name)
+    RETURNING reset_id INTO id;
+  EXCEPTION WHEN unique_violation THEN
+    RAISE EXCEPTION 'begin_reset: a reset is open already (begun after this transaction''s snapshot)'
+      USING ERRCODE = 'SY400';
+  END;
   -- A transaction on the old slot: a runner streaming an idle old stream reaches
   -- materialize_batch, which the reset now refuses, and turns to the reset at once.
   -- Outside the pack's "synchro." prefixes: never staged.
@@ -6486,6 +6513,7 @@ DECLARE
   g        record;
   hw       pg_lsn;
   horizon  pg_lsn;
+  rule_gen bigint;
   c_lsn    pg_lsn;
   c_ev     int;
   c_eff    int;
@@ -6598,9 +6626,18 @@ BEGIN
          count(*),
          (array_agg(format('e.%s.%s.%s', commit_lsn, event_ordinal, effect_ordinal) ORDER BY rn DESC)
             FILTER (WHERE sent))[1],
-         (SELECT r.horizon_commit_lsn FROM synchro.retention r WHERE r.stream_generation = g.stream_generation)
-    INTO changes, n_sent, n, last_point, horizon
+         (SELECT r.horizon_commit_lsn FROM synchro.retention r WHERE r.stream_generation = g.stream_generation),
+         synchro._scope_rule_generation(pull.scope)
+    INTO changes, n_sent, n, last_point, horizon, rule_gen
     FROM delivery;
+  -- The scope's rule generation again, with the page's snapshot: an activation that
+  -- changed the scope's rules committed after the cursor's check above, and effects
+  -- materialized under the new rules since, would otherwise reach a cursor of the old
+  -- ones (a page of a state under neither rule set; TestReadEdgePullRacesRuleChange).
+  IF rule_gen::text <> parts[3] THEN
+    RAISE EXCEPTION 'rebuild_required: the scope''s rules changed (registry activation); rebuild'
+      USING ERRCODE = 'SY409';
+  END IF;
   -- The horizon again, read by the page's own statement and so with the page's
   -- snapshot: a compaction that committed after the check above (between two
   -- statements of this function) deleted effects this page would have held, and its
@@ -6848,6 +6885,7 @@ DECLARE
   parts      text[];
   g          record;
   rg         text;
+  rg_now     text;
   p_point    text;
   last_tid   text := '';
   last_order bigint := -9223372036854775808;
@@ -7001,11 +7039,21 @@ BEGIN
       FROM agg a LEFT JOIN page l ON l.ord = a.last_ord
   )
   SELECT CASE WHEN o.more THEN to_jsonb(d)
-              ELSE to_jsonb(e) END INTO result
+              ELSE to_jsonb(e) END,
+         synchro._scope_rule_generation(rebuild.scope)::text
+    INTO result, rg_now
     FROM pos o
     CROSS JOIN LATERAL (SELECT o.tok AS session, o.rows AS rows, true AS has_more) d
     CROSS JOIN LATERAL (SELECT o.tok AS session, o.rows AS rows, false AS has_more, encode(o.chain, 'hex') AS checksum,
                                synchro._cursor(g.token, rg, (SELECT pt.point FROM pt), rebuild.scope) AS cursor) e;
+  -- The scope's rule generation again, with the page's snapshot: an activation that
+  -- changed the scope's rules and committed after the check above, then materialized,
+  -- would have this page read membership under the new rules for a session or cursor
+  -- bound to the old ones (as synchro.pull checks; TestReadEdgePullRacesRuleChange).
+  IF rg_now <> rg THEN
+    RAISE EXCEPTION 'rebuild_required: the scope''s rules changed during the rebuild (registry activation); start again'
+      USING ERRCODE = 'SY409';
+  END IF;
   RETURN result;
 END
 $_$;

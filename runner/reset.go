@@ -209,11 +209,21 @@ func (r *Runner) resetStage(ctx, stop context.Context, conn *pgx.Conn, rs gen.Ru
 		return err
 	}
 	defer closeReplication(ctx, repl)
-	// Creating the slot waits for every transaction running in the cluster.
+	// Creating the slot waits for every transaction running in the cluster, for as
+	// long as the oldest one runs: a stop ends the wait. Nothing is lost then: the
+	// candidate is recorded, and the next start drops it (above) and begins again.
 	r.live.idle(LoopSession)
-	res, err := decode.CreateSlot(ctx, repl, r.plugin, slot)
+	sctx, cancel := context.WithCancel(ctx)
+	unhook := context.AfterFunc(stop, cancel)
+	res, err := decode.CreateSlot(sctx, repl, r.plugin, slot)
+	unhook()
+	cancel()
 	r.live.beat(LoopSession)
 	if err != nil {
+		if stop.Err() != nil && ctx.Err() == nil {
+			log.Info("stopped while the candidate slot waited for running transactions", "candidate_slot", slot)
+			return nil
+		}
 		return fmt.Errorf("synchro: create candidate slot: %w", err)
 	}
 	cp, err := pglogrepl.ParseLSN(res.ConsistentPoint)
@@ -461,7 +471,10 @@ func (r *Runner) resetCatchUp(work, stop context.Context, conn *pgx.Conn, rs gen
 				}
 				if !marked && !cu.ap.inTxn {
 					// The slot went quiet: caught up with what was committed.
-					if barrierXid, err = r.resetMark(work, conn, rs.ResetID, log); err != nil {
+					if barrierXid, err = r.resetMark(work, stop, conn, rs.ResetID, log); err != nil {
+						if errors.Is(err, errMarkStopped) {
+							return cu.stopped(work, rs.ResetID)
+						}
 						return err
 					}
 					marked = true
@@ -500,7 +513,10 @@ func (r *Runner) resetCatchUp(work, stop context.Context, conn *pgx.Conn, rs gen
 				if err := cu.materialize(work); err != nil {
 					return r.resetFailure(work, conn, rs.ResetID, err)
 				}
-				if barrierXid, err = r.resetMark(work, conn, rs.ResetID, log); err != nil {
+				if barrierXid, err = r.resetMark(work, stop, conn, rs.ResetID, log); err != nil {
+					if errors.Is(err, errMarkStopped) {
+						return cu.stopped(work, rs.ResetID)
+					}
 					return err
 				}
 				marked = true
@@ -531,7 +547,10 @@ func (r *Runner) resetCatchUp(work, stop context.Context, conn *pgx.Conn, rs gen
 					}
 				}
 				if !marked && cu.durable >= caughtUpAt {
-					if barrierXid, err = r.resetMark(work, conn, rs.ResetID, log); err != nil {
+					if barrierXid, err = r.resetMark(work, stop, conn, rs.ResetID, log); err != nil {
+						if errors.Is(err, errMarkStopped) {
+							return cu.stopped(work, rs.ResetID)
+						}
 						return err
 					}
 					marked = true
@@ -553,7 +572,10 @@ func (r *Runner) resetCatchUp(work, stop context.Context, conn *pgx.Conn, rs gen
 // activation barrier (its end, once the catch-up materialized it: it comes later
 // on the slot than everything materialized so far), and returns its 32-bit xid as
 // the plugin's Begin carries it.
-func (r *Runner) resetMark(ctx context.Context, conn *pgx.Conn, resetID string, log *slog.Logger) (uint32, error) {
+//
+// A stop between attempts (the marker waits for an open push transaction) returns
+// errMarkStopped: nothing is in hand then, and the next start marks again.
+func (r *Runner) resetMark(ctx, stop context.Context, conn *pgx.Conn, resetID string, log *slog.Logger) (uint32, error) {
 	for {
 		err := gen.New(conn).RunnerResetMark(ctx, resetID)
 		var pgErr *pgconn.PgError
@@ -561,8 +583,11 @@ func (r *Runner) resetMark(ctx context.Context, conn *pgx.Conn, resetID string, 
 			// A push transaction still open: pushes go through while the marker
 			// waits between attempts (runner_reset_mark says why).
 			r.live.beat(LoopSession)
-			if !sleep(ctx, 100*time.Millisecond) {
-				return 0, ctx.Err()
+			if !sleep(stop, 100*time.Millisecond) {
+				if ctx.Err() != nil {
+					return 0, ctx.Err()
+				}
+				return 0, errMarkStopped
 			}
 			continue
 		}
@@ -584,6 +609,18 @@ func (r *Runner) resetMark(ctx context.Context, conn *pgx.Conn, resetID string, 
 	}
 	log.Info("reset marker written: catching up to the activation barrier", "barrier_xid", x)
 	return uint32(x), nil
+}
+
+// errMarkStopped: a stop came while the reset's marker waited for its lock.
+var errMarkStopped = errors.New("synchro: stopped while the reset marker waited")
+
+// stopped ends a catch-up on a stop with nothing in hand: what is complete is
+// materialized, and the next start goes on from there.
+func (cu *catchUp) stopped(ctx context.Context, resetID string) error {
+	if err := cu.materialize(ctx); err != nil {
+		return cu.r.resetFailure(ctx, cu.conn, resetID, err)
+	}
+	return nil
 }
 
 // resetReady acknowledges the candidate slot exactly to the activation barrier

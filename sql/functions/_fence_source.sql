@@ -217,6 +217,17 @@ BEGIN
   --      (a later change fenced first) or an INSERT/UPDATE finds no live tuple (a
   --      later delete fenced first);
   --   then, only when w wrote, the authenticated message as above.
+  -- A replica identity other than DEFAULT is drift (ADR 001), refused here at the
+  -- source. Only on this path: a catalog read per row of the fast path cost 14 percent
+  -- of the fence (scripts/fence-instructions: 327,398 to 372,964 instructions even
+  -- through pg_get_replica_identity_index), so a top-level write after the change
+  -- reaches the WAL, where pgoutput blocks capture on it and wal2json sees it at its
+  -- next session start (docs/decoders.md, "Replica identity").
+  IF lsn IS NULL AND (SELECT c.relreplident FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) TG_RELID)
+                     OPERATOR(pg_catalog.<>) 'd' THEN
+    RAISE EXCEPTION 'registered relation_id %% no longer has REPLICA IDENTITY DEFAULT (relation drift): ALTER TABLE ... REPLICA IDENTITY DEFAULT',
+      %6$s USING ERRCODE = 'feature_not_supported';
+  END IF;
   -- The full check plans a query on the table as the owner, and planning evaluates
   -- the constant-argument IMMUTABLE functions of the table's index and statistics
   -- expressions: refused when one is the application's (synchro._planned_app_code).

@@ -20,7 +20,11 @@ BEGIN
   EXCEPTION WHEN data_exception OR character_not_in_repertoire OR untranslatable_character THEN
     RETURN NULL;
   END;
+  -- The decoder ignores the unused low bits of a token's last character, so up to 16
+  -- spellings decode to one token's bytes: only the spelling synchro._token writes is
+  -- that token (a tampered one is refused, whatever it decodes to).
   IF length(raw) <= 32
+     OR rtrim(translate(encode(raw, 'base64'), E'+/\n', '-_'), '=') <> token
      OR sha256(substr(raw, length(raw) - 31)) <> sha256(synchro._mac(payload, scope)) THEN
     RETURN NULL;
   END IF;

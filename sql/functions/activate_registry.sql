@@ -247,21 +247,24 @@ BEGIN
   END IF;
 
   -- Membership-rule generations: a prefix whose rules differ from the previous
-  -- generation's gets this generation. The rules are compared as values, each rule's
-  -- fields as one jsonb array, in rule order: a digest of the fields joined with '|'
+  -- generation's gets this generation. The rules are compared as a set of values, each
+  -- rule's fields as one jsonb array, ordered by that value and without repeats (a row's
+  -- scopes are the union of its rules: the same rules staged in another order, or one
+  -- twice, are the same rule set, and kept the prefix's cursors only since 2026-12-04,
+  -- TestReadEdgeSameRuleSetReorderedKeepsCursors): a digest of the fields joined with '|'
   -- and ';' gave two rule sets one digest when a column name held a separator (or a
   -- NULL field was skipped), and such a rule change kept its prefix's cursors and
   -- membership (TestRuleChangeWithSeparatorInColumnName). rules_digest records the
   -- digest of that encoding; '' stands for "no rules".
   WITH cur AS (
     SELECT s.scope_prefix,
-           jsonb_agg(jsonb_build_array(s.relation_id, s.column_name, s.via_relation_id, s.via_match, s.via_scope)
-                     ORDER BY s.relation_id, s.rule_no) AS rules
+           jsonb_agg(DISTINCT jsonb_build_array(s.relation_id, s.column_name, s.via_relation_id, s.via_match, s.via_scope)
+                     ORDER BY jsonb_build_array(s.relation_id, s.column_name, s.via_relation_id, s.via_match, s.via_scope)) AS rules
       FROM synchro.scope_rule s WHERE s.generation = g GROUP BY s.scope_prefix),
   old AS (
     SELECT s.scope_prefix,
-           jsonb_agg(jsonb_build_array(s.relation_id, s.column_name, s.via_relation_id, s.via_match, s.via_scope)
-                     ORDER BY s.relation_id, s.rule_no) AS rules
+           jsonb_agg(DISTINCT jsonb_build_array(s.relation_id, s.column_name, s.via_relation_id, s.via_match, s.via_scope)
+                     ORDER BY jsonb_build_array(s.relation_id, s.column_name, s.via_relation_id, s.via_match, s.via_scope)) AS rules
       FROM synchro.scope_rule s WHERE s.generation = prev GROUP BY s.scope_prefix)
   INSERT INTO synchro.scope_prefix AS p (scope_prefix, rule_generation, rules_digest)
   SELECT c.scope_prefix, g, encode(sha256(convert_to(c.rules::text, 'UTF8')), 'hex')

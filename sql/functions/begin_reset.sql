@@ -35,9 +35,18 @@ BEGIN
   -- Target generations are never reused, not even those of aborted resets.
   SELECT greatest((SELECT max(g.stream_generation) FROM synchro.stream_generation g),
                   (SELECT max(r.target_generation) FROM synchro.reset r)) + 1 INTO target;
-  INSERT INTO synchro.reset (reason, phase, source_generation, target_generation, retired_slot)
-  VALUES (reason, 'requested', p.stream_generation, target, p.slot_name)
-  RETURNING reset_id INTO id;
+  -- Under REPEATABLE READ or SERIALIZABLE the check above reads the caller's snapshot,
+  -- which can predate another operator's reset committed since: the unique indexes
+  -- (one open reset, target generations never reused) then refuse the insert, and that
+  -- is the same refusal.
+  BEGIN
+    INSERT INTO synchro.reset (reason, phase, source_generation, target_generation, retired_slot)
+    VALUES (reason, 'requested', p.stream_generation, target, p.slot_name)
+    RETURNING reset_id INTO id;
+  EXCEPTION WHEN unique_violation THEN
+    RAISE EXCEPTION 'begin_reset: a reset is open already (begun after this transaction''s snapshot)'
+      USING ERRCODE = 'SY400';
+  END;
   -- A transaction on the old slot: a runner streaming an idle old stream reaches
   -- materialize_batch, which the reset now refuses, and turns to the reset at once.
   -- Outside the pack's "synchro." prefixes: never staged.

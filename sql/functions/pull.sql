@@ -20,6 +20,7 @@ DECLARE
   g        record;
   hw       pg_lsn;
   horizon  pg_lsn;
+  rule_gen bigint;
   c_lsn    pg_lsn;
   c_ev     int;
   c_eff    int;
@@ -132,9 +133,18 @@ BEGIN
          count(*),
          (array_agg(format('e.%s.%s.%s', commit_lsn, event_ordinal, effect_ordinal) ORDER BY rn DESC)
             FILTER (WHERE sent))[1],
-         (SELECT r.horizon_commit_lsn FROM synchro.retention r WHERE r.stream_generation = g.stream_generation)
-    INTO changes, n_sent, n, last_point, horizon
+         (SELECT r.horizon_commit_lsn FROM synchro.retention r WHERE r.stream_generation = g.stream_generation),
+         synchro._scope_rule_generation(pull.scope)
+    INTO changes, n_sent, n, last_point, horizon, rule_gen
     FROM delivery;
+  -- The scope's rule generation again, with the page's snapshot: an activation that
+  -- changed the scope's rules committed after the cursor's check above, and effects
+  -- materialized under the new rules since, would otherwise reach a cursor of the old
+  -- ones (a page of a state under neither rule set; TestReadEdgePullRacesRuleChange).
+  IF rule_gen::text <> parts[3] THEN
+    RAISE EXCEPTION 'rebuild_required: the scope''s rules changed (registry activation); rebuild'
+      USING ERRCODE = 'SY409';
+  END IF;
   -- The horizon again, read by the page's own statement and so with the page's
   -- snapshot: a compaction that committed after the check above (between two
   -- statements of this function) deleted effects this page would have held, and its

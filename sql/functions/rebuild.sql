@@ -23,6 +23,7 @@ DECLARE
   parts      text[];
   g          record;
   rg         text;
+  rg_now     text;
   p_point    text;
   last_tid   text := '';
   last_order bigint := -9223372036854775808;
@@ -176,11 +177,21 @@ BEGIN
       FROM agg a LEFT JOIN page l ON l.ord = a.last_ord
   )
   SELECT CASE WHEN o.more THEN to_jsonb(d)
-              ELSE to_jsonb(e) END INTO result
+              ELSE to_jsonb(e) END,
+         synchro._scope_rule_generation(rebuild.scope)::text
+    INTO result, rg_now
     FROM pos o
     CROSS JOIN LATERAL (SELECT o.tok AS session, o.rows AS rows, true AS has_more) d
     CROSS JOIN LATERAL (SELECT o.tok AS session, o.rows AS rows, false AS has_more, encode(o.chain, 'hex') AS checksum,
                                synchro._cursor(g.token, rg, (SELECT pt.point FROM pt), rebuild.scope) AS cursor) e;
+  -- The scope's rule generation again, with the page's snapshot: an activation that
+  -- changed the scope's rules and committed after the check above, then materialized,
+  -- would have this page read membership under the new rules for a session or cursor
+  -- bound to the old ones (as synchro.pull checks; TestReadEdgePullRacesRuleChange).
+  IF rg_now <> rg THEN
+    RAISE EXCEPTION 'rebuild_required: the scope''s rules changed during the rebuild (registry activation); start again'
+      USING ERRCODE = 'SY409';
+  END IF;
   RETURN result;
 END
 $$;

@@ -1,5 +1,5 @@
 -- +goose Up
--- Fixes from the fifteenth session's independent reviews (2026-12-04), functions only:
+-- Fixes from the fifteenth session's independent reviews (2026-12-04), the function files, and one result type changed:
 --
 -- Readiness: the slot check's safe_wal_bytes of a lost slot is 0, not 'unlimited'
 -- (pg_replication_slots.safe_wal_size is NULL both for a lost slot and when
@@ -21,6 +21,19 @@
 -- later generation no longer registered, for ever. Its result type changes: dropped
 -- here, the function file creates it again.
 DROP FUNCTION IF EXISTS synchro.runner_table_set();
+--
+-- begin_reset in a REPEATABLE READ transaction whose snapshot predates another
+-- operator's open reset answers SY400 (a reset is open already), not 23505. The fence
+-- refuses a write to a registered table whose replica identity is no longer DEFAULT
+-- (0A000, relation drift at the source: wal2json could not see NOTHING or USING INDEX on
+-- the key), on its full check (a top-level statement's write is left to capture).
+--
+-- Read path: pull and rebuild read the scope's rule generation again with the page's
+-- snapshot (an activation that committed between the cursor's check and the page served
+-- a stale cursor a page under the new rules); a token is accepted only in the spelling
+-- synchro._token writes (the unused bits of its last character were ignored); a scope
+-- prefix's rules are compared as a set (the same rules staged in another order made its
+-- cursors stale).
 --
 -- The function files of this release ride on this migration (goose.go,
 -- finalMigration), which ends with synchro._refresh_fences(): every registered
