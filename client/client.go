@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -258,6 +259,11 @@ func storeDSN(path string) string {
 	// The path is a plain file path: escaped, so that '?', '#' or '%' in it name that
 	// file instead of starting the URI's query or fragment (two paths that differed
 	// after a '#' opened one file, and after a '?' the pragmas were lost).
+	// A path that starts with "//" names the same file as with one '/', but "file://x"
+	// would read x as the URI's authority (a host), and Open failed.
+	for strings.HasPrefix(path, "//") {
+		path = path[1:]
+	}
 	u := url.URL{Scheme: "file", Opaque: (&url.URL{Path: path}).EscapedPath(), RawQuery: q.Encode()}
 	return u.String()
 }

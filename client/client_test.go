@@ -579,9 +579,9 @@ func TestPullAppliesAllPagesOrNothing(t *testing.T) {
 	require.ErrorContains(t, c.Sync(ctx, "s"), "connection reset")
 	requireScope(t, c, "s", "items/1@v1")
 	require.Equal(t, before, cursorOf(t, c, "s"))
-	require.Positive(t, stagingCount(t, c), "the first page stays staged until the next Sync")
+	require.Zero(t, stagingCount(t, c), "the failed transfer drops the pages it staged")
 
-	// The next Sync discards the stale staging and fetches everything again.
+	// The next Sync fetches everything again.
 	s.mu.Lock()
 	s.fail = nil
 	s.mu.Unlock()

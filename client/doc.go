@@ -61,7 +61,15 @@
 //     transaction applies every staged change in order and saves that page's cursor
 //     (seed 002, "Client obligation"). A cursor is never saved for partly applied
 //     pages. A crash or error between pages leaves the old cursor; the staged pages
-//     are discarded at the next Sync and fetched again.
+//     are discarded (by the transfer on an error, at the next Sync after a crash)
+//     and fetched again.
+//
+// Two Clients may open one store file (Sync of one scope is serialized only within a
+// Client). Each transfer stages its pages under sequence numbers of its own (a random
+// base) and applies them only if all are still there and the scope's cursor is still
+// the one it started from: the Client that applies first wins, the other drops its
+// pages (a Sync that lost its staged pages to the other returns an error and the next
+// one fetches them again). Never a cursor past changes that were not applied.
 //
 // An upsert writes the scope's hold with its image (added, or replaced); a delete
 // removes the scope's hold. Each scope converges to the server's state when it syncs

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 )
 
@@ -125,13 +126,15 @@ func (c *Client) call(ctx context.Context, out any, fn string, args ...any) erro
 
 // rebuild fetches and stages every page of a rebuild session, then verifies the
 // checksum and applies the whole set in one local transaction.
-func (c *Client) rebuild(ctx context.Context, scope string) error {
-	if err := c.clearStaging(ctx, scope); err != nil {
-		return err
-	}
+func (c *Client) rebuild(ctx context.Context, scope string) (err error) {
+	tr := newTransfer(scope, nil)
+	defer func() {
+		if err != nil {
+			c.dropTransfer(ctx, tr) // whatever it staged (applyRebuild dropped it already)
+		}
+	}()
 	start := time.Now()
 	var session *string
-	var seq int64
 	for pages := 1; ; pages++ {
 		var page rebuildPage
 		if err := c.call(ctx, &page, "rebuild", c.cfg.ClientID, scope, session, c.cfg.RebuildPageSize); err != nil {
@@ -149,10 +152,9 @@ func (c *Client) rebuild(ctx context.Context, scope string) error {
 			}
 			staged = append(staged, stagedChange{Table: r.Table, PK: r.PK, Op: "upsert", Version: r.Version, Row: string(r.Data)})
 		}
-		if err := c.stage(ctx, scope, seq, staged); err != nil {
+		if err := c.stage(ctx, tr, staged); err != nil {
 			return err
 		}
-		seq += int64(len(staged))
 		if page.HasMore {
 			s := page.Session
 			session = &s
@@ -166,20 +168,24 @@ func (c *Client) rebuild(ctx context.Context, scope string) error {
 		// pull from P applied is the set a state the scope had. So the catch-up pull is
 		// staged behind the rows and both are applied in one local transaction; saved
 		// alone, the rows were a replica no reader should see (half of a transaction).
-		rows := seq
+		rowsEnd := tr.next
 		// The checksum first: a mismatch is known before anything more is fetched.
-		if err := c.checkStaged(ctx, scope, *page.Checksum); err != nil {
+		if err := c.checkStaged(ctx, tr, rowsEnd, *page.Checksum); err != nil {
 			return err
 		}
-		cursor, seq, err := c.stagePull(ctx, scope, *page.Cursor, seq)
+		cursor, err := c.stagePull(ctx, tr, *page.Cursor)
 		if err != nil {
 			return err
 		}
-		if err := c.applyRebuild(ctx, scope, rows, cursor, *page.Checksum); err != nil {
+		if err := c.applyRebuild(ctx, tr, rowsEnd, cursor, *page.Checksum); err != nil {
+			if errors.Is(err, errMovedOn) {
+				c.log.Info("synchro client: another Sync of this store brought the scope up to date first; this rebuild is dropped", "scope", scopeRef(scope))
+				return nil
+			}
 			return err
 		}
-		c.log.Info("synchro client: scope rebuilt", "scope", scopeRef(scope), "rows", rows, "pages", pages,
-			"caught_up", seq-rows, "took", time.Since(start))
+		c.log.Info("synchro client: scope rebuilt", "scope", scopeRef(scope), "rows", rowsEnd-tr.base, "pages", pages,
+			"caught_up", tr.next-rowsEnd, "took", time.Since(start))
 		return nil
 	}
 }
@@ -187,35 +193,65 @@ func (c *Client) rebuild(ctx context.Context, scope string) error {
 // pull stages pull pages while has_more is true and applies them all, with the
 // closing page's cursor, in one local transaction.
 func (c *Client) pull(ctx context.Context, scope, cursor string) error {
-	if err := c.clearStaging(ctx, scope); err != nil {
-		return err
-	}
-	cursor, seq, err := c.stagePull(ctx, scope, cursor, 0)
+	tr := newTransfer(scope, &cursor)
+	next, err := c.stagePull(ctx, tr, cursor)
 	if err != nil {
+		c.dropTransfer(ctx, tr)
 		return err
 	}
-	if err := c.applyPull(ctx, scope, cursor); err != nil {
+	if err := c.applyPull(ctx, tr, next); err != nil {
+		if errors.Is(err, errMovedOn) {
+			c.log.Info("synchro client: another Sync of this store brought the scope up to date first; this pull is dropped", "scope", scopeRef(scope))
+			return nil
+		}
 		return err
 	}
-	if seq > 0 {
-		c.log.Debug("synchro client: pulled", "scope", scopeRef(scope), "changes", seq)
+	if n := tr.next - tr.base; n > 0 {
+		c.log.Debug("synchro client: pulled", "scope", scopeRef(scope), "changes", n)
 	}
 	return nil
 }
 
+// transfer is the pages one rebuild or pull stages before it applies them. Its rows
+// of staging are numbered from a random base, so that another Client open on the same
+// store file (nothing prevents two) stages its own range and never has its pages taken
+// for this one's, and it applies only if the scope's cursor is still the one it
+// started from (closeTransfer): a Client on the same store that applied first wins,
+// and this transfer's pages, older or not, are dropped. Before, a second Client's Sync
+// deleted the first one's staged pages and the first applied the rest and saved its
+// cursor past the changes it lost (TestClientEdge2TwoInstancesOneStoreSkipChanges).
+type transfer struct {
+	scope      string
+	base, next int64   // its staged rows are [base, next)
+	from       *string // the scope's cursor when it started (nil: none, a rebuild)
+}
+
+func newTransfer(scope string, from *string) *transfer {
+	base := rand.Int64N(1<<30) << 32 // 2^32 staged changes per transfer
+	return &transfer{scope: scope, base: base, next: base, from: from}
+}
+
+// errMovedOn: the scope's cursor moved since the transfer started (another Client
+// on the same store applied first).
+var errMovedOn = errors.New("synchro client: the scope's cursor moved since this transfer started")
+
+// errStagingLost: rows the transfer staged are gone (another Client on the same store
+// cleared them): nothing is applied, and the next Sync fetches them again.
+var errStagingLost = errors.New("synchro client: staged pages were removed by another Sync of the same store; nothing applied")
+
 // stagePull stages pull pages from cursor, numbered from seq, while has_more is true,
 // and returns the closing page's cursor and the next sequence number.
-func (c *Client) stagePull(ctx context.Context, scope, cursor string, seq int64) (string, int64, error) {
+func (c *Client) stagePull(ctx context.Context, tr *transfer, cursor string) (string, error) {
 	for {
 		var page pullPage
-		if err := c.call(ctx, &page, "pull", c.cfg.ClientID, scope, cursor, c.cfg.PageSize); err != nil {
-			return "", 0, err
+		if err := c.call(ctx, &page, "pull", c.cfg.ClientID, tr.scope, cursor, c.cfg.PageSize); err != nil {
+			return "", err
 		}
 		staged := make([]stagedChange, 0, len(page.Changes))
 		for _, w := range page.Changes {
 			key, err := rawKeyText(w.PK)
 			if err != nil {
-				return "", 0, err
+				return "", err
 			}
 			switch w.Op {
 			case "upsert":
@@ -223,18 +259,17 @@ func (c *Client) stagePull(ctx context.Context, scope, cursor string, seq int64)
 			case "delete":
 				staged = append(staged, stagedChange{Table: w.Table, PK: key, Op: "delete"})
 			default:
-				return "", 0, fmt.Errorf("synchro client: pull change with op %q", w.Op)
+				return "", fmt.Errorf("synchro client: pull change with op %q", w.Op)
 			}
 		}
-		if err := c.stage(ctx, scope, seq, staged); err != nil {
-			return "", 0, err
+		if err := c.stage(ctx, tr, staged); err != nil {
+			return "", err
 		}
-		seq += int64(len(staged))
 		// The page cursor is kept in memory only: it is never saved before the pages
 		// it covers are applied.
 		cursor = page.Cursor
 		if !page.HasMore {
-			return cursor, seq, nil
+			return cursor, nil
 		}
 	}
 }
@@ -245,12 +280,24 @@ func (c *Client) clearStaging(ctx context.Context, scope string) error {
 	return err
 }
 
-// stage writes one page to staging, numbered from seq, in one local transaction.
-func (c *Client) stage(ctx context.Context, scope string, seq int64, changes []stagedChange) error {
+// dropTransfer drops the transfer's staged pages, and only its own; a failure is
+// logged (the next Sync clears them).
+func (c *Client) dropTransfer(ctx context.Context, tr *transfer) {
+	_, err := c.store.ExecContext(context.WithoutCancel(ctx), `DELETE FROM staging WHERE scope = ? AND seq >= ? AND seq < ?`,
+		tr.scope, tr.base, tr.next)
+	if err != nil {
+		c.log.Warn("synchro client: clear staging", "scope", scopeRef(tr.scope), "err", err)
+	}
+}
+
+// stage writes one page to staging, numbered from the transfer's next sequence
+// number, in one local transaction.
+func (c *Client) stage(ctx context.Context, tr *transfer, changes []stagedChange) error {
 	if len(changes) == 0 {
 		return nil
 	}
-	return c.inTx(ctx, func(tx *sql.Tx) error {
+	scope, seq := tr.scope, tr.next
+	err := c.inTx(ctx, func(tx *sql.Tx) error {
 		st, err := tx.PrepareContext(ctx, `INSERT INTO staging (scope, seq, change) VALUES (?, ?, ?)`)
 		if err != nil {
 			return err
@@ -267,14 +314,19 @@ func (c *Client) stage(ctx context.Context, scope string, seq int64, changes []s
 		}
 		return nil
 	})
+	if err == nil {
+		tr.next = seq + int64(len(changes))
+	}
+	return err
 }
 
 // checkStaged compares the checksum of the rebuild rows staged for scope (all that is
 // staged) with the server's; on a mismatch it discards them and returns
 // ErrChecksumMismatch. applyRebuild checks again over exactly what it applies.
-func (c *Client) checkStaged(ctx context.Context, scope, checksum string) error {
+func (c *Client) checkStaged(ctx context.Context, tr *transfer, rowsEnd int64, checksum string) error {
+	scope := tr.scope
 	err := c.inTx(ctx, func(tx *sql.Tx) error {
-		items, err := readStaged(ctx, tx, scope)
+		items, err := readStaged(ctx, tx, scope, tr.base, rowsEnd)
 		if err != nil {
 			return err
 		}
@@ -287,10 +339,10 @@ func (c *Client) checkStaged(ctx context.Context, scope, checksum string) error 
 		}
 		return nil
 	})
+	if err != nil {
+		c.dropTransfer(ctx, tr)
+	}
 	if errors.Is(err, ErrChecksumMismatch) {
-		if cerr := c.clearStaging(ctx, scope); cerr != nil {
-			c.log.Warn("synchro client: clear staging", "scope", scopeRef(scope), "err", cerr)
-		}
 		c.log.Error("synchro client: rebuild checksum mismatch, nothing applied", "scope", scopeRef(scope))
 	}
 	return err
@@ -301,14 +353,15 @@ func (c *Client) checkStaged(ctx context.Context, scope, checksum string) error 
 // catch-up pull's changes staged after them, saves the cursor and clears staging. A
 // checksum mismatch rolls back (nothing applied) and discards everything staged. Other
 // scopes' images are not touched, whatever rows they share with this one.
-func (c *Client) applyRebuild(ctx context.Context, scope string, rows int64, cursor, checksum string) error {
+func (c *Client) applyRebuild(ctx context.Context, tr *transfer, rowsEnd int64, cursor, checksum string) error {
+	scope := tr.scope
 	err := c.inTx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM holds WHERE scope = ?`, scope); err != nil {
 			return err
 		}
 		h := newChain()
-		err := c.eachStaged(ctx, tx, scope, func(seq int64, ch stagedChange) error {
-			if seq < rows {
+		err := c.eachStaged(ctx, tx, tr, func(seq int64, ch stagedChange) error {
+			if seq < rowsEnd {
 				h.add(ch.Table, ch.PK, ch.Version)
 				return upsert(ctx, tx, scope, ch)
 			}
@@ -323,13 +376,11 @@ func (c *Client) applyRebuild(ctx context.Context, scope string, rows int64, cur
 		if got := h.hex(); got != checksum {
 			return fmt.Errorf("%w: scope %s: server %s, received %s", ErrChecksumMismatch, scopeRef(scope), checksum, got)
 		}
-		return c.closeTransfer(ctx, tx, scope, cursor)
+		return c.closeTransfer(ctx, tx, tr, cursor)
 	})
 	if err != nil {
 		// Whatever failed, the staged rows are not trusted again.
-		if cerr := c.clearStaging(ctx, scope); cerr != nil {
-			c.log.Warn("synchro client: clear staging", "scope", scopeRef(scope), "err", cerr)
-		}
+		c.dropTransfer(ctx, tr)
 		if errors.Is(err, ErrChecksumMismatch) {
 			c.log.Error("synchro client: rebuild checksum mismatch, nothing applied", "scope", scopeRef(scope))
 		}
@@ -339,9 +390,10 @@ func (c *Client) applyRebuild(ctx context.Context, scope string, rows int64, cur
 
 // applyPull applies every staged change of scope in order and saves cursor, in one
 // local transaction.
-func (c *Client) applyPull(ctx context.Context, scope, cursor string) error {
+func (c *Client) applyPull(ctx context.Context, tr *transfer, cursor string) error {
+	scope := tr.scope
 	err := c.inTx(ctx, func(tx *sql.Tx) error {
-		err := c.eachStaged(ctx, tx, scope, func(seq int64, ch stagedChange) error {
+		err := c.eachStaged(ctx, tx, tr, func(_ int64, ch stagedChange) error {
 			if ch.Op == "delete" {
 				return release(ctx, tx, scope, ch.Table, ch.PK)
 			}
@@ -350,12 +402,10 @@ func (c *Client) applyPull(ctx context.Context, scope, cursor string) error {
 		if err != nil {
 			return err
 		}
-		return c.closeTransfer(ctx, tx, scope, cursor)
+		return c.closeTransfer(ctx, tx, tr, cursor)
 	})
 	if err != nil {
-		if cerr := c.clearStaging(ctx, scope); cerr != nil {
-			c.log.Warn("synchro client: clear staging", "scope", scopeRef(scope), "err", cerr)
-		}
+		c.dropTransfer(ctx, tr)
 	}
 	return err
 }
@@ -366,10 +416,12 @@ type stagedItem struct {
 	ch  stagedChange
 }
 
-// readStaged reads every staged change of scope in seq order. The whole set is read
+// readStaged reads the staged changes of scope numbered [from, to) in seq order, and
+// fails with errStagingLost unless every one of them is there. The whole set is read
 // first: one connection cannot interleave a cursor and writes portably.
-func readStaged(ctx context.Context, tx *sql.Tx, scope string) ([]stagedItem, error) {
-	rs, err := tx.QueryContext(ctx, `SELECT seq, change FROM staging WHERE scope = ? ORDER BY seq`, scope)
+func readStaged(ctx context.Context, tx *sql.Tx, scope string, from, to int64) ([]stagedItem, error) {
+	rs, err := tx.QueryContext(ctx, `SELECT seq, change FROM staging WHERE scope = ? AND seq >= ? AND seq < ? ORDER BY seq`,
+		scope, from, to)
 	if err != nil {
 		return nil, err
 	}
@@ -389,19 +441,25 @@ func readStaged(ctx context.Context, tx *sql.Tx, scope string) ([]stagedItem, er
 	if err := rs.Close(); err != nil {
 		return nil, err
 	}
-	return items, rs.Err()
+	if err := rs.Err(); err != nil {
+		return nil, err
+	}
+	if int64(len(items)) != to-from {
+		return nil, fmt.Errorf("%w (scope %s: %d of %d)", errStagingLost, scopeRef(scope), len(items), to-from)
+	}
+	return items, nil
 }
 
 // eachStaged calls fn for every staged change of scope in seq order (after the
 // ApplyChange hook, if any).
-func (c *Client) eachStaged(ctx context.Context, tx *sql.Tx, scope string, fn func(int64, stagedChange) error) error {
-	items, err := readStaged(ctx, tx, scope)
+func (c *Client) eachStaged(ctx context.Context, tx *sql.Tx, tr *transfer, fn func(int64, stagedChange) error) error {
+	items, err := readStaged(ctx, tx, tr.scope, tr.base, tr.next)
 	if err != nil {
 		return err
 	}
 	for _, it := range items {
 		if hook := c.cfg.Hooks.ApplyChange; hook != nil {
-			if err := hook(scope, it.seq); err != nil {
+			if err := hook(tr.scope, it.seq-tr.base); err != nil {
 				return err
 			}
 		}
@@ -415,17 +473,28 @@ func (c *Client) eachStaged(ctx context.Context, tx *sql.Tx, scope string, fn fu
 // closeTransfer saves the cursor, stamps the scope with the next local sync number
 // (the order in which scopes were brought up to date, used by Row) and clears
 // staging, inside the apply transaction.
-func (c *Client) closeTransfer(ctx context.Context, tx *sql.Tx, scope, cursor string) error {
+//
+// The cursor is saved only if it is still the one the transfer started from
+// (errMovedOn otherwise: the caller's transaction rolls back).
+func (c *Client) closeTransfer(ctx context.Context, tx *sql.Tx, tr *transfer, cursor string) error {
 	res, err := tx.ExecContext(ctx, `
 UPDATE scopes SET cursor = ?, synced = (SELECT coalesce(max(synced), 0) + 1 FROM scopes)
- WHERE scope = ?`, cursor, scope)
+ WHERE scope = ? AND cursor IS ?`, cursor, tr.scope, tr.from)
 	if err != nil {
 		return err
 	}
-	if n, err := res.RowsAffected(); err != nil || n != 1 {
-		return fmt.Errorf("%w: scope %s", ErrNotSubscribed, scopeRef(scope))
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n != 1 {
+		var one int
+		if err := tx.QueryRowContext(ctx, `SELECT 1 FROM scopes WHERE scope = ?`, tr.scope).Scan(&one); errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("%w: scope %s", ErrNotSubscribed, scopeRef(tr.scope))
+		} else if err != nil {
+			return err
+		}
+		return errMovedOn
 	}
-	_, err = tx.ExecContext(ctx, `DELETE FROM staging WHERE scope = ?`, scope)
+	_, err = tx.ExecContext(ctx, `DELETE FROM staging WHERE scope = ? AND seq >= ? AND seq < ?`, tr.scope, tr.base, tr.next)
 	return err
 }
 
