@@ -36,12 +36,14 @@ type Results []Result
 
 // Push sends mutations in one synchro.push call (one server transaction) and returns
 // the outcome of each. It does not touch the local replica: accepted writes come
-// back through pull. A call that failed with a transient error (serialization
-// failure, deadlock, timeout, a lost connection: the call may even have committed)
-// is retried as a whole with the same mutation ids: a mutation already decided
-// returns its recorded outcome (docs/errors.md). SY400 is a bad call, and retrying it
-// fails the same way; SY410 (ErrIdempotencyConflict) is a client bug: a mutation id
-// reused with other content. SY409 (ErrClientRetired) is final for this client id.
+// back through pull. Push never retries: when a call failed with a transient error
+// (serialization failure, deadlock, timeout, a lost connection: the call may even have
+// committed), the caller retries it as a whole with the same mutation ids, and a
+// mutation already decided returns its recorded outcome (docs/errors.md). SY400 is a
+// bad call, and retrying it fails the same way, as does a value PostgreSQL cannot take
+// as text (a NUL character: 22P05, the whole call, before synchro.push runs); SY410
+// (ErrIdempotencyConflict) is a client bug: a mutation id reused with other content.
+// SY409 (ErrClientRetired) is final for this client id.
 func (c *Client) Push(ctx context.Context, mutations []Mutation) (Results, error) {
 	if len(mutations) == 0 {
 		return nil, errors.New("synchro client: push needs 1 to 1000 mutations")

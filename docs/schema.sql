@@ -4633,6 +4633,9 @@ BEGIN
   SELECT r.target_generation INTO STRICT target FROM synchro.reset r WHERE r.reset_id = _reset_discard.reset_id;
   PERFORM synchro._reset_drop_tables('synchro_reset');
   DELETE FROM synchro.effect e WHERE e.stream_generation = target;
+  -- The consumer groups' change records of the catch-up too: no group reads them (a
+  -- group is bound to its stream generation), and compaction took them only later.
+  DELETE FROM synchro.change c WHERE c.stream_generation = target;
   DELETE FROM synchro.event e WHERE e.stream_generation = target;
   DELETE FROM synchro.txn x WHERE x.stream_generation = target;
   DELETE FROM synchro.quarantine q WHERE q.stream_generation = target;

@@ -476,7 +476,9 @@ func (r *Runner) probe(ctx context.Context) error {
 	defer closeQuietly(ctx, conn)
 	if err := p.Probe(ctx, conn); err != nil {
 		if v := Classify(err); v.Disposition == Fatal {
-			r.log.Error("runner cannot go on: the server's output plugin refuses the decoder's options", "err", err)
+			// The class says which: the plugin refuses an option (capability_unsupported,
+			// config_invalid) or cannot carry a registered value (value_not_representable).
+			r.log.Error("runner cannot go on: the decoder cannot serve this stream", "class", v.Class, "err", err)
 			return &fatalError{err: fmt.Errorf("synchro: fatal: decoder %s: %w", r.cfg.Decoder, err)}
 		}
 		return err

@@ -33,7 +33,8 @@ DROP FUNCTION IF EXISTS synchro.runner_table_set();
 -- a stale cursor a page under the new rules); a token is accepted only in the spelling
 -- synchro._token writes (the unused bits of its last character were ignored); a scope
 -- prefix's rules are compared as a set (the same rules staged in another order made its
--- cursors stale).
+-- cursors stale). abort_reset also deletes the consumer groups' change records its
+-- catch-up wrote under the target generation.
 --
 -- The function files of this release ride on this migration (goose.go,
 -- finalMigration), which ends with synchro._refresh_fences(): every registered
