@@ -291,6 +291,20 @@ DECLARE
   changed  text[];
   skip     bigint[];
 BEGIN
+  -- A relation owed a later bootstrap (its latest one at or below reg was subsumed):
+  -- this transaction's events and fences of it are dropped, its later stage holds them
+  -- (synchro._bootstrap_owed). Before anything else: the stream need not wait for that
+  -- stage here (its activation comes later in the stream).
+  IF t IS NOT NULL THEN
+    skip := synchro._bootstrap_owed(gen, reg);
+    IF cardinality(skip) > 0 THEN
+      DELETE FROM pg_temp.synchro_stage s
+       WHERE s.txn = _bootstrap_catch_up.t
+         AND ((s.kind IN ('I', 'U', 'D') AND s.relid IN (SELECT r.relid FROM synchro.relation r WHERE r.relation_id = ANY (skip)))
+           OR (s.kind = 'M' AND s.prefix = 'synchro.fence' AND s.f_relation_id = ANY (skip)));
+    END IF;
+    skip := NULL;
+  END IF;
   IF NOT EXISTS (SELECT 1 FROM synchro.bootstrap x
                   WHERE x.merged_at IS NULL AND x.kind = 'project' AND x.stream_generation = gen
                     AND x.generation <= reg AND x.phase NOT IN ('merged', 'subsumed')) THEN
@@ -492,6 +506,24 @@ $$;
 
 
 ALTER FUNCTION synchro._bootstrap_merge(reg bigint) OWNER TO postgres;
+
+--
+-- Name: _bootstrap_owed(bigint, bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._bootstrap_owed(gen bigint, reg bigint) RETURNS bigint[]
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT coalesce(array_agg(l.relation_id), '{}')
+    FROM (SELECT DISTINCT ON (x.relation_id) x.relation_id, x.phase
+            FROM synchro.bootstrap x
+           WHERE x.kind = 'project' AND x.stream_generation = gen AND x.generation <= reg
+           ORDER BY x.relation_id, x.generation DESC) l
+   WHERE l.phase = 'subsumed'
+$$;
+
+
+ALTER FUNCTION synchro._bootstrap_owed(gen bigint, reg bigint) OWNER TO postgres;
 
 --
 -- Name: _bootstrap_supersede(bigint, bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -1618,7 +1650,7 @@ DECLARE
 BEGIN
   SELECT * INTO STRICT r FROM synchro.relation WHERE relation_id = rid;
   SELECT * INTO g FROM synchro.registration WHERE generation = reg AND relation_id = rid;
-  EXECUTE format('LOCK TABLE ONLY %I.%I IN SHARE UPDATE EXCLUSIVE MODE', r.schema_name, r.table_name);
+  EXECUTE format('LOCK TABLE ONLY %I.%I IN ACCESS SHARE MODE', r.schema_name, r.table_name);
   -- The registered name must still be the registered relation: the caller reads the
   -- table by that name with the owner's rights, and a renamed table's old name may
   -- now be a view of the application, whose functions would run as the owner
@@ -2627,6 +2659,7 @@ DECLARE
   outcomes text[] := '{}';
   i        int := first;
   j        int;
+  owed     bigint[];
 BEGIN
   IF set_based THEN
     -- Transactions the set-based path does not take: they go alone, in order.
@@ -2637,6 +2670,8 @@ BEGIN
     -- bootstrap is not staged or not activated in the stream yet (its events were not
     -- dropped by materialize_batch: the reference path waits for the stage or drops them
     -- itself).
+    -- So does every transaction that touches a relation owed a later bootstrap
+    -- (synchro._bootstrap_owed: the reference path drops its events).
     -- The others cannot meet a bootstrap that is not merged yet and go set-based.
     IF EXISTS (SELECT 1 FROM synchro.bootstrap x WHERE x.merged_at IS NULL AND x.kind = 'project'
                                                   AND x.phase NOT IN ('merged', 'subsumed')) THEN
@@ -2656,6 +2691,13 @@ BEGIN
            WHERE x.merged_at IS NULL AND x.kind = 'project' AND x.phase = 'staged'
              AND commit_lsns[i.n] >= x.consistent_point
            GROUP BY x.consistent_point) f), '{}');
+    END IF;
+    owed := synchro._bootstrap_owed(stream_generation, (SELECT p.registry_generation FROM synchro.progress p));
+    IF cardinality(owed) > 0 THEN
+      alone := alone || coalesce((
+        SELECT array_agg(DISTINCT s.txn) FROM pg_temp.synchro_stage s
+         WHERE (s.kind IN ('I', 'U', 'D', 'T') AND s.relid IN (SELECT r.relid FROM synchro.relation r WHERE r.relation_id = ANY (owed)))
+            OR (s.kind = 'M' AND s.prefix = 'synchro.fence' AND s.f_relation_id = ANY (owed))), '{}');
     END IF;
   END IF;
   WHILE i < n LOOP
@@ -6385,10 +6427,13 @@ BEGIN
   -- checked on every call).
   PERFORM synchro.runner_stage_open();
   PERFORM synchro._await_visible_all(xids);
-  -- While a projection bootstrap is not merged, materialize_batch may drop staged
-  -- events or take transactions alone: not prepared.
+  -- While a projection bootstrap is not merged, or a relation is owed a later one
+  -- (synchro._bootstrap_owed), materialize_batch may drop staged events or take
+  -- transactions alone: not prepared.
   IF EXISTS (SELECT 1 FROM synchro.bootstrap x WHERE x.merged_at IS NULL AND x.kind = 'project'
-                                                  AND x.phase NOT IN ('merged', 'subsumed')) THEN
+                                                  AND x.phase NOT IN ('merged', 'subsumed'))
+     OR EXISTS (SELECT 1 FROM synchro.progress x
+                 WHERE cardinality(synchro._bootstrap_owed(x.stream_generation, x.registry_generation)) > 0) THEN
     RETURN NULL;
   END IF;
   -- The leading run: transactions 0 .. k - 1.
@@ -6467,7 +6512,8 @@ BEGIN
                         WHERE b.commit_lsn IS DISTINCT FROM commit_lsns[b.t + 1] OR b.end_lsn IS DISTINCT FROM end_lsns[b.t + 1]
                            OR b.xid IS DISTINCT FROM xids[b.t + 1] OR b.commit_time IS DISTINCT FROM commit_times[b.t + 1])
        AND NOT EXISTS (SELECT 1 FROM synchro.bootstrap x WHERE x.merged_at IS NULL AND x.kind = 'project'
-                                                  AND x.phase NOT IN ('merged', 'subsumed')) THEN
+                                                  AND x.phase NOT IN ('merged', 'subsumed'))
+       AND cardinality(synchro._bootstrap_owed(gen, p.registry_generation)) = 0 THEN
       nestloop := current_setting('enable_nestloop');
       mergejoin := current_setting('enable_mergejoin');
       PERFORM set_config('enable_nestloop', 'off', true), set_config('enable_mergejoin', 'off', true);
@@ -9867,6 +9913,13 @@ REVOKE ALL ON FUNCTION synchro._bootstrap_catch_up(gen bigint, reg bigint, t int
 --
 
 REVOKE ALL ON FUNCTION synchro._bootstrap_merge(reg bigint) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _bootstrap_owed(gen bigint, reg bigint); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._bootstrap_owed(gen bigint, reg bigint) FROM PUBLIC;
 
 
 --

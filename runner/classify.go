@@ -65,15 +65,19 @@ var relationIDDetail = regexp.MustCompile(`(?:^|[^a-z_])relation_id=([0-9]{1,19}
 
 // IsTransientSQLState reports whether a PostgreSQL error code is worth retrying
 // as it is: connection exceptions (08), serialization failure and deadlock
-// (40001, 40P01), insufficient resources (53) and operator intervention by
-// shutdown (57P01, 57P02, 57P03).
+// (40001, 40P01), insufficient resources (53), operator intervention by shutdown
+// (57P01, 57P02, 57P03), and a session the server ended for its idle or transaction
+// time (57P05 idle_session_timeout, 25P03 idle_in_transaction_session_timeout, 25P04
+// transaction_timeout on PostgreSQL 17+): the apply session a quiet stream leaves idle
+// was closed, and the next transaction's COPY on it was quarantined as poison
+// (TestAckEdgeIdleSessionTimeoutIsNoPoison).
 func IsTransientSQLState(code string) bool {
 	switch {
 	case strings.HasPrefix(code, "08"), strings.HasPrefix(code, "53"):
 		return true
 	}
 	switch code {
-	case "40001", "40P01", "57P01", "57P02", "57P03":
+	case "40001", "40P01", "57P01", "57P02", "57P03", "57P05", "25P03", "25P04":
 		return true
 	case "SYW01":
 		// A projection bootstrap in effect is not staged yet
@@ -118,7 +122,9 @@ func Classify(err error) Verdict {
 	if errors.As(err, &pgErr) {
 		v := Verdict{SQLState: pgErr.Code}
 		switch {
-		case IsTransientSQLState(pgErr.Code):
+		case IsTransientSQLState(pgErr.Code), pgErr.Severity == "FATAL", pgErr.Severity == "PANIC":
+			// FATAL and PANIC end the session, whatever the code: the session's
+			// end, not the source transaction's content.
 			v.Disposition = Transient
 			return v
 		case poisonSQLStates[pgErr.Code] != "":

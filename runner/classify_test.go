@@ -120,9 +120,15 @@ func TestRunnerClassifyConnect(t *testing.T) {
 			}
 		})
 	}
-	// The same SQLSTATE from a query on an open session is the work's, not the
-	// session's: 55000 there is no passing state.
-	require.Equal(t, Poison, Classify(fmt.Errorf("q: %w", refused("55000"))).Disposition)
+	// The same SQLSTATE from a query on an open session (an ERROR) is the work's, not
+	// the session's: 55000 there is no passing state.
+	require.Equal(t, Poison, Classify(fmt.Errorf("q: %w", &pgconn.PgError{Severity: "ERROR", Code: "55000"})).Disposition)
+	// A FATAL ends the session, whatever its code: never the transaction's poison
+	// (57P05 idle_session_timeout closed the idle apply session of a quiet stream).
+	for _, code := range []string{"57P05", "25P03", "25P04", "XX000"} {
+		require.Equal(t, Transient, Classify(fmt.Errorf("q: %w", refused(code))).Disposition, code)
+	}
+	require.Equal(t, Transient, Classify(fmt.Errorf("q: %w", &pgconn.PgError{Severity: "ERROR", Code: "57P05"})).Disposition)
 }
 
 // START_REPLICATION refused for its options (the output plugin's startup callback:

@@ -75,6 +75,19 @@ func (r *Runner) session(work, stop context.Context) error {
 	if err != nil {
 		return r.startRefusal(err)
 	}
+	// The slot was checked against durable progress before this session held it
+	// (reconcile); in between, anyone with the replication privilege could advance
+	// it, and START_REPLICATION then silently decodes from the slot's position, not
+	// from start: the transactions in between would be skipped. Now that this session
+	// holds the slot (nobody else can move it) and before it reports any position,
+	// the slot must still be exactly where reconcile left it (ADR 001: a slot after
+	// the processed boundary is rejected; TestAckEdgeSlotAdvancedAfterReconcileIsRefused).
+	if held, err := slotPosition(work, apply, slotName); err != nil {
+		return err
+	} else if held.ConfirmedFlush != start {
+		return &fatalError{err: fmt.Errorf("%w: slot %s moved to %s while the session started at the acknowledgement %s",
+			ErrSlotMismatch, slotName, held.ConfirmedFlush, start)}
+	}
 	r.log.Info("replication started", "stream_generation", st.StreamGeneration,
 		"start_lsn", start, "processed_end_lsn", st.ProcessedEnd, "retry", st.Poisoned())
 	r.setState(stateStreaming)
@@ -195,6 +208,14 @@ func (r *Runner) reconcile(ctx context.Context, conn *pgx.Conn) (Progress, error
 	if err := slotUsable(slot, slotName, r.plugin.Name()); err != nil {
 		return st, err
 	}
+	if slot.Active {
+		// Another walsender still holds the slot (the previous session's, exiting, or
+		// a runner that lost its claim and has not noticed yet) and may still move it
+		// and progress while this reads them one statement at a time: decide nothing
+		// until it is released (a false ErrSlotMismatch otherwise:
+		// TestAckEdgeClaimantRefusesSlotMovedByClaimlessRunner).
+		return st, errSlotActive
+	}
 	found, err := gen.New(conn).PublicationExists(ctx, r.cfg.Publication)
 	if err != nil {
 		return st, fmt.Errorf("synchro: read publication: %w", err)
@@ -220,9 +241,6 @@ func (r *Runner) reconcile(ctx context.Context, conn *pgx.Conn) (Progress, error
 	}
 	switch action {
 	case SlotAdvance:
-		if slot.Active {
-			return st, errSlotActive
-		}
 		r.log.Warn("slot behind the durable acknowledgement: advancing it", "slot_lsn", slot.ConfirmedFlush, "ack", target)
 		if err := gen.New(conn).AdvanceReplicationSlot(ctx, gen.AdvanceReplicationSlotParams{
 			SlotName: slotName, Upto: target.String()}); err != nil {

@@ -32,6 +32,20 @@ DECLARE
   changed  text[];
   skip     bigint[];
 BEGIN
+  -- A relation owed a later bootstrap (its latest one at or below reg was subsumed):
+  -- this transaction's events and fences of it are dropped, its later stage holds them
+  -- (synchro._bootstrap_owed). Before anything else: the stream need not wait for that
+  -- stage here (its activation comes later in the stream).
+  IF t IS NOT NULL THEN
+    skip := synchro._bootstrap_owed(gen, reg);
+    IF cardinality(skip) > 0 THEN
+      DELETE FROM pg_temp.synchro_stage s
+       WHERE s.txn = _bootstrap_catch_up.t
+         AND ((s.kind IN ('I', 'U', 'D') AND s.relid IN (SELECT r.relid FROM synchro.relation r WHERE r.relation_id = ANY (skip)))
+           OR (s.kind = 'M' AND s.prefix = 'synchro.fence' AND s.f_relation_id = ANY (skip)));
+    END IF;
+    skip := NULL;
+  END IF;
   IF NOT EXISTS (SELECT 1 FROM synchro.bootstrap x
                   WHERE x.merged_at IS NULL AND x.kind = 'project' AND x.stream_generation = gen
                     AND x.generation <= reg AND x.phase NOT IN ('merged', 'subsumed')) THEN

@@ -8,8 +8,9 @@
 -- at the earlier activation for good (TestBootstrapSupersededByLaterActivation).
 --
 -- What the earlier stage would have carried comes with the new one: the events of the
--- relation between the two activations are materialized as any (its projection is
--- replaced at the new stage's consistent point), and the accepted pushes an earlier
+-- relation between the two activations are dropped, the new stage's snapshot holds
+-- them (synchro._bootstrap_owed; materialized against the stale projection, an update
+-- that left an out-of-line value unchanged stopped the stream), and the accepted pushes an earlier
 -- snapshot covered are uncovered still, so the new stage's snapshot covers them (or the
 -- removal does: synchro._bootstrap_merge). No client reads the relation in between:
 -- its prefixes' cursors went stale at the activations, and rebuild waits (SY503) for

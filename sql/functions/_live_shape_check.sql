@@ -8,15 +8,19 @@
 -- column is relation drift: the baseline is refused (0A000) until the relation is
 -- registered again.
 --
--- The table is locked first (SHARE UPDATE EXCLUSIVE, to the end of the caller's
--- transaction): a statement plans against the catalog as it is when it runs, not as
--- the transaction's snapshot saw it, so a type change committed between this check and
--- the read would otherwise pass; with the lock, such a change waits for the baseline.
--- The mode also keeps CREATE STATISTICS and CREATE INDEX out (ACCESS SHARE did not):
--- the relation has no index or statistics expression that runs the application's code
--- when the owner plans the read (synchro._planned_app_code), and gets none before it.
--- Writers (ROW EXCLUSIVE) go on; a VACUUM or ANALYZE of the table waits, and an
--- autovacuum of it is cancelled.
+-- The table is locked first (ACCESS SHARE, to the end of the caller's transaction): a
+-- statement plans against the catalog as it is when it runs, not as the transaction's
+-- snapshot saw it, so a type change committed between this check and the read would
+-- otherwise pass; with the lock, such a change waits for the baseline.
+--
+-- The relation must have no index or statistics expression that runs the application's
+-- code when the owner plans the read (synchro._planned_app_code). CREATE STATISTICS and
+-- CREATE INDEX do not wait for ACCESS SHARE, so one committed in the moment between this
+-- check and the read's planning still gets through (docs/security.md, "Known open
+-- paths"). A lock that keeps them out (SHARE UPDATE EXCLUSIVE, held for the whole copy of
+-- a projection bootstrap) made any activation during a staging wait for the copy with
+-- every registered table's writers queued behind it, and deadlock with it
+-- (TestBootstrapEdgeActivationDuringStagingBlocksWriters, ...Deadlocks): not kept.
 --
 -- The callers run with constraint_exclusion = partition (runner/conn.go pins it on
 -- the runner's sessions), so no CHECK constraint is folded either.
@@ -30,7 +34,7 @@ DECLARE
 BEGIN
   SELECT * INTO STRICT r FROM synchro.relation WHERE relation_id = rid;
   SELECT * INTO g FROM synchro.registration WHERE generation = reg AND relation_id = rid;
-  EXECUTE format('LOCK TABLE ONLY %I.%I IN SHARE UPDATE EXCLUSIVE MODE', r.schema_name, r.table_name);
+  EXECUTE format('LOCK TABLE ONLY %I.%I IN ACCESS SHARE MODE', r.schema_name, r.table_name);
   -- The registered name must still be the registered relation: the caller reads the
   -- table by that name with the owner's rights, and a renamed table's old name may
   -- now be a view of the application, whose functions would run as the owner

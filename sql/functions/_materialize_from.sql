@@ -20,6 +20,7 @@ DECLARE
   outcomes text[] := '{}';
   i        int := first;
   j        int;
+  owed     bigint[];
 BEGIN
   IF set_based THEN
     -- Transactions the set-based path does not take: they go alone, in order.
@@ -30,6 +31,8 @@ BEGIN
     -- bootstrap is not staged or not activated in the stream yet (its events were not
     -- dropped by materialize_batch: the reference path waits for the stage or drops them
     -- itself).
+    -- So does every transaction that touches a relation owed a later bootstrap
+    -- (synchro._bootstrap_owed: the reference path drops its events).
     -- The others cannot meet a bootstrap that is not merged yet and go set-based.
     IF EXISTS (SELECT 1 FROM synchro.bootstrap x WHERE x.merged_at IS NULL AND x.kind = 'project'
                                                   AND x.phase NOT IN ('merged', 'subsumed')) THEN
@@ -49,6 +52,13 @@ BEGIN
            WHERE x.merged_at IS NULL AND x.kind = 'project' AND x.phase = 'staged'
              AND commit_lsns[i.n] >= x.consistent_point
            GROUP BY x.consistent_point) f), '{}');
+    END IF;
+    owed := synchro._bootstrap_owed(stream_generation, (SELECT p.registry_generation FROM synchro.progress p));
+    IF cardinality(owed) > 0 THEN
+      alone := alone || coalesce((
+        SELECT array_agg(DISTINCT s.txn) FROM pg_temp.synchro_stage s
+         WHERE (s.kind IN ('I', 'U', 'D', 'T') AND s.relid IN (SELECT r.relid FROM synchro.relation r WHERE r.relation_id = ANY (owed)))
+            OR (s.kind = 'M' AND s.prefix = 'synchro.fence' AND s.f_relation_id = ANY (owed))), '{}');
     END IF;
   END IF;
   WHILE i < n LOOP

@@ -54,10 +54,13 @@ BEGIN
   -- checked on every call).
   PERFORM synchro.runner_stage_open();
   PERFORM synchro._await_visible_all(xids);
-  -- While a projection bootstrap is not merged, materialize_batch may drop staged
-  -- events or take transactions alone: not prepared.
+  -- While a projection bootstrap is not merged, or a relation is owed a later one
+  -- (synchro._bootstrap_owed), materialize_batch may drop staged events or take
+  -- transactions alone: not prepared.
   IF EXISTS (SELECT 1 FROM synchro.bootstrap x WHERE x.merged_at IS NULL AND x.kind = 'project'
-                                                  AND x.phase NOT IN ('merged', 'subsumed')) THEN
+                                                  AND x.phase NOT IN ('merged', 'subsumed'))
+     OR EXISTS (SELECT 1 FROM synchro.progress x
+                 WHERE cardinality(synchro._bootstrap_owed(x.stream_generation, x.registry_generation)) > 0) THEN
     RETURN NULL;
   END IF;
   -- The leading run: transactions 0 .. k - 1.

@@ -57,7 +57,8 @@ BEGIN
                         WHERE b.commit_lsn IS DISTINCT FROM commit_lsns[b.t + 1] OR b.end_lsn IS DISTINCT FROM end_lsns[b.t + 1]
                            OR b.xid IS DISTINCT FROM xids[b.t + 1] OR b.commit_time IS DISTINCT FROM commit_times[b.t + 1])
        AND NOT EXISTS (SELECT 1 FROM synchro.bootstrap x WHERE x.merged_at IS NULL AND x.kind = 'project'
-                                                  AND x.phase NOT IN ('merged', 'subsumed')) THEN
+                                                  AND x.phase NOT IN ('merged', 'subsumed'))
+       AND cardinality(synchro._bootstrap_owed(gen, p.registry_generation)) = 0 THEN
       nestloop := current_setting('enable_nestloop');
       mergejoin := current_setting('enable_mergejoin');
       PERFORM set_config('enable_nestloop', 'off', true), set_config('enable_mergejoin', 'off', true);

@@ -12,8 +12,8 @@
 -- Planning a query on a registered table as the pack owner ran the application's
 -- IMMUTABLE functions of its index and statistics expressions (constant folding) with
 -- the owner's rights: the fence's full check, activate_registry and the baselines now
--- refuse such a table (0A000, synchro._planned_app_code; the baselines lock it SHARE
--- UPDATE EXCLUSIVE), and pin constraint_exclusion = partition (CHECK constraints).
+-- refuse such a table (0A000, synchro._planned_app_code), and pin constraint_exclusion
+-- = partition (CHECK constraints).
 --
 -- synchro.runner_table_set gives each relation every activated generation that
 -- registers it and each column's latest: wal2json decoded a relation a later activation
@@ -35,6 +35,11 @@ DROP FUNCTION IF EXISTS synchro.runner_table_set();
 -- prefix's rules are compared as a set (the same rules staged in another order made its
 -- cursors stale). abort_reset also deletes the consumer groups' change records its
 -- catch-up wrote under the target generation.
+--
+-- Projection bootstrap: a relation whose latest bootstrap was subsumed by a later
+-- activation has its events up to that activation dropped (synchro._bootstrap_owed): the
+-- later stage holds them; materialized against the stale projection, an update that left
+-- an out-of-line value unchanged stopped the stream (toast_missing).
 --
 -- The function files of this release ride on this migration (goose.go,
 -- finalMigration), which ends with synchro._refresh_fences(): every registered
