@@ -467,19 +467,17 @@ func TestDecoderEdgeFenceColumnNamedK(t *testing.T) {
 }
 
 // ---------------------------------------------------------------------------------
-// Replica-identity drift that wal2json's documents do not show (found by the review;
-// a documented window now, docs/decoders.md "Replica identity"). ADR 001: any later
-// drift of the replica identity blocks capture. pgoutput's Relation message carries
-// relreplident with the next change of the table, so the stream blocks
-// (relation_drift) at the first write after the ALTER. wal2json carries the identity
-// only in an update's or delete's identity list, and the decoder infers it from which
-// columns it names: an insert after REPLICA IDENTITY NOTHING carries none, and USING
-// INDEX on a unique index of the key column alone names exactly the key, as DEFAULT's
-// does. Such writes are materialized under wal2json (an insert carries the whole row,
-// and that identity carries the same key: nothing is lost or wrong) until the next
-// session start reads the catalog, which then blocks on the next write. The fence
-// refuses such writes at the source on its full check (TestFenceRefusesReplicaIdentityDrift);
-// a catalog read on its fast path cost 14 percent of the fence.
+// Was a bug (fixed): replica-identity drift that wal2json's documents do not show. ADR
+// 001: any later drift of the replica identity blocks capture. pgoutput's Relation
+// message carries relreplident with the next change of the table, so the stream
+// blocked (relation_drift) at the first write after the ALTER; wal2json carries the
+// identity only in an update's or delete's identity list, and an insert after
+// REPLICA IDENTITY NOTHING carries none, while USING INDEX over a unique index of the
+// key column alone names exactly the key, as DEFAULT's does: such writes were
+// materialized under wal2json until the next session start. The fence now refuses them
+// at the source under both decoders (TestFenceRefusesReplicaIdentityDrift), so neither
+// sees them; a write that bypasses the fence triggers still blocks pgoutput's capture
+// (TestRunnerPoisonReplicaIdentityFull).
 // ---------------------------------------------------------------------------------
 func TestDecoderEdgeReplicaIdentityDrift(t *testing.T) {
 	for _, c := range []struct{ name, alter, writes string }{
@@ -502,23 +500,14 @@ func TestDecoderEdgeReplicaIdentityDrift(t *testing.T) {
 				// The session streams (its catalog shape read) before the ALTER.
 				write(t, db, `INSERT INTO items VALUES (10, 'a')`)
 				mustExec(t, db, c.alter)
-				mustExec(t, db, c.writes)
-				if decoderOf(t) == "pgoutput" {
-					q := protoSettle(t, db)
-					require.Len(t, q, 1, "replica identity drift blocks capture (ADR 001)")
-					require.Equal(t, "relation_drift", q[0].Class)
-					require.NoError(t, rr.stop(t))
-					return
+				for _, w := range strings.Split(c.writes, "; ") {
+					_, err := db.Pool.Exec(context.Background(), w)
+					requireSQLState(t, err, "0A000")
 				}
-				// wal2json: the window, then the next session sees the identity.
-				require.Empty(t, protoSettle(t, db))
-				require.NoError(t, rr.stop(t))
-				waitRunnerGone(t, db)
-				rr = startRunner(t, testRunnerConfig(t, db))
-				mustExec(t, db, `INSERT INTO items VALUES (11, 'a')`)
-				q := protoSettle(t, db)
-				require.Len(t, q, 1, "the next session start reads the identity: capture blocks")
-				require.Equal(t, "relation_drift", q[0].Class)
+				mustExec(t, db, `ALTER TABLE items REPLICA IDENTITY DEFAULT`)
+				write(t, db, `INSERT INTO items VALUES (11, 'a')`)
+				require.Empty(t, protoSettle(t, db), "nothing reached either stream, nothing blocks")
+				require.Equal(t, 0, countOf(t, db, `SELECT count(*)::int FROM synchro.projection WHERE pk = '3'`))
 				require.NoError(t, rr.stop(t))
 			})
 		})
@@ -755,14 +744,13 @@ func TestDecoderEdgeMultiRowStatements(t *testing.T) {
 	})
 }
 
-// TestFenceRefusesReplicaIdentityDrift: the fence's full check refuses a write to a
-// registered table whose replica identity is no longer DEFAULT (ADR 001: FULL, NOTHING
-// and USING INDEX are unsupported), at the source: a write from a DO block, the second
-// change of a row in one transaction. The fast path (a top-level statement's first
-// change of a row) does not read the catalog (14 percent of the fence): such a write
-// reaches the WAL, where capture blocks on it (TestRunnerPoisonReplicaIdentityFull).
-// Back to DEFAULT, and after REINDEX CONCURRENTLY of the key, the table is written
-// again by both paths.
+// TestFenceRefusesReplicaIdentityDrift: the fence refuses a write to a registered table
+// whose replica identity is no longer DEFAULT (ADR 001: FULL, NOTHING and USING INDEX
+// are unsupported), at the source, on both its paths: a top-level statement (the fast
+// path's guard compares the identity index with the key's, then the full check reads
+// the catalog), a write from a DO block, the second change of a row in one
+// transaction. Back to DEFAULT, and after REINDEX CONCURRENTLY of the key (a new index
+// OID: the guard misses, the full check lets it through), the table is written again.
 func TestFenceRefusesReplicaIdentityDrift(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -778,11 +766,14 @@ func TestFenceRefusesReplicaIdentityDrift(t *testing.T) {
 	for _, identity := range []string{"NOTHING", "FULL", "USING INDEX rid_id_uq", "USING INDEX rid_owner_uq"} {
 		mustExec(t, db, `ALTER TABLE rid REPLICA IDENTITY `+identity)
 		for _, w := range []string{
+			`INSERT INTO rid VALUES (3, 'a')`,
+			`UPDATE rid SET owner = 'b' WHERE id = 1`,
+			`DELETE FROM rid WHERE id = 2`,
 			`DO $$ BEGIN INSERT INTO rid VALUES (4, 'a'); END $$`,
 			`BEGIN; INSERT INTO rid VALUES (5, 'a'); UPDATE rid SET owner = 'b' WHERE id = 5; COMMIT`,
 		} {
-			if identity == "NOTHING" && strings.Contains(w, "UPDATE") {
-				continue // PostgreSQL itself refuses an update without an identity (55000)
+			if identity == "NOTHING" && (strings.Contains(w, "UPDATE") || strings.HasPrefix(w, "DELETE")) {
+				continue // PostgreSQL itself refuses an update or delete without an identity (55000)
 			}
 			_, err := db.Pool.Exec(ctx, w)
 			requireSQLState(t, err, "0A000")

@@ -109,7 +109,13 @@ func TestRunnerPoisonReplicaIdentityFull(t *testing.T) {
 		t.Parallel()
 		db, _, q := blockedStream(t, func(db *testdb.DB) {
 			mustExec(t, db, `ALTER TABLE items REPLICA IDENTITY FULL`)
-			mustExec(t, db, `UPDATE items SET v = 42 WHERE id = 1`)
+			// The fence refuses the write at the source (TestFenceRefusesReplicaIdentityDrift);
+			// one that bypasses the fence triggers still blocks capture.
+			_, err := db.Pool.Exec(context.Background(), `UPDATE items SET v = 42 WHERE id = 1`)
+			requireSQLState(t, err, "0A000")
+			mustExec(t, db, `BEGIN; SET LOCAL session_replication_role = replica; UPDATE items SET v = 42 WHERE id = 1; COMMIT`)
+			// Back to DEFAULT: the WAL keeps the drifted change; later writes pass the fence.
+			mustExec(t, db, `ALTER TABLE items REPLICA IDENTITY DEFAULT`)
 		})
 		require.Equal(t, "relation_drift", q.Class)
 		require.NotNil(t, q.RelationID, "the quarantine names the relation")
@@ -192,8 +198,11 @@ func TestRunnerPoisonDriftInsideTransaction(t *testing.T) {
 	eachDecoder(t, func(t *testing.T) {
 		t.Parallel()
 		db, _, q := blockedStream(t, func(db *testdb.DB) {
+			// The second update bypasses the fence triggers, which refuse a write after
+			// the identity changed (TestFenceRefusesReplicaIdentityDrift).
 			mustExec(t, db, `BEGIN; UPDATE items SET v = 7 WHERE id = 1; ALTER TABLE items REPLICA IDENTITY FULL;
-			UPDATE items SET v = 8 WHERE id = 2; COMMIT;`)
+			SET LOCAL session_replication_role = replica; UPDATE items SET v = 8 WHERE id = 2; COMMIT;
+			ALTER TABLE items REPLICA IDENTITY DEFAULT`)
 		})
 		require.Equal(t, "relation_drift", q.Class)
 		require.Equal(t, 0, countOf(t, db, `SELECT count(*) FROM synchro.effect WHERE pk IN ('1', '2')`),

@@ -190,8 +190,19 @@ BEGIN
   -- and function applied to it is qualified). When the row was already fenced in this
   -- transaction the update is refused, nothing is emitted, and the full check below
   -- runs. A nested fence (push's writes among them) always takes the full check.
+  --
+  -- Only while the replica identity is still the primary key of when this was generated
+  -- (ADR 001: FULL, NOTHING and USING INDEX are drift): a C function of the relation
+  -- cache, no query (about 1.8 percent of the fence). Any other answer (NULL for NOTHING
+  -- and FULL, another index for USING INDEX, or the key's index rebuilt under a new OID
+  -- by REINDEX CONCURRENTLY) takes the full check, which reads the identity from the
+  -- catalog and refuses drift there. pgoutput would block capture on such a write, and
+  -- wal2json cannot see a change to NOTHING (an insert carries no identity) or to USING
+  -- INDEX on the key's own column (its identity list looks like DEFAULT's): refused at
+  -- the source, neither decoder sees it.
   GET DIAGNOSTICS stk = PG_CONTEXT;
-  IF pg_catalog.strpos(stk, E'\n') = 0 THEN
+  IF pg_catalog.strpos(stk, E'\n') = 0
+     AND pg_catalog.pg_get_replica_identity_index(TG_RELID)::pg_catalog.oid OPERATOR(pg_catalog.=) %15$s::pg_catalog.oid THEN
     INSERT INTO synchro.row_version AS r (relation_id, pk, version, deleted, fence_txid)
     VALUES (%6$s, k, v, TG_OP = 'DELETE', pg_catalog.pg_current_xact_id())
     ON CONFLICT (relation_id, pk) DO UPDATE
@@ -218,15 +229,16 @@ BEGIN
   --      later delete fenced first);
   --   then, only when w wrote, the authenticated message as above.
   -- A replica identity other than DEFAULT is drift (ADR 001), refused here at the
-  -- source. Only on this path: a catalog read per row of the fast path cost 14 percent
-  -- of the fence (scripts/fence-instructions: 327,398 to 372,964 instructions even
-  -- through pg_get_replica_identity_index), so a top-level write after the change
-  -- reaches the WAL, where pgoutput blocks capture on it and wal2json sees it at its
-  -- next session start (docs/decoders.md, "Replica identity").
-  IF lsn IS NULL AND (SELECT c.relreplident FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) TG_RELID)
-                     OPERATOR(pg_catalog.<>) 'd' THEN
-    RAISE EXCEPTION 'registered relation_id %% no longer has REPLICA IDENTITY DEFAULT (relation drift): ALTER TABLE ... REPLICA IDENTITY DEFAULT',
-      %6$s USING ERRCODE = 'feature_not_supported';
+  -- source (the fast path sends every write whose identity is not the generated key's
+  -- index here). Its own IF inside lsn IS NULL: in one condition with it, the subquery
+  -- made the whole condition a query that the fast path paid for too (+40,000
+  -- instructions a row).
+  IF lsn IS NULL THEN
+    IF (SELECT c.relreplident FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) TG_RELID)
+       OPERATOR(pg_catalog.<>) 'd' THEN
+      RAISE EXCEPTION 'registered relation_id %% no longer has REPLICA IDENTITY DEFAULT (relation drift): ALTER TABLE ... REPLICA IDENTITY DEFAULT',
+        %6$s USING ERRCODE = 'feature_not_supported';
+    END IF;
   END IF;
   -- The full check plans a query on the table as the owner, and planning evaluates
   -- the constant-argument IMMUTABLE functions of the table's index and statistics
@@ -300,7 +312,9 @@ $template$,
          ELSE '' END,
     encode(convert_to('synchro.msg', 'UTF8') || decode('00', 'hex') || convert_to('synchro.fence', 'UTF8') || decode('00', 'hex'), 'hex'),
     synchro._pl_ident(r.key_column),           -- 13 the key as a field of NEW/OLD
-    synchro._fence_type_checks(rid));          -- 14 the columns' types are as generated
+    synchro._fence_type_checks(rid),           -- 14 the columns' types are as generated
+    coalesce((SELECT i.indexrelid FROM pg_index i   -- 15 the primary key's index (0: none)
+               WHERE i.indrelid = r.relid AND i.indisprimary), 0));
 END
 $$;
 

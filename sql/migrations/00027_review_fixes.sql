@@ -26,7 +26,7 @@ DROP FUNCTION IF EXISTS synchro.runner_table_set();
 -- operator's open reset answers SY400 (a reset is open already), not 23505. The fence
 -- refuses a write to a registered table whose replica identity is no longer DEFAULT
 -- (0A000, relation drift at the source: wal2json could not see NOTHING or USING INDEX on
--- the key), on its full check (a top-level statement's write is left to capture).
+-- the key).
 --
 -- Read path: pull and rebuild read the scope's rule generation again with the page's
 -- snapshot (an activation that committed between the cursor's check and the page served
