@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -161,35 +162,9 @@ func TestBootstrapEdgeActivationDuringStagingBlocksWriters(t *testing.T) {
 	require.NoError(t, op.exec(`SELECT synchro.add_scope_rule('docs', 'team:', 'team')`))
 	op.activate(t)
 
-	// The staging transaction will stop at its first write of
-	// synchro.bootstrap_coverage, after it locked and copied docs. No transaction id:
-	// the slot creation does not wait for this one.
-	hold, err := db.Pool.Begin(ctx)
-	require.NoError(t, err)
-	held := true
-	defer func() {
-		if held {
-			_ = hold.Rollback(ctx)
-		}
-	}()
-	_, err = hold.Exec(ctx, `LOCK TABLE synchro.bootstrap_coverage IN SHARE MODE`)
-	require.NoError(t, err)
-	e.startRunner(t)
-	eventually(t, 60*time.Second, "the staging transaction copying docs", func() bool {
-		return countOf(t, db, `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-			WHERE l.relation = 'synchro.bootstrap_coverage'::regclass AND NOT l.granted AND a.datname = current_database()`) == 1
-	})
-
+	release := holdStagingCopy(t, e)
 	// Another activation: a scope rule of another table, nothing about docs.
-	op2 := newOperator(t, db)
-	second := make(chan error, 1)
-	go func() {
-		_, err := op2.conn.Exec(context.Background(), `SELECT synchro.add_scope_rule('notes', 'writer:', 'owner')`)
-		if err == nil {
-			_, err = op2.conn.Exec(context.Background(), `SELECT synchro.activate_registry()`)
-		}
-		second <- err
-	}()
+	second := activateAsync(t, db, `SELECT synchro.add_scope_rule('notes', 'writer:', 'owner')`)
 	// The activation does not wait for the copy (it queued behind the stage's SHARE
 	// UPDATE EXCLUSIVE lock on docs, with every writer behind it).
 	select {
@@ -214,8 +189,7 @@ func TestBootstrapEdgeActivationDuringStagingBlocksWriters(t *testing.T) {
 	tookDocs, errDocs := try(`INSERT INTO docs VALUES (1001, 't1', 'during the stage')`)
 
 	// Let the stage finish; everything completes.
-	require.NoError(t, hold.Rollback(ctx))
-	held = false
+	release()
 	require.NoError(t, <-second)
 	waitBootstraps(t, db)
 	requireNoQuarantine(t, db)
@@ -503,7 +477,6 @@ func TestBootstrapEdgeActivationDuringStagingDeadlocks(t *testing.T) {
 		INSERT INTO notes SELECT 'n' || i, 'o1', 'b' || i FROM generate_series(1, 100) i;
 		GRANT SELECT ON docs, notes TO synchro_operator;`)
 	db := e.db
-	ctx := context.Background()
 	e.stopRunner(t)
 	op := newOperator(t, db)
 	require.NoError(t, op.exec(`SELECT synchro.register_table('docs', 'docs')`))
@@ -513,30 +486,8 @@ func TestBootstrapEdgeActivationDuringStagingDeadlocks(t *testing.T) {
 	op.activate(t)
 	require.Less(t, relationID(t, db, "notes"), relationID(t, db, "docs"))
 
-	hold, err := db.Pool.Begin(ctx)
-	require.NoError(t, err)
-	held := true
-	defer func() {
-		if held {
-			_ = hold.Rollback(ctx)
-		}
-	}()
-	_, err = hold.Exec(ctx, `LOCK TABLE synchro.bootstrap_coverage IN SHARE MODE`)
-	require.NoError(t, err)
-	e.startRunner(t)
-	eventually(t, 60*time.Second, "the staging transaction past the copy of docs", func() bool {
-		return countOf(t, db, `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-			WHERE l.relation = 'synchro.bootstrap_coverage'::regclass AND NOT l.granted AND a.datname = current_database()`) == 1
-	})
-	op2 := newOperator(t, db)
-	second := make(chan error, 1)
-	go func() {
-		_, err := op2.conn.Exec(context.Background(), `SELECT synchro.add_scope_rule('tasks', 'writer:', 'owner')`)
-		if err == nil {
-			_, err = op2.conn.Exec(context.Background(), `SELECT synchro.activate_registry()`)
-		}
-		second <- err
-	}()
+	release := holdStagingCopy(t, e)
+	second := activateAsync(t, db, `SELECT synchro.add_scope_rule('tasks', 'writer:', 'owner')`)
 	// The activation completes while the stage is held: no lock of the stage's
 	// conflicts with its trigger DDL (it deadlocked with the stage's SHARE UPDATE
 	// EXCLUSIVE locks, taken in another order).
@@ -546,8 +497,7 @@ func TestBootstrapEdgeActivationDuringStagingDeadlocks(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the activation waited for the staging copy")
 	}
-	require.NoError(t, hold.Rollback(ctx))
-	held = false
+	release()
 	errSecond := <-second
 	rb2WaitSettled(t, db, 60*time.Second)
 	requireNoQuarantine(t, db)
@@ -634,4 +584,43 @@ func TestBootstrapEdgeLargeTableWritersNeverWait(t *testing.T) {
 		time.Since(caught).Round(time.Millisecond))
 	require.Less(t, time.Duration(slowest[0].Load()), time.Second, "a write to the bootstrapped table waited")
 	require.Less(t, time.Duration(slowest[1].Load()), time.Second, "a write to another table waited")
+}
+
+// holdStagingCopy starts the runner with the next projection bootstrap's staging
+// transaction held at its first write of synchro.bootstrap_coverage, after it locked
+// and copied its tables (a long copy), and returns what lets it go on. The holding
+// transaction has no transaction id: the slot creation does not wait for it.
+func holdStagingCopy(t *testing.T, e *syncEnv) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	db := e.db
+	hold, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	var once sync.Once
+	release = func() { once.Do(func() { require.NoError(t, hold.Rollback(ctx)) }) }
+	t.Cleanup(func() { once.Do(func() { _ = hold.Rollback(ctx) }) })
+	_, err = hold.Exec(ctx, `LOCK TABLE synchro.bootstrap_coverage IN SHARE MODE`)
+	require.NoError(t, err)
+	e.startRunner(t)
+	eventually(t, 60*time.Second, "the staging transaction past its copy", func() bool {
+		return countOf(t, db, `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+			WHERE l.relation = 'synchro.bootstrap_coverage'::regclass AND NOT l.granted AND a.datname = current_database()`) == 1
+	})
+	return release
+}
+
+// activateAsync stages sql and activates the registry on an operator session of its
+// own, in the background; the channel gets the result.
+func activateAsync(t *testing.T, db *testdb.DB, sql string) chan error {
+	t.Helper()
+	op := newOperator(t, db)
+	done := make(chan error, 1)
+	go func() {
+		_, err := op.conn.Exec(context.Background(), sql)
+		if err == nil {
+			_, err = op.conn.Exec(context.Background(), `SELECT synchro.activate_registry()`)
+		}
+		done <- err
+	}()
+	return done
 }
