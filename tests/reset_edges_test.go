@@ -441,7 +441,7 @@ func TestResetEdgeOldTokensRefused(t *testing.T) {
 	require.NoError(t, op.exec(`SELECT synchro.register_table('extra', 'extra')`))
 	requireSQLState(t, op.exec(`SELECT synchro.activate_registry()`), "SY400")
 	// While it is open, readiness is false and the old tokens are served.
-	require.False(t, r2Ready(t, db))
+	eventually(t, 10*time.Second, "not ready while the reset is open", func() bool { return !r2Ready(t, db) })
 	for _, c := range []string{curStart, curInside, curEnd} {
 		_, err := pullRaw(db, "c1", "owner:o1", c, 100)
 		require.NoError(t, err, "an old cursor before activation")
