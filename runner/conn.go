@@ -35,10 +35,6 @@ var sessionParams = [...][2]string{
 	// functions) only under constraint_exclusion = on, which the database's owner
 	// could set for every session.
 	{"constraint_exclusion", "partition"},
-	// A materialization is durable when its commit returns, before the slot is told
-	// (ADR 001): synchronous_commit = off in the database's or role's settings would
-	// let the acknowledgement pass a commit a server crash then loses.
-	{"synchronous_commit", "on"},
 	// The server must not end the runner's sessions for being idle: the second apply
 	// session of a quiet stream waits for the next burst (classify treats such an end
 	// as transient anyway).

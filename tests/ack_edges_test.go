@@ -465,9 +465,15 @@ func TestAckEdgeClaimantRefusesSlotMovedByClaimlessRunner(t *testing.T) {
 		return tx
 	}
 	progress := hold(`SELECT 1 FROM synchro.progress FOR UPDATE`)
-	// A's claim goes with its control session.
-	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-		WHERE datname = current_database() AND application_name = 'synchro-runner-control') x`))
+	// A's claim goes with its control session, once that backend has exited (A notices
+	// only at its next heartbeat, seconds later).
+	var controlPid int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name = 'synchro-runner-control'`).Scan(&controlPid))
+	mustExec(t, db, `SELECT pg_terminate_backend($1)`, controlPid)
+	require.True(t, reviewWait(10*time.Second, func() bool {
+		return countOf(t, db, `SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, controlPid) == 0
+	}), "A's control session to end")
 	b := testRunnerConfig(t, db)
 	b.Owner = "second"
 	rb := startRunner(t, b)
