@@ -82,7 +82,29 @@ func connect(ctx context.Context, dbURL, app string, defaults ...[2]string) (*pg
 	if err != nil {
 		return nil, connectFailure(app, err)
 	}
+	if err := durableCommits(ctx, conn); err != nil {
+		closeQuietly(ctx, conn)
+		return nil, err
+	}
 	return conn, nil
+}
+
+// durableCommits raises the session's synchronous_commit from "off" to "local".
+// ADR 001 acknowledges the slot only after a batch's commit is durable; under "off"
+// a commit returns before its WAL is flushed, so a runner that inherited "off" from
+// the database, its role or the URL would report the slot past a materialization a
+// server crash then loses, and the restart would find the slot after the processed
+// boundary. "local" is the local flush the ADR asks for. A stronger setting the
+// database chose (on, remote_write, remote_apply: a synchronous standby) is kept:
+// pinning "on" as a startup parameter would override a "local" chosen so that a
+// standby that does not answer cannot hold every batch.
+func durableCommits(ctx context.Context, conn *pgx.Conn) error {
+	_, err := conn.Exec(ctx, `SELECT pg_catalog.set_config('synchronous_commit', 'local', false)
+		WHERE pg_catalog.current_setting('synchronous_commit') = 'off'`)
+	if err != nil {
+		return fmt.Errorf("synchro: runner: session durability: %w", err)
+	}
+	return nil
 }
 
 // connConfig is connect's configuration: the URL's, with the pinned settings,

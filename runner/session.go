@@ -88,8 +88,13 @@ func (r *Runner) session(work, stop context.Context) error {
 		return &fatalError{err: fmt.Errorf("%w: slot %s moved to %s while the session started at the acknowledgement %s",
 			ErrSlotMismatch, slotName, held.ConfirmedFlush, start)}
 	}
+	var syncCommit string
+	if err := apply.QueryRow(work, `SELECT pg_catalog.current_setting('synchronous_commit')`).Scan(&syncCommit); err != nil {
+		return err
+	}
 	r.log.Info("replication started", "stream_generation", st.StreamGeneration,
-		"start_lsn", start, "processed_end_lsn", st.ProcessedEnd, "retry", st.Poisoned())
+		"start_lsn", start, "processed_end_lsn", st.ProcessedEnd, "retry", st.Poisoned(),
+		"synchronous_commit", syncCommit)
 	r.setState(stateStreaming)
 	if r.sessions.Add(1) > 1 {
 		r.cfg.Metrics.reconnected()

@@ -6,6 +6,7 @@ package tests
 
 import (
 	"context"
+	"log/slog"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -603,4 +604,53 @@ func TestAckEdgeSpilledTransactionDeathMidBatch(t *testing.T) {
 	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.txn WHERE commit_lsn > $1::pg_lsn`, from.String()))
 	require.Equal(t, float64(0), procCounter(t, p, "synchro_runner_transactions_total", "outcome", "duplicate"))
 	require.NoError(t, p.Stop(10*time.Second))
+}
+
+// TestAckEdgeSynchronousCommitOffIsRaisedToLocal: ADR 001 acknowledges the slot only
+// after the batch's commit is durable. Under synchronous_commit = off a commit returns
+// before its WAL is flushed: a runner that inherited "off" from the database, its role
+// or the URL would report the slot past a materialization a server crash then loses,
+// and the restart would find the slot after the processed boundary (fatal). Every
+// runner session raises "off" to "local" (the local flush the ADR asks for) and keeps
+// any stronger setting the database chose (a synchronous standby's remote_write stays).
+func TestAckEdgeSynchronousCommitOffIsRaisedToLocal(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, url, database, want string
+	}{
+		{name: "database off", database: "off", want: "local"},
+		{name: "url off", url: "synchronous_commit=off", want: "local"},
+		{name: "database remote_write kept", database: "remote_write", want: "remote_write"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			db := runnerSetup(t)
+			if c.database != "" {
+				mustExec(t, db, `ALTER DATABASE `+pgx.Identifier{db.Name}.Sanitize()+` SET synchronous_commit = `+c.database)
+			}
+			cfg := testRunnerConfig(t, db)
+			if c.url != "" {
+				sep := "?"
+				if strings.Contains(cfg.DatabaseURL, "?") {
+					sep = "&"
+				}
+				cfg.DatabaseURL += sep + c.url
+			}
+			logs := &syncLog{}
+			cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			startRunner(t, cfg)
+			waitStream(t, db)
+			mustExec(t, db, `INSERT INTO items (id, owner) VALUES (3, 'a')`)
+			waitEffects(t, db, 1)
+			var started string
+			for _, line := range strings.Split(logs.String(), "\n") {
+				if strings.Contains(line, `msg="replication started"`) {
+					started = line
+				}
+			}
+			require.NotEmpty(t, started, "runner log:\n%s", logs.String())
+			require.Contains(t, started, "synchronous_commit="+c.want)
+		})
+	}
 }
