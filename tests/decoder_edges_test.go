@@ -246,19 +246,7 @@ func TestDecoderEdgeWal2jsonNumericRemovedBySetColumns(t *testing.T) {
 	cfg = testRunnerConfig(t, db)
 	cfg.Decoder = "wal2json"
 	rr := startRunner(t, cfg)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if _, ok := runnerState(t, db); ok {
-			break
-		}
-		select {
-		case err := <-rr.done:
-			rr.stopped, rr.err = true, err
-			t.Fatalf("wal2json runner refused a registry without a float column: %v", err)
-		case <-time.After(50 * time.Millisecond):
-		}
-		require.True(t, time.Now().Before(deadline), "the stream to exist")
-	}
+	waitStreamOrExit(t, db, rr, "wal2json runner refused a registry without a float column")
 	mustExec(t, db, `INSERT INTO prices VALUES (1, 'a', 'NaN')`)
 	waitEffects(t, db, 1)
 }
@@ -690,19 +678,7 @@ func TestDecoderEdgeWal2jsonTableNamedStar(t *testing.T) {
 			SELECT synchro.add_scope_rule('star', 'owner:', 'owner');
 			SELECT synchro.activate_registry();`)
 		rr := startRunner(t, testRunnerConfig(t, db))
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			if _, ok := runnerState(t, db); ok {
-				break
-			}
-			select {
-			case err := <-rr.done:
-				rr.stopped, rr.err = true, err
-				t.Fatalf("the runner refused a registered table named *: %v", err)
-			case <-time.After(50 * time.Millisecond):
-			}
-			require.True(t, time.Now().Before(deadline), "the stream to exist")
-		}
+		waitStreamOrExit(t, db, rr, "the runner refused a registered table named *")
 		mustExec(t, db, `INSERT INTO other VALUES (1, 'a'); INSERT INTO "*" VALUES (1, 'a')`)
 		require.Empty(t, protoSettle(t, db))
 		require.Empty(t, protoDiverged(t, db, `"*"`, "star", "id", nil))

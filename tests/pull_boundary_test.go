@@ -13,7 +13,10 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/synchro/synchro/tests/testdb"
 )
 
 // The edges of what pull may return (CONTRACT.md "Pull"): never beyond the
@@ -104,7 +107,6 @@ func TestPullCursorInsideCompactedTransaction(t *testing.T) {
 // synchro.write_fence (the capture_pending check), which a held transaction locks.
 func TestPullCompactionBetweenHorizonCheckAndPageRead(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	e := newSyncEnv(t, `INSERT INTO tasks (id, owner, title) VALUES (1, 'a', 'one');`)
 	db := e.db
 	_, cur := startScope(t, db, "racer", "owner:a")
@@ -118,53 +120,13 @@ func TestPullCompactionBetweenHorizonCheckAndPageRead(t *testing.T) {
 	// fences it covered) would wait for the lock below.
 	mustExec(t, db, `UPDATE synchro.setting SET value = '6' WHERE name = 'compact_batch_rows'`)
 
-	locker, err := db.Pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer locker.Release()
-	lockTx, err := locker.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = lockTx.Rollback(ctx) }()
-	_, err = lockTx.Exec(ctx, `LOCK TABLE synchro.write_fence IN ACCESS EXCLUSIVE MODE`)
-	require.NoError(t, err)
-
-	puller, err := db.Pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer puller.Release()
-	var pid int
-	require.NoError(t, puller.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid))
-	type result struct {
-		page pullPage
-		err  error
-	}
-	done := make(chan result, 1)
-	go func() {
-		var raw []byte
-		var r result
-		r.err = puller.QueryRow(ctx, `SELECT synchro.pull('racer', 'owner:a', $1, 100)::text`, cur).Scan(&raw)
-		if r.err == nil {
-			d := json.NewDecoder(bytes.NewReader(raw))
-			d.DisallowUnknownFields()
-			r.err = d.Decode(&r.page)
-		}
-		done <- r
-	}()
-	eventually(t, 10*time.Second, "the pull to wait for synchro.write_fence", func() bool {
-		return countOf(t, db, `SELECT count(*) FROM pg_locks
-			WHERE pid = $1 AND NOT granted AND relation = 'synchro.write_fence'::regclass`, pid) == 1
-	})
+	hp := heldPull(t, db, "synchro.write_fence", "racer", "owner:a", cur)
 
 	// The pull passed its horizon check (there is no horizon yet). Compact now.
 	var res map[string]any
 	require.NoError(t, callJSON(db, &res, `SELECT synchro.compact('0 seconds')::text`))
 	require.EqualValues(t, 3, res["deleted_effects"], "%v", res)
-	require.NoError(t, lockTx.Rollback(ctx))
-
-	var r result
-	select {
-	case r = <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the pull did not return after the lock was released")
-	}
+	r := hp.release(t)
 	if r.err == nil {
 		t.Fatalf("silent miss: the pull answered %d of the 3 eligible changes (%v) with has_more %v instead of SY409",
 			len(r.page.Changes), opsOf(r.page.Changes), r.page.HasMore)
@@ -298,4 +260,69 @@ func TestPullRacingCompactionsSkipNothing(t *testing.T) {
 	close(stop)
 	require.NoError(t, <-errs)
 	t.Logf("%d pulls to the end checked, %d rebuilds, %d compactions", checked, rebuilds, compactions.Load())
+}
+
+// pullResult is what a held pull answered.
+type pullResult struct {
+	page pullPage
+	err  error
+}
+
+// pendingPull is a pull started behind a held lock (heldPull).
+type pendingPull struct {
+	lockTx pgx.Tx
+	done   chan pullResult
+}
+
+// heldPull takes table's ACCESS EXCLUSIVE lock in a transaction of its own, starts
+// synchro.pull(client, scope, cur, 100) on another connection and returns once the
+// pull waits for the lock: it passed every check made before it reads table. The
+// lock is held until release (or the test's end).
+func heldPull(t *testing.T, db *testdb.DB, table, client, scope, cur string) *pendingPull {
+	t.Helper()
+	ctx := context.Background()
+	locker, err := db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	t.Cleanup(locker.Release)
+	lockTx, err := locker.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = lockTx.Rollback(ctx) })
+	_, err = lockTx.Exec(ctx, `LOCK TABLE `+table+` IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+
+	puller, err := db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	var pid int
+	require.NoError(t, puller.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid))
+	done := make(chan pullResult, 1)
+	go func() {
+		defer puller.Release()
+		var raw []byte
+		var r pullResult
+		r.err = puller.QueryRow(ctx, `SELECT synchro.pull($1, $2, $3, 100)::text`, client, scope, cur).Scan(&raw)
+		if r.err == nil {
+			d := json.NewDecoder(bytes.NewReader(raw))
+			d.DisallowUnknownFields()
+			r.err = d.Decode(&r.page)
+		}
+		done <- r
+	}()
+	eventually(t, 10*time.Second, "the pull to wait for "+table, func() bool {
+		return countOf(t, db, `SELECT count(*) FROM pg_locks
+			WHERE pid = $1 AND NOT granted AND relation = $2::regclass`, pid, table) == 1
+	})
+	return &pendingPull{lockTx: lockTx, done: done}
+}
+
+// release ends the lock's transaction and returns what the pull answered.
+func (p *pendingPull) release(t *testing.T) pullResult {
+	t.Helper()
+	require.NoError(t, p.lockTx.Rollback(context.Background()))
+	select {
+	case r := <-p.done:
+		return r
+	case <-time.After(30 * time.Second):
+		t.Fatal("the pull did not return after the lock was released")
+		return pullResult{}
+	}
 }

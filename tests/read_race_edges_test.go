@@ -1,10 +1,8 @@
 package tests
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"math/rand"
 	"strings"
@@ -205,62 +203,21 @@ func TestReadEdgeTokenMutationsRefused(t *testing.T) {
 // moved; or read the high-watermark before the rule-generation check.
 func TestReadEdgePullRacesRuleChange(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	e := newSyncEnv(t, `INSERT INTO tasks (id, owner, reviewer, title) VALUES
 		(1, 'u', NULL, 'mine'), (2, 'x', 'u', 'to review'), (3, 'x', NULL, 'other');`)
 	db := e.db
 	rep, cur := startScope(t, db, "rr", "owner:u")
 	require.Equal(t, []string{"tasks/1"}, keysOf(rep))
 
-	locker, err := db.Pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer locker.Release()
-	lockTx, err := locker.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = lockTx.Rollback(ctx) }()
-	_, err = lockTx.Exec(ctx, `LOCK TABLE synchro.retention IN ACCESS EXCLUSIVE MODE`)
-	require.NoError(t, err)
-
-	puller, err := db.Pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer puller.Release()
-	var pid int
-	require.NoError(t, puller.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid))
-	type result struct {
-		page pullPage
-		err  error
-	}
-	done := make(chan result, 1)
-	go func() {
-		var raw []byte
-		var r result
-		r.err = puller.QueryRow(ctx, `SELECT synchro.pull('rr', 'owner:u', $1, 100)::text`, cur).Scan(&raw)
-		if r.err == nil {
-			d := json.NewDecoder(bytes.NewReader(raw))
-			d.DisallowUnknownFields()
-			r.err = d.Decode(&r.page)
-		}
-		done <- r
-	}()
-	eventually(t, 10*time.Second, "the pull to wait for synchro.retention", func() bool {
-		return countOf(t, db, `SELECT count(*) FROM pg_locks
-			WHERE pid = $1 AND NOT granted AND relation = 'synchro.retention'::regclass`, pid) == 1
-	})
+	hp := heldPull(t, db, "synchro.retention", "rr", "owner:u", cur)
 	// The pull passed its rule-generation check. The rule change commits and is
 	// materialized (task 2 enters owner:u by re-evaluation, no pull effect); then task 3
 	// enters owner:u under the new rule only.
 	write(t, db, `SELECT synchro.add_scope_rule('tasks', 'owner:', 'reviewer'); SELECT synchro.activate_registry();`)
 	write(t, db, `UPDATE tasks SET reviewer = 'u' WHERE id = 3`)
-	_, err = pullRaw(db, "rr", "owner:u", cur, 100)
+	_, err := pullRaw(db, "rr", "owner:u", cur, 100)
 	requireSQLState(t, err, "SY409") // a pull that starts now refuses the cursor
-	require.NoError(t, lockTx.Rollback(ctx))
-
-	var r result
-	select {
-	case r = <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the pull did not return after the lock was released")
-	}
+	r := hp.release(t)
 	if r.err == nil {
 		rep.apply(t, r.page.Changes)
 		_, nextErr := pullRaw(db, "rr", "owner:u", r.page.Cursor, 100)

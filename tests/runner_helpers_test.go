@@ -324,6 +324,25 @@ func waitStream(t *testing.T, db *testdb.DB) progressRow {
 	return p
 }
 
+// waitStreamOrExit is waitStream for a runner that may refuse to start: Run
+// returning first fails the test with what, and the runner's error.
+func waitStreamOrExit(t *testing.T, db *testdb.DB, rr *runningRunner, what string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, ok := runnerState(t, db); ok {
+			return
+		}
+		select {
+		case err := <-rr.done:
+			rr.stopped, rr.err = true, err
+			t.Fatalf("%s: %v", what, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+		require.True(t, time.Now().Before(deadline), "the stream to exist")
+	}
+}
+
 // waitAcked waits until the slot and the recorded acknowledgement reach the processed
 // boundary (the runner is idle and caught up).
 func waitAcked(t *testing.T, db *testdb.DB) progressRow {
