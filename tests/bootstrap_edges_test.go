@@ -156,11 +156,7 @@ func TestBootstrapEdgeActivationDuringStagingBlocksWriters(t *testing.T) {
 	ctx := context.Background()
 
 	// The first activation with the runner stopped.
-	e.stopRunner(t)
-	op := newOperator(t, db)
-	require.NoError(t, op.exec(`SELECT synchro.register_table('docs', 'docs')`))
-	require.NoError(t, op.exec(`SELECT synchro.add_scope_rule('docs', 'team:', 'team')`))
-	op.activate(t)
+	registerDocsStopped(t, e)
 
 	release := holdStagingCopy(t, e)
 	// Another activation: a scope rule of another table, nothing about docs.
@@ -292,11 +288,7 @@ func TestBootstrapEdgeSupersedeWhileStaging(t *testing.T) {
 		GRANT SELECT ON docs TO synchro_operator;`)
 	db := e.db
 	ctx := context.Background()
-	e.stopRunner(t)
-	op := newOperator(t, db)
-	require.NoError(t, op.exec(`SELECT synchro.register_table('docs', 'docs')`))
-	require.NoError(t, op.exec(`SELECT synchro.add_scope_rule('docs', 'team:', 'team')`))
-	op.activate(t)
+	registerDocsStopped(t, e)
 	w := startWriters(t, db, 2, time.Millisecond, []string{"40P01", "40001"}, func(i int64) string {
 		switch i % 3 {
 		case 0:
@@ -422,11 +414,7 @@ func TestBootstrapEdgeUnregisterBeforeMergeThenRegisterAgain(t *testing.T) {
 		GRANT SELECT ON docs TO synchro_operator;`)
 	db := e.db
 	ctx := context.Background()
-	e.stopRunner(t)
-	op := newOperator(t, db)
-	require.NoError(t, op.exec(`SELECT synchro.register_table('docs', 'docs')`))
-	require.NoError(t, op.exec(`SELECT synchro.add_scope_rule('docs', 'team:', 'team')`))
-	op.activate(t)
+	op := registerDocsStopped(t, e)
 	raw, err := pushRawOn(ctx, db.Pool, "pusher", pushJSON(t, pushIns(pushID(), "docs", 5001, pm{"team": "t1", "body": "pushed"})))
 	require.NoError(t, err)
 	require.Contains(t, raw, `"accepted"`)
@@ -477,11 +465,7 @@ func TestBootstrapEdgeActivationDuringStagingDeadlocks(t *testing.T) {
 		INSERT INTO notes SELECT 'n' || i, 'o1', 'b' || i FROM generate_series(1, 100) i;
 		GRANT SELECT ON docs, notes TO synchro_operator;`)
 	db := e.db
-	e.stopRunner(t)
-	op := newOperator(t, db)
-	require.NoError(t, op.exec(`SELECT synchro.register_table('docs', 'docs')`))
-	require.NoError(t, op.exec(`SELECT synchro.add_scope_rule('docs', 'team:', 'team')`))
-	op.activate(t)
+	op := registerDocsStopped(t, e)
 	require.NoError(t, op.exec(`SELECT synchro.set_columns($1, ARRAY['id', 'owner']::name[])`, relationID(t, db, "notes")))
 	op.activate(t)
 	require.Less(t, relationID(t, db, "notes"), relationID(t, db, "docs"))
@@ -623,4 +607,17 @@ func activateAsync(t *testing.T, db *testdb.DB, sql string) chan error {
 		done <- err
 	}()
 	return done
+}
+
+// registerDocsStopped stops e's runner, then registers the table docs with the scope
+// rule team: and activates as the operator: the activation's projection bootstrap
+// waits for the next runner.
+func registerDocsStopped(t *testing.T, e *syncEnv) *operator {
+	t.Helper()
+	e.stopRunner(t)
+	op := newOperator(t, e.db)
+	require.NoError(t, op.exec(`SELECT synchro.register_table('docs', 'docs')`))
+	require.NoError(t, op.exec(`SELECT synchro.add_scope_rule('docs', 'team:', 'team')`))
+	op.activate(t)
+	return op
 }

@@ -101,10 +101,40 @@ var differentialTables = []string{"txn", "event", "projection", "membership", "e
 // materialization are identical. A difference fails the test.
 func TestDecoderDifferential(t *testing.T) {
 	t.Parallel()
+	d := runDecoderDifferential(t, differentialSchema, differentialWorkload)
+	viaPgoutput, viaWal2json, ignored := d.viaPgoutput, d.viaWal2json, d.ignored
+
+	for _, tb := range differentialTables {
+		require.NotEmpty(t, viaPgoutput[tb], tb)
+		require.Equal(t, viaPgoutput[tb], viaWal2json[tb], "synchro.%s differs between pgoutput and wal2json", tb)
+	}
+	require.Equal(t, ignored["pgoutput"], ignored["wal2json"], "dropped synchro. messages by reason")
+	for _, reason := range []string{"non_transactional", "unknown_prefix", "malformed"} {
+		require.Positive(t, ignored["pgoutput"][reason], "the fixture has a synchro. message dropped as %s", reason)
+	}
+	// The fixture reached what it is for: effects of every kind of change.
+	require.GreaterOrEqual(t, len(viaPgoutput["txn"]), 7, "every workload transaction but the one outside the table set")
+}
+
+// differential is what runDecoderDifferential read through each decoder: the
+// materialized synchro tables (snapshotTables) and the runner's count of dropped
+// synchro. messages by reason.
+type differential struct {
+	viaPgoutput, viaWal2json map[string][]string
+	ignored                  map[string]map[string]float64
+}
+
+// runDecoderDifferential runs workload (one simple-protocol call per source
+// transaction) after schema, reads it through a pgoutput stream and through a
+// wal2json stream that starts at the same position (a copy of the pgoutput slot), and
+// returns what each materialized. checkLive names tables ({relation, table_id, key
+// column}) whose projections must also equal their live rows after the workload.
+func runDecoderDifferential(t *testing.T, schema string, workload []string, checkLive ...[3]string) differential {
+	t.Helper()
 	testdb.RequireLibrary(t, "wal2json")
 	ctx := context.Background()
 	db := testdb.New(t)
-	mustExec(t, db, differentialSchema)
+	mustExec(t, db, schema)
 
 	// The pgoutput stream, caught up with the baseline, then stopped.
 	pg := testRunnerConfig(t, db)
@@ -128,7 +158,7 @@ func TestDecoderDifferential(t *testing.T) {
 		mustExec(t, db, fmt.Sprintf(`CREATE TABLE snap.%[1]s AS SELECT * FROM synchro.%[1]s`, tb))
 	}
 
-	for _, sql := range differentialWorkload {
+	for _, sql := range workload {
 		_, err := db.Pool.Exec(ctx, sql) // one simple-protocol call: one transaction
 		require.NoError(t, err, sql)
 	}
@@ -176,17 +206,13 @@ func TestDecoderDifferential(t *testing.T) {
 		"COMMIT")
 	mustExec(t, db, strings.Join(restore, ";\n"))
 	viaWal2json := materialize("wal2json", w2jSlot)
+	for _, c := range checkLive {
+		var cols []string
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT columns::text[] FROM synchro.registry WHERE table_id = $1`, c[1]).Scan(&cols))
+		require.Empty(t, protoDiverged(t, db, c[0], c[1], c[2], cols), "%s: images equal to_jsonb of the live rows", c[1])
+	}
+	return differential{viaPgoutput: viaPgoutput, viaWal2json: viaWal2json, ignored: ignored}
 
-	for _, tb := range differentialTables {
-		require.NotEmpty(t, viaPgoutput[tb], tb)
-		require.Equal(t, viaPgoutput[tb], viaWal2json[tb], "synchro.%s differs between pgoutput and wal2json", tb)
-	}
-	require.Equal(t, ignored["pgoutput"], ignored["wal2json"], "dropped synchro. messages by reason")
-	for _, reason := range []string{"non_transactional", "unknown_prefix", "malformed"} {
-		require.Positive(t, ignored["pgoutput"][reason], "the fixture has a synchro. message dropped as %s", reason)
-	}
-	// The fixture reached what it is for: effects of every kind of change.
-	require.GreaterOrEqual(t, len(viaPgoutput["txn"]), 7, "every workload transaction but the one outside the table set")
 }
 
 // insertableColumns lists a synchro table's columns that an INSERT may set (not

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/stretchr/testify/assert"
@@ -24,80 +23,11 @@ import (
 	"github.com/synchro/synchro/tests/testdb"
 )
 
-// decoderDifferential2 runs workload (one simple-protocol call per source transaction)
-// after schema, reads it through a pgoutput stream and through a wal2json stream that
-// starts at the same position (a copy of the pgoutput slot), as TestDecoderDifferential
-// does, and returns the materialized synchro tables of each (snapshotTables).
-// checkLive names tables ({relation, table_id, key column}) whose projections must
-// also equal their live rows after the workload.
+// decoderDifferential2 is runDecoderDifferential's two materialized states.
 func decoderDifferential2(t *testing.T, schema string, workload []string, checkLive ...[3]string) (viaPgoutput, viaWal2json map[string][]string) {
 	t.Helper()
-	testdb.RequireLibrary(t, "wal2json")
-	ctx := context.Background()
-	db := testdb.New(t)
-	mustExec(t, db, schema)
-
-	pg := testRunnerConfig(t, db)
-	pg.Decoder = "pgoutput"
-	rr := startRunner(t, pg)
-	waitStream(t, db)
-	waitAcked(t, db)
-	require.NoError(t, rr.stop(t))
-	waitRunnerGone(t, db)
-
-	w2jSlot := "w2j_" + pg.Slot[max(0, len(pg.Slot)-59):]
-	mustExec(t, db, fmt.Sprintf(`SELECT pg_copy_logical_replication_slot('%s', '%s', false, 'wal2json')`, pg.Slot, w2jSlot))
-	tables := []string{"txn", "event", "projection", "membership", "effect", "change", "rule_value", "progress",
-		"quarantine", "runner", "stream_generation", "write_fence"}
-	mustExec(t, db, `CREATE SCHEMA snap`)
-	for _, tb := range tables {
-		mustExec(t, db, fmt.Sprintf(`CREATE TABLE snap.%[1]s AS SELECT * FROM synchro.%[1]s`, tb))
-	}
-	for _, sql := range workload {
-		_, err := db.Pool.Exec(ctx, sql)
-		require.NoError(t, err, sql)
-	}
-	var end string
-	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&end))
-
-	materialize := func(decoder, slot string) map[string][]string {
-		cfg := testRunnerConfig(t, db)
-		cfg.Decoder, cfg.Slot = decoder, slot
-		r := startRunner(t, cfg)
-		eventually(t, 30*time.Second, decoder+" materialization of the workload", func() bool {
-			p, ok := runnerState(t, db)
-			require.True(t, ok)
-			require.Nil(t, p.PoisonClass, "%s: poison", decoder)
-			return lsnOf(t, p.Processed) >= lsnOf(t, &end)
-		})
-		require.NoError(t, r.stop(t))
-		waitRunnerGone(t, db)
-		require.Empty(t, quarantines(t, db), decoder)
-		return snapshotTables(t, db)
-	}
-	viaPgoutput = materialize("pgoutput", pg.Slot)
-
-	restore := []string{"BEGIN", "SET LOCAL session_replication_role = replica"}
-	for _, tb := range tables {
-		if tb == "write_fence" {
-			restore = append(restore, `UPDATE synchro.write_fence SET coverage = NULL, covered_at = NULL
-				WHERE fence_id NOT IN (SELECT fence_id FROM snap.write_fence)`)
-			continue
-		}
-		cols := insertableColumns(t, db, tb)
-		restore = append(restore, `DELETE FROM synchro.`+tb, fmt.Sprintf(
-			`INSERT INTO synchro.%[1]s (%[2]s) OVERRIDING SYSTEM VALUE SELECT %[2]s FROM snap.%[1]s`, tb, cols))
-	}
-	restore = append(restore, fmt.Sprintf(`UPDATE synchro.stream_generation SET slot_name = '%s', plugin = 'wal2json'`, w2jSlot),
-		"COMMIT")
-	mustExec(t, db, strings.Join(restore, ";\n"))
-	viaWal2json = materialize("wal2json", w2jSlot)
-	for _, c := range checkLive {
-		var cols []string
-		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT columns::text[] FROM synchro.registry WHERE table_id = $1`, c[1]).Scan(&cols))
-		require.Empty(t, protoDiverged(t, db, c[0], c[1], c[2], cols), "%s: images equal to_jsonb of the live rows", c[1])
-	}
-	return viaPgoutput, viaWal2json
+	d := runDecoderDifferential(t, schema, workload, checkLive...)
+	return d.viaPgoutput, d.viaWal2json
 }
 
 // ---------------------------------------------------------------------------------

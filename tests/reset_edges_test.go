@@ -868,15 +868,23 @@ func TestResetEdgeStopWhileMarkerWaits(t *testing.T) {
 	require.NoError(t, err)
 	id := op.begin(t, "stop while the marker waits")
 	r2WaitMarkerBlocked(t, db, id)
+	stopWhileResetWaits(t, e, op, id, "the marker waits", lock)
+}
+
+// stopWhileResetWaits stops e's runner while reset id waits on something held ends,
+// ends held, and requires a clean (exit status 0) and prompt stop, and a reset the next
+// runner takes to ready.
+func stopWhileResetWaits(t *testing.T, e *syncEnv, op *operator, id, what string, held pgx.Tx) {
+	t.Helper()
 	err, took := r2StopRunner(t, e)
-	t.Logf("stop while the marker waits: Run returned %v after %s (ShutdownTimeout %s)", err, took, e.cfg.ShutdownTimeout)
-	require.NoError(t, lock.Rollback(ctx))
-	waitRunnerGone(t, db)
+	t.Logf("stop while %s: Run returned %v after %s (ShutdownTimeout %s)", what, err, took, e.cfg.ShutdownTimeout)
+	require.NoError(t, held.Rollback(context.Background()))
+	waitRunnerGone(t, e.db)
 	// The reset itself is unharmed: the next runner takes it to ready.
 	e.startRunner(t)
 	op.waitPhase(t, id, "ready")
 	require.NoError(t, op.exec(`SELECT synchro.abort_reset($1)`, id))
-	require.NoError(t, err, "a stop while the reset's marker waits must be clean (exit status 0)")
+	require.NoError(t, err, "a stop while %s must be clean (exit status 0)", what)
 	require.Less(t, took, e.cfg.ShutdownTimeout, "and prompt: no transaction is in hand")
 }
 
@@ -906,15 +914,7 @@ func TestResetEdgeStopWhileCandidateSlotWaits(t *testing.T) {
 	id := op.begin(t, "stop while the candidate slot waits")
 	waitRunnerWaitsOnLock(t, db, "synchro-runner-replication")
 	require.Equal(t, "staging", op.status(t, id).Phase)
-	err, took := r2StopRunner(t, e)
-	t.Logf("stop while the candidate slot waits: Run returned %v after %s (ShutdownTimeout %s)", err, took, e.cfg.ShutdownTimeout)
-	require.NoError(t, blocker.Rollback(ctx))
-	waitRunnerGone(t, db)
-	e.startRunner(t)
-	op.waitPhase(t, id, "ready")
-	require.NoError(t, op.exec(`SELECT synchro.abort_reset($1)`, id))
-	require.NoError(t, err, "a stop while the candidate slot waits must be clean (exit status 0)")
-	require.Less(t, took, e.cfg.ShutdownTimeout, "and prompt: no transaction is in hand")
+	stopWhileResetWaits(t, e, op, id, "the candidate slot waits", blocker)
 }
 
 // TestResetEdgeBackToBack: a second reset begun right after the first activated
