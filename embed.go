@@ -105,6 +105,10 @@ func Install(ctx context.Context, db *sql.DB) error {
 
 	// Schema synchro first (goose's version table lives in it), and an install from
 	// before the table moved keeps its history.
+	var fresh bool
+	if err := conn.QueryRowContext(ctx, `SELECT pg_catalog.to_regnamespace('synchro') IS NULL`).Scan(&fresh); err != nil {
+		return fmt.Errorf("install: schema: %w", err)
+	}
 	if err := runPrelude(ctx, conn); err != nil {
 		return err
 	}
@@ -116,9 +120,44 @@ func Install(ctx context.Context, db *sql.DB) error {
 		return err
 	}
 	if _, err := provider.Up(ctx); err != nil {
+		if fresh {
+			undoEmptyInstall(ctx, conn)
+		}
 		return fmt.Errorf("install: migrate: %w", err)
 	}
 	return applyFunctions(ctx, conn)
+}
+
+// undoEmptyInstall drops what a first install that applied no migration left: the
+// schema the prelude made and goose's version table in it. Each migration commits on
+// its own, so a first migration refused (a deploy role without a privilege the pack
+// needs) left only those two, owned by the deploy role, and the corrected deploy (the
+// same command as a superuser) was then refused for a schema of another role
+// (TestDeployEdgeFailedInstallLeavesNothing). Anything more in the schema (a migration
+// applied, an object someone made meanwhile) and nothing is dropped: the DROP SCHEMA
+// without CASCADE fails and the transaction rolls back. Best effort: the install's
+// own error is what the caller reports.
+func undoEmptyInstall(ctx context.Context, conn *sql.Conn) {
+	ctx = context.WithoutCancel(ctx)
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return
+	}
+	defer func() { _ = tx.Rollback() }()
+	_, err = tx.ExecContext(ctx, `DO $synchro_undo$
+BEGIN
+  IF pg_catalog.to_regclass('synchro.goose_version') IS NOT NULL THEN
+    IF EXISTS (SELECT FROM synchro.goose_version WHERE version_id OPERATOR(pg_catalog.>) 0) THEN
+      RETURN;
+    END IF;
+    DROP TABLE synchro.goose_version;
+  END IF;
+  DROP SCHEMA synchro;
+END
+$synchro_undo$`)
+	if err == nil {
+		_ = tx.Commit()
+	}
 }
 
 // ErrNewerDatabase: the database records a migration newer than this build's newest.

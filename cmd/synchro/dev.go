@@ -28,7 +28,7 @@ func runDev(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintln(fs.Output(), "With --database-url, sets up that database instead and exits.")
 		fs.PrintDefaults()
 	}
-	dir := fs.String("dir", ".synchro-dev", "cluster directory, reused if it exists")
+	dir := fs.String("dir", ".synchro-dev", "cluster directory, reused if it exists (empty or a cluster's own)")
 	port := fs.Int("port", 54329, "TCP port on 127.0.0.1 (0: any free port)")
 	// Flag only, not $SYNCHRO_DATABASE_URL: dev prints that export for the private
 	// cluster, and a later `synchro dev` must not then skip starting it.
@@ -39,7 +39,7 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	}
 	if fs.NArg() > 0 {
 		fs.Usage()
-		return fmt.Errorf("dev: unexpected arguments %q", fs.Args())
+		return fmt.Errorf("dev: unexpected arguments %s", shownArgs(fs.Args()))
 	}
 	if *existing != "" {
 		if err := migrateUp(ctx, e, *existing); err != nil {

@@ -79,7 +79,7 @@ func run(ctx context.Context, e *env, args []string) int {
 	}
 	cmd, ok := cmds[args[0]]
 	if !ok {
-		fmt.Fprintf(e.stderr, "synchro: unknown command %q\n\n", args[0])
+		fmt.Fprintf(e.stderr, "synchro: unknown command %s\n\n", shownArg(args[0]))
 		usage(e.stderr, cmds)
 		return 2
 	}

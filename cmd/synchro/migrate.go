@@ -30,7 +30,7 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 	}
 	if fs.NArg() > 0 {
 		fs.Usage()
-		return fmt.Errorf("migrate: unexpected arguments %q", fs.Args())
+		return fmt.Errorf("migrate: unexpected arguments %s", shownArgs(fs.Args()))
 	}
 	if err := requireURL(*dbURL); err != nil {
 		return err
@@ -42,7 +42,7 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 		return migrateStatus(ctx, e, *dbURL)
 	default:
 		fs.Usage()
-		return fmt.Errorf("migrate: unknown subcommand %q", sub)
+		return fmt.Errorf("migrate: unknown subcommand %s", shownArg(sub))
 	}
 }
 

@@ -56,7 +56,7 @@ func runMigrations(_ context.Context, e *env, args []string) error {
 		return err
 	default:
 		fs.Usage()
-		return fmt.Errorf("migrations: unknown subcommand %q", sub)
+		return fmt.Errorf("migrations: unknown subcommand %s", shownArg(sub))
 	}
 }
 

@@ -28,7 +28,7 @@ func runReady(ctx context.Context, e *env, args []string) error {
 	}
 	if fs.NArg() > 0 {
 		fs.Usage()
-		return fmt.Errorf("ready: unexpected arguments %q", fs.Args())
+		return fmt.Errorf("ready: unexpected arguments %s", shownArgs(fs.Args()))
 	}
 	if err := requireURL(*dbURL); err != nil {
 		return err

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,7 +26,7 @@ const connectTimeout = 10 * time.Second
 // parseDB parses a connection string (URL or keyword/value form) with pgx.
 func parseDB(raw string) (*pgx.ConnConfig, error) {
 	cfg, err := pgx.ParseConfig(raw)
-	if err != nil {
+	if err != nil || misparsed(cfg) {
 		return nil, errBadURL
 	}
 	if cfg.ConnectTimeout == 0 {
@@ -43,7 +45,7 @@ func parseDB(raw string) (*pgx.ConnConfig, error) {
 // password, sslpassword or any other parameter never shows).
 func describeDB(raw string) string {
 	cfg, err := pgx.ParseConfig(raw)
-	if err != nil {
+	if err != nil || misparsed(cfg) {
 		return "(unparsable connection string)"
 	}
 	return fmt.Sprintf("host=%s port=%d database=%s user=%s", cfg.Host, cfg.Port, cfg.Database, cfg.User)
@@ -74,4 +76,34 @@ func openSQL(ctx context.Context, raw string) (*sql.DB, error) {
 		return nil, fmt.Errorf("connect %s: %w", describeDB(raw), err)
 	}
 	return db, nil
+}
+
+// misparsed: a URL whose password holds an unescaped "/" still parses, as a host, a
+// port and a database made of the password's rest ("postgres://app:2024/pw@host/db":
+// host app, port 2024, database "pw@host/db"), and describeDB would print that rest.
+// An "@" in the host, database or user is such a URL: refused as unparsable, without
+// its text (TestDeployEdgeUnescapedSlashInPasswordNotLogged).
+func misparsed(cfg *pgx.ConnConfig) bool {
+	return strings.Contains(cfg.Host, "@") || strings.Contains(cfg.Database, "@") || strings.Contains(cfg.User, "@")
+}
+
+// shownArgs quotes command-line arguments for an error, each one only when it cannot be
+// a connection string: a URL typed where a command takes none (without
+// --database-url) was echoed whole, password included.
+func shownArgs(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = shownArg(a)
+	}
+	return "[" + strings.Join(out, " ") + "]"
+}
+
+// shownArg quotes a command or argument for an error, or names it as not shown when
+// it could hold a connection string or a password (a "://", an "=", an "@") or is
+// longer than any command name.
+func shownArg(a string) string {
+	if len(a) > 40 || strings.ContainsAny(a, "=@:/ ") {
+		return "(an argument not shown: it may hold a connection string)"
+	}
+	return strconv.Quote(a)
 }

@@ -74,7 +74,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	}
 	if fs.NArg() > 0 {
 		fs.Usage()
-		return fmt.Errorf("run: unexpected arguments %q", fs.Args())
+		return fmt.Errorf("run: unexpected arguments %s", shownArgs(fs.Args()))
 	}
 	// A SYNCHRO_* variable stands in for its flag when the flag is not given: flags
 	// win, and a variable is read (and checked) only then. Read before the flags were

@@ -205,6 +205,9 @@ func (c *Cluster) prepareDir(dir string) error {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return fmt.Errorf("pgcluster: dir: %w", err)
 		}
+		if err := ownEntriesOnly(dir); err != nil {
+			return err
+		}
 	}
 	c.dir = dir
 	c.dataDir = filepath.Join(dir, "data")
@@ -221,6 +224,27 @@ func (c *Cluster) prepareDir(dir string) error {
 		}
 		return os.Lchown(p, int(c.cred.Uid), int(c.cred.Gid))
 	})
+}
+
+// clusterEntries are the names a cluster directory holds: the data directory and the
+// server's log.
+var clusterEntries = map[string]bool{"data": true, "postgres.log": true}
+
+// ownEntriesOnly refuses a directory that holds anything a cluster does not make: as
+// root, the whole directory is handed to the postgres OS user, and `synchro dev --dir
+// /tmp` or a project's folder gave every file in it away (TestDeployEdgeDevDirKeepsForeignFiles).
+// An empty directory, or one a cluster made, is used.
+func ownEntriesOnly(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("pgcluster: dir: %w", err)
+	}
+	for _, e := range entries {
+		if !clusterEntries[e.Name()] {
+			return fmt.Errorf("pgcluster: %s holds files that are not a cluster's (%d entries): use an empty or new directory", dir, len(entries))
+		}
+	}
+	return nil
 }
 
 // checkReachable fails clearly when the postgres user cannot traverse to dir (a 0700

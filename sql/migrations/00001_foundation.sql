@@ -11,19 +11,26 @@ DO $roles$
 DECLARE
   r text;
 BEGIN
+  -- Roles are cluster-wide: a second database of the cluster finds them made. Only
+  -- what is missing is made, so a database owner without CREATEROLE installs once the
+  -- roles exist (PostgreSQL checks the privilege before it reports duplicate_object).
   FOREACH r IN ARRAY ARRAY['synchro_app', 'synchro_operator', 'synchro_runner'] LOOP
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = r) THEN
+      BEGIN
+        EXECUTE format('CREATE ROLE %I NOLOGIN', r);
+      EXCEPTION WHEN duplicate_object OR unique_violation THEN
+        NULL;
+      END;
+    END IF;
+  END LOOP;
+  -- An operator may do everything an application may.
+  IF NOT pg_catalog.pg_has_role('synchro_operator', 'synchro_app', 'MEMBER') THEN
     BEGIN
-      EXECUTE format('CREATE ROLE %I NOLOGIN', r);
+      GRANT synchro_app TO synchro_operator;
     EXCEPTION WHEN duplicate_object OR unique_violation THEN
       NULL;
     END;
-  END LOOP;
-  -- An operator may do everything an application may.
-  BEGIN
-    GRANT synchro_app TO synchro_operator;
-  EXCEPTION WHEN duplicate_object OR unique_violation THEN
-    NULL;
-  END;
+  END IF;
 END
 $roles$;
 -- +goose StatementEnd

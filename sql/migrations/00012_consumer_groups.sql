@@ -7,17 +7,23 @@
 -- +goose StatementBegin
 DO $roles$
 BEGIN
-  BEGIN
-    CREATE ROLE synchro_consumer NOLOGIN;
-  EXCEPTION WHEN duplicate_object OR unique_violation THEN
-    NULL;
-  END;
+  -- Only what is missing is made (as in 00001: a database owner without CREATEROLE
+  -- installs once the roles exist).
+  IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'synchro_consumer') THEN
+    BEGIN
+      CREATE ROLE synchro_consumer NOLOGIN;
+    EXCEPTION WHEN duplicate_object OR unique_violation THEN
+      NULL;
+    END;
+  END IF;
   -- A consumer may do everything an application may.
-  BEGIN
-    GRANT synchro_app TO synchro_consumer;
-  EXCEPTION WHEN duplicate_object OR unique_violation THEN
-    NULL;
-  END;
+  IF NOT pg_catalog.pg_has_role('synchro_consumer', 'synchro_app', 'MEMBER') THEN
+    BEGIN
+      GRANT synchro_app TO synchro_consumer;
+    EXCEPTION WHEN duplicate_object OR unique_violation THEN
+      NULL;
+    END;
+  END IF;
 END
 $roles$;
 -- +goose StatementEnd
