@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -170,25 +171,63 @@ func (c Config) leaseSeconds() int32 {
 // lease is one continuous tenure of the group's lease: the token changes with every
 // renewal, and the tenure ends when a renewal shows that another owner held the
 // lease in between (the token jumped) or the lease could not be renewed in time.
+//
+// The tenure's end is local, not a database answer: a timer ends it (the handler's
+// context cancelled) a margin before the lease held runs out, counted from the moment
+// the last successful acquire or renewal was sent (the server's lease runs from a later
+// moment, so never before it). A renewal that hangs (a half-open connection) or keeps
+// failing cannot keep the handler running past the lease while another owner takes
+// it over and acknowledges the same batch (TestConsumerEdgePartitionedHolderOutlivesLease,
+// TestConsumerEdgeRefusedRenewalsOutliveLease); each renewal and each read is bounded by
+// the same deadline.
 type lease struct {
 	mu      sync.Mutex // serializes database calls that carry the token
 	token   int64
-	renewed time.Time
-	lost    bool
+	renewed time.Time // when the last successful acquire or renewal was sent (mu)
+	lost    atomic.Bool
+	expiry  *time.Timer // ends the tenure at deadline()
+	margin  time.Duration
+	span    time.Duration   // the lease held
 	ctx     context.Context // cancelled when the tenure ends
 	cancel  context.CancelFunc
 	done    chan struct{}
+}
+
+// leaseMargin is how long before the lease runs out the tenure ends: time for the
+// handler to see its context end before another owner can take the lease.
+func (c Config) leaseMargin() time.Duration {
+	return min(c.LeaseDuration/10, 2*time.Second)
+}
+
+// end ends the tenure: nothing more is read or acknowledged under it.
+func (l *lease) end() {
+	l.lost.Store(true)
+	l.cancel()
+}
+
+// deadline is when the tenure ends unless renewed (mu held).
+func (l *lease) deadline() time.Time {
+	return l.renewed.Add(l.span - l.margin)
+}
+
+// held records a successful acquire or renewal sent at sent (mu held).
+func (l *lease) held(sent time.Time) {
+	l.renewed = sent
+	l.expiry.Reset(time.Until(l.deadline()))
 }
 
 // acquire waits for the lease (55P03: another owner holds it) and starts renewing it.
 func acquire(ctx context.Context, cfg Config) (*lease, error) {
 	q := gen.New(cfg.DB)
 	for {
+		sent := time.Now()
 		tok, err := q.AcquireLease(ctx, gen.AcquireLeaseParams{Name: cfg.Group, Owner: cfg.Owner, LeaseSeconds: cfg.leaseSeconds()})
 		if err == nil {
 			cfg.Logger.Info("consumer: lease acquired", "group", cfg.Group, "token", tok)
 			lctx, cancel := context.WithCancel(ctx)
-			l := &lease{token: tok, renewed: time.Now(), ctx: lctx, cancel: cancel, done: make(chan struct{})}
+			l := &lease{token: tok, renewed: sent, ctx: lctx, cancel: cancel, done: make(chan struct{}),
+				margin: cfg.leaseMargin(), span: cfg.LeaseDuration}
+			l.expiry = time.AfterFunc(time.Until(l.deadline()), l.end)
 			go l.renew(cfg)
 			return l, nil
 		}
@@ -206,6 +245,7 @@ func acquire(ctx context.Context, cfg Config) (*lease, error) {
 // renew renews the lease every RenewEvery until the tenure ends.
 func (l *lease) renew(cfg Config) {
 	defer close(l.done)
+	defer l.expiry.Stop()
 	q := gen.New(cfg.DB)
 	t := time.NewTicker(cfg.RenewEvery)
 	defer t.Stop()
@@ -216,21 +256,29 @@ func (l *lease) renew(cfg Config) {
 		case <-t.C:
 		}
 		l.mu.Lock()
-		tok, err := q.AcquireLease(l.ctx, gen.AcquireLeaseParams{Name: cfg.Group, Owner: cfg.Owner, LeaseSeconds: cfg.leaseSeconds()})
+		sent := time.Now()
+		rctx, rcancel := context.WithDeadline(l.ctx, l.deadline())
+		tok, err := q.AcquireLease(rctx, gen.AcquireLeaseParams{Name: cfg.Group, Owner: cfg.Owner, LeaseSeconds: cfg.leaseSeconds()})
+		rcancel()
 		switch {
+		case l.lost.Load():
+			// The tenure ended while the renewal was under way (its deadline passed):
+			// a renewal answered now does not bring it back.
 		case err == nil && tok == l.token+1:
-			l.token, l.renewed = tok, time.Now()
+			l.token = tok
+			l.held(sent)
 		case err == nil:
 			// Another owner held the lease in between: its acks and reads happened;
 			// this tenure's batch is no longer ours to acknowledge.
-			l.token, l.lost = tok, true
+			l.token = tok
+			l.end()
 		case sqlState(err) == codeLockUnavailable || sqlState(err) == codeInvalidArgument:
-			l.lost = true
-		case time.Since(l.renewed) >= cfg.LeaseDuration:
-			// Transient failures for a whole lease: it expired by now.
-			l.lost = true
+			l.end()
+		case !time.Now().Before(l.deadline()):
+			// Transient failures until the deadline: the lease is about to expire.
+			l.end()
 		}
-		lost := l.lost
+		lost := l.lost.Load()
 		l.mu.Unlock()
 		if err != nil && !lost && l.ctx.Err() == nil {
 			cfg.Logger.Warn("consumer: lease renewal failed; retrying", "group", cfg.Group, "err", err)
@@ -251,13 +299,13 @@ func (l *lease) stop() {
 func (l *lease) call(f func(token int64) error) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.lost {
+	if l.lost.Load() || !time.Now().Before(l.deadline()) {
+		l.end()
 		return errLeaseLost
 	}
 	err := f(l.token)
 	if sqlState(err) == codeLeaseLost {
-		l.lost = true
-		l.cancel()
+		l.end()
 		return errLeaseLost
 	}
 	return err
@@ -268,7 +316,7 @@ func (l *lease) call(f func(token int64) error) error {
 func (l *lease) release(cfg Config) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.lost {
+	if l.lost.Load() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(l.ctx), 5*time.Second)

@@ -15,6 +15,11 @@
 //   - The lease is renewed every RenewEvery while a batch is in flight. Every renewal
 //     returns a new fencing token; a token that is not exactly the previous one plus one
 //     shows that another owner held the lease in between, and the tenure ends.
+//   - The tenure also ends by the process's own clock: a tenth of the lease (at most 2 s)
+//     before the lease held runs out, counted from when the last successful renewal was
+//     sent, the handler's context is cancelled, whatever a renewal is doing (a renewal
+//     hung on a half-open connection, or failing at once, kept it live past the lease
+//     while another owner took over). Each renewal and read is bounded by that moment.
 //   - A batch is acknowledged (synchro.ack, its last position) only after the handler
 //     returned nil. A handler error, a crash or a lost lease leaves the batch
 //     unacknowledged: it is delivered again, whole, with the same change ids.
