@@ -187,43 +187,9 @@ func reviewConsumerPool(t *testing.T, url string) *pgxpool.Pool {
 // the renewal call is doing.
 func TestConsumerEdgePartitionedHolderOutlivesLease(t *testing.T) {
 	t.Parallel()
-	db := groupsSetup(t)
-	mustExec(t, db, `SELECT synchro.create_consumer_group('search')`)
-	for i := 10; i < 13; i++ {
-		mustExec(t, db, `INSERT INTO items (id, owner, v) VALUES ($1, 'a', $2)`, i, i)
-	}
-	waitChangeTxns(t, db, 3)
-
-	proxy, proxied := reviewStartProxy(t, db.URL)
-	pool := reviewConsumerPool(t, proxied)
-
 	const lease = 2 * time.Second
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	entered := make(chan context.Context, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- consumer.Run(ctx, consumer.Config{DB: pool, Group: "search", Owner: "partitioned",
-			LeaseDuration: lease, MaxTransactions: 10, PollInterval: 20 * time.Millisecond},
-			func(hctx context.Context, b consumer.Batch) error {
-				select {
-				case entered <- hctx:
-				default:
-					return nil
-				}
-				// A slow destination write: it ends when the context ends.
-				<-hctx.Done()
-				return hctx.Err()
-			})
-	}()
-	var hctx context.Context
-	select {
-	case hctx = <-entered:
-	case err := <-done:
-		t.Fatalf("Run ended before a batch: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("no batch reached the handler")
-	}
+	hc := startHeldConsumer(t, "search", "partitioned", lease)
+	db, proxy, hctx, done, cancel := hc.db, hc.proxy, hc.hctx, hc.done, hc.cancel
 
 	// The partition.
 	partitioned := time.Now()
@@ -231,22 +197,8 @@ func TestConsumerEdgePartitionedHolderOutlivesLease(t *testing.T) {
 
 	// Another owner, connected directly, takes over once the lease expired by the
 	// database clock, reads the same batch and acknowledges it.
-	other := consumerConn(t, db)
-	var tok int64
-	eventually(t, 20*time.Second, "the partitioned owner's lease to expire", func() bool {
-		var err error
-		tok, err = acquireLease(other, "search", "intruder", 60)
-		if err != nil {
-			requireSQLState(t, err, "55P03")
-			return false
-		}
-		return true
-	})
+	takeOverAndAck(t, db, "search")
 	tookOver := time.Since(partitioned)
-	r, err := readChanges(other, "search", tok, 10, 1<<20)
-	require.NoError(t, err)
-	require.Len(t, r.Transactions, 3)
-	require.NoError(t, ackPosition(other, "search", tok, r.Transactions[2].Position))
 	t.Logf("another owner took over %.1fs after the partition began and acknowledged the batch", tookOver.Seconds())
 
 	// By its own clock the partitioned owner has had no renewal for more than a
@@ -291,42 +243,9 @@ func TestConsumerEdgePartitionedHolderOutlivesLease(t *testing.T) {
 // lives.
 func TestConsumerEdgeRefusedRenewalsOutliveLease(t *testing.T) {
 	t.Parallel()
-	db := groupsSetup(t)
-	mustExec(t, db, `SELECT synchro.create_consumer_group('hooks')`)
-	for i := 10; i < 13; i++ {
-		mustExec(t, db, `INSERT INTO items (id, owner, v) VALUES ($1, 'a', $2)`, i, i)
-	}
-	waitChangeTxns(t, db, 3)
-
-	proxy, proxied := reviewStartProxy(t, db.URL)
-	pool := reviewConsumerPool(t, proxied)
-
 	const lease = 3 * time.Second
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	entered := make(chan context.Context, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- consumer.Run(ctx, consumer.Config{DB: pool, Group: "hooks", Owner: "unreachable",
-			LeaseDuration: lease, MaxTransactions: 10, PollInterval: 20 * time.Millisecond},
-			func(hctx context.Context, b consumer.Batch) error {
-				select {
-				case entered <- hctx:
-				default:
-					return nil
-				}
-				<-hctx.Done()
-				return hctx.Err()
-			})
-	}()
-	var hctx context.Context
-	select {
-	case hctx = <-entered:
-	case err := <-done:
-		t.Fatalf("Run ended before a batch: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("no batch reached the handler")
-	}
+	hc := startHeldConsumer(t, "hooks", "unreachable", lease)
+	db, proxy, hctx, done, cancel := hc.db, hc.proxy, hc.hctx, hc.done, hc.cancel
 	// Wait for one renewal while the handler runs (the token moves), then cut the
 	// database off.
 	var tok0 int64
@@ -338,23 +257,8 @@ func TestConsumerEdgeRefusedRenewalsOutliveLease(t *testing.T) {
 	cut := time.Now()
 	proxy.setRefusing(true)
 
-	other := consumerConn(t, db)
-	var tok int64
-	eventually(t, 20*time.Second, "the unreachable owner's lease to expire", func() bool {
-		var err error
-		tok, err = acquireLease(other, "hooks", "intruder", 60)
-		if err != nil {
-			requireSQLState(t, err, "55P03")
-			return false
-		}
-		return true
-	})
+	liveAtTakeover := takeOverAndAck(t, db, "hooks", hctx)
 	tookOver := time.Since(cut)
-	liveAtTakeover := hctx.Err() == nil
-	r, err := readChanges(other, "hooks", tok, 10, 1<<20)
-	require.NoError(t, err)
-	require.Len(t, r.Transactions, 3)
-	require.NoError(t, ackPosition(other, "hooks", tok, r.Transactions[2].Position))
 	// A correct tenure ended by the lease expiry; allow a little scheduling slack.
 	select {
 	case <-hctx.Done():
@@ -810,4 +714,80 @@ func TestConsumerEdgeAcrossReset(t *testing.T) {
 	require.Equal(t, mine, txnPositions(t, db, nil), "unacknowledged new-generation changes stay")
 	_, err = readChanges(c, "old", tok, 100, 1<<20)
 	requireSQLState(t, err, "SY409")
+}
+
+// heldConsumer is a consumer.Run, through a pausable proxy, whose handler holds the
+// first batch (3 transactions) until its context ends.
+type heldConsumer struct {
+	db     *testdb.DB
+	proxy  *reviewProxy
+	hctx   context.Context // the held batch's handler context
+	done   chan error      // Run's result
+	cancel context.CancelFunc
+}
+
+// startHeldConsumer makes group with three transactions to read and starts a
+// consumer (owner, lease) through a proxy; it returns once the handler holds them.
+func startHeldConsumer(t *testing.T, group, owner string, lease time.Duration) *heldConsumer {
+	t.Helper()
+	db := groupsSetup(t)
+	mustExec(t, db, `SELECT synchro.create_consumer_group($1)`, group)
+	for i := 10; i < 13; i++ {
+		mustExec(t, db, `INSERT INTO items (id, owner, v) VALUES ($1, 'a', $2)`, i, i)
+	}
+	waitChangeTxns(t, db, 3)
+
+	proxy, proxied := reviewStartProxy(t, db.URL)
+	pool := reviewConsumerPool(t, proxied)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	entered := make(chan context.Context, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- consumer.Run(ctx, consumer.Config{DB: pool, Group: group, Owner: owner,
+			LeaseDuration: lease, MaxTransactions: 10, PollInterval: 20 * time.Millisecond},
+			func(hctx context.Context, b consumer.Batch) error {
+				select {
+				case entered <- hctx:
+				default:
+					return nil
+				}
+				// A slow destination write: it ends when the context ends.
+				<-hctx.Done()
+				return hctx.Err()
+			})
+	}()
+	select {
+	case hctx := <-entered:
+		return &heldConsumer{db: db, proxy: proxy, hctx: hctx, done: done, cancel: cancel}
+	case err := <-done:
+		t.Fatalf("Run ended before a batch: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("no batch reached the handler")
+	}
+	return nil
+}
+
+// takeOverAndAck is another owner, connected directly: it takes group's lease once
+// it expired by the database clock, reads the held batch and acknowledges it. It
+// returns whether watch (if given) was still live when the lease was taken.
+func takeOverAndAck(t *testing.T, db *testdb.DB, group string, watch ...context.Context) bool {
+	t.Helper()
+	other := consumerConn(t, db)
+	var tok int64
+	eventually(t, 20*time.Second, "the first owner's lease to expire", func() bool {
+		var err error
+		tok, err = acquireLease(other, group, "intruder", 60)
+		if err != nil {
+			requireSQLState(t, err, "55P03")
+			return false
+		}
+		return true
+	})
+	live := len(watch) > 0 && watch[0].Err() == nil
+	r, err := readChanges(other, group, tok, 10, 1<<20)
+	require.NoError(t, err)
+	require.Len(t, r.Transactions, 3)
+	require.NoError(t, ackPosition(other, group, tok, r.Transactions[2].Position))
+	return live
 }
