@@ -3268,7 +3268,8 @@ CREATE FUNCTION synchro._push_enter(client_id text, mutation_id uuid, relation_i
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
-  rel oid;
+  rel      oid;
+  readable boolean;
 BEGIN
   IF NOT synchro._called_from_push() THEN
     RAISE EXCEPTION 'push helpers are called by synchro.push only' USING ERRCODE = 'insufficient_privilege';
@@ -3278,7 +3279,22 @@ BEGIN
     JOIN synchro.registration g ON g.relation_id = r.relation_id
     JOIN synchro.registry_generation rg ON rg.generation = g.generation AND rg.state = 'active'
    WHERE r.relation_id = _push_enter.relation_id AND r.registration_kind = 'synced';
-  IF NOT FOUND OR NOT coalesce(has_table_privilege(synchro._invoker(), rel, 'SELECT'), false) THEN
+  -- Only a refusal of this caller is insufficient_privilege: push records that as the
+  -- mutation's rejection, for ever. A registration an activation ended during the call
+  -- (push checked table_id before) or a registered table dropped (the window of a
+  -- rebind) is not the mutation's fault: the whole call fails, nothing is recorded, and
+  -- the same mutation is accepted once the table is rebound (CONTRACT.md, Push;
+  -- TestOperateEdgePushDuringRebindWindow).
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'push: the table_id is no longer an active synced registration (an activation committed during the call)'
+      USING ERRCODE = 'SY400';
+  END IF;
+  readable := has_table_privilege(synchro._invoker(), rel, 'SELECT');
+  IF readable IS NULL THEN
+    RAISE EXCEPTION 'push: relation drift: the registered table was dropped (rebind or unregister it, then activate)'
+      USING ERRCODE = 'feature_not_supported';
+  END IF;
+  IF NOT readable THEN
     RAISE EXCEPTION 'push: the calling role may not read this relation' USING ERRCODE = 'insufficient_privilege';
   END IF;
   IF lock_row THEN

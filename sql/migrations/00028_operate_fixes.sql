@@ -1,0 +1,13 @@
+-- +goose Up
+-- Fixes from the sixteenth session's independent reviews (2026-12-04), in the function
+-- files only:
+--
+-- Push: a registered table dropped (the window of a rebind) or a registration an
+-- activation ended during the call fails the whole call (0A000, SY400) instead of
+-- recording the mutation as rejected with 42501 for ever (synchro._push_enter).
+--
+-- The function files of this release ride on this migration (goose.go,
+-- finalMigration), which ends with synchro._refresh_fences(): every registered
+-- relation's fence is regenerated.
+
+-- +goose Down
