@@ -34,6 +34,10 @@ BEGIN
   IF EXISTS (SELECT 1 FROM synchro.relation r WHERE r.relid = relation) THEN
     RAISE EXCEPTION 'registration refused: relation is already registered' USING ERRCODE = 'SY400';
   END IF;
+  -- A rebind staged to this table registers it at activation (23505 there, otherwise).
+  IF EXISTS (SELECT 1 FROM synchro.relation_rebind b WHERE b.generation = g AND b.relid = relation) THEN
+    RAISE EXCEPTION 'registration refused: relation is the new table of a staged rebind' USING ERRCODE = 'SY400';
+  END IF;
   chk := synchro._check_relation(relation);
   -- A key is a row's identity in the stream and on clients, compared byte for byte; a
   -- nondeterministic collation makes other texts the same row ('a' and 'A'), and push

@@ -35,6 +35,12 @@ BEGIN
   IF EXISTS (SELECT 1 FROM synchro.relation x WHERE x.relid = relation) THEN
     RAISE EXCEPTION 'rebind refused: relation is already registered' USING ERRCODE = 'SY400';
   END IF;
+  -- Another relation's rebind staged to the same table: two registrations of one table
+  -- would fail the activation with 23505 (relation_registered_once).
+  IF EXISTS (SELECT 1 FROM synchro.relation_rebind b
+              WHERE b.generation = g AND b.relid = relation AND b.relation_id <> rebind_relation.relation_id) THEN
+    RAISE EXCEPTION 'rebind refused: relation is the new table of another relation''s rebind' USING ERRCODE = 'SY400';
+  END IF;
   chk := synchro._check_relation(relation);
   IF chk.key_column <> r.key_column OR chk.key_pg_type <> r.key_pg_type THEN
     RAISE EXCEPTION 'rebind refused: the new relation''s primary key differs from the registered key' USING ERRCODE = 'SY400';

@@ -6,6 +6,9 @@
 -- activation ended during the call fails the whole call (0A000, SY400) instead of
 -- recording the mutation as rejected with 42501 for ever (synchro._push_enter).
 --
+-- Registry: a table staged as another relation's rebind, or as a rebind's new table
+-- and then registered, is refused when staged (SY400), not at activation with 23505.
+--
 -- The function files of this release ride on this migration (goose.go,
 -- finalMigration), which ends with synchro._refresh_fences(): every registered
 -- relation's fence is regenerated.
