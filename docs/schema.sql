@@ -3939,7 +3939,7 @@ ALTER FUNCTION synchro._push_run(client_id text, mutations jsonb, caller_search_
 --
 
 CREATE FUNCTION synchro._readiness(with_groups boolean) RETURNS TABLE(check_name text, ok boolean, detail text)
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
@@ -4056,7 +4056,9 @@ BEGIN
     backend_alive := EXISTS (
       SELECT 1 FROM pg_catalog.pg_stat_activity a
        WHERE a.pid = rn.backend_pid AND a.datname = pg_catalog.current_database());
-    ok := rn.state IN ('streaming', 'poisoned') AND claim_held AND backend_alive;
+    -- bootstrapping: the runner stages a projection bootstrap beside the stream, which
+    -- goes on up to the activation (docs/runbook.md: readiness stays ok throughout).
+    ok := rn.state IN ('streaming', 'poisoned', 'bootstrapping') AND claim_held AND backend_alive;
     detail := pg_catalog.format('state=%s claim_held=%s backend_alive=%s', rn.state, claim_held::text, backend_alive::text);
   END IF;
   RETURN NEXT;

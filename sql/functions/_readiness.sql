@@ -9,9 +9,17 @@
 -- probes call, does not: the checks are the same, and a probe never pays for, or waits
 -- on, the groups' change record). Internal: called only from those two, which pinned
 -- search_path and run as the pack's owner.
+--
+-- STABLE: every statement of the body reads the one snapshot of the calling query. A
+-- VOLATILE body took a new snapshot per statement, and a check that compared the
+-- registry generation read first with the publication, the triggers or the relations
+-- read later saw an activation committed in between as drift (publication extra=1 on
+-- a healthy stream: TestOperateEdgeReadinessTornAcrossActivation). pg_locks,
+-- pg_stat_activity and pg_replication_slots are live views either way.
 CREATE OR REPLACE FUNCTION synchro._readiness(with_groups boolean)
 RETURNS TABLE (check_name text, ok boolean, detail text)
 LANGUAGE plpgsql
+STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -128,7 +136,9 @@ BEGIN
     backend_alive := EXISTS (
       SELECT 1 FROM pg_catalog.pg_stat_activity a
        WHERE a.pid = rn.backend_pid AND a.datname = pg_catalog.current_database());
-    ok := rn.state IN ('streaming', 'poisoned') AND claim_held AND backend_alive;
+    -- bootstrapping: the runner stages a projection bootstrap beside the stream, which
+    -- goes on up to the activation (docs/runbook.md: readiness stays ok throughout).
+    ok := rn.state IN ('streaming', 'poisoned', 'bootstrapping') AND claim_held AND backend_alive;
     detail := pg_catalog.format('state=%s claim_held=%s backend_alive=%s', rn.state, claim_held::text, backend_alive::text);
   END IF;
   RETURN NEXT;

@@ -9,6 +9,10 @@
 -- Registry: a table staged as another relation's rebind, or as a rebind's new table
 -- and then registered, is refused when staged (SY400), not at activation with 23505.
 --
+-- Readiness: one snapshot for every check (synchro._readiness is STABLE: its checks
+-- compared the registry read first with the publication read later, and flapped on every
+-- activation), and a runner staging a projection bootstrap is a running worker.
+--
 -- The function files of this release ride on this migration (goose.go,
 -- finalMigration), which ends with synchro._refresh_fences(): every registered
 -- relation's fence is regenerated.
