@@ -4122,6 +4122,16 @@ BEGIN
                     WHERE NOT EXISTS (
                       SELECT 1 FROM pg_catalog.pg_attribute a
                        WHERE a.attrelid = c.oid AND a.attname = x.col AND a.attnum = x.num AND NOT a.attisdropped)) THEN 'columns'
+                 -- a via rule of the relation whose two columns no longer compare by
+                 -- their text (a nondeterministic collation given to one of them, the
+                 -- same type: no other check sees it): the rule matches nothing equal
+                 -- in another spelling
+                 WHEN EXISTS (
+                   SELECT 1 FROM synchro.scope_rule s
+                     JOIN synchro.relation sr ON sr.relation_id = s.relation_id
+                     JOIN synchro.relation sv ON sv.relation_id = s.via_relation_id
+                    WHERE s.generation = reg_gen AND rel.relation_id IN (s.relation_id, s.via_relation_id)
+                      AND NOT synchro._via_match_comparable(sr.relid, s.column_name, sv.relid, s.via_match)) THEN 'rule_columns'
                END AS reason
           FROM synchro.registration reg
           JOIN synchro.relation rel ON rel.relation_id = reg.relation_id
@@ -5215,26 +5225,10 @@ BEGIN
            AND via_match = ANY (reg.columns) AND via_scope = ANY (reg.columns)) THEN
       RAISE EXCEPTION 'scope rule refused: via_match and via_scope must be registered columns of the dependency' USING ERRCODE = 'SY400';
     END IF;
-    -- The match compares the two columns' rendered values (the row images' text), so
-    -- it agrees with the application's SQL equality only for types whose text is
-    -- canonical for equality, of one family, under deterministic collations: char(n)
-    -- pads ('p1' = 'p1      '), numeric keeps its scale (1.0 = 1.00), floats have
-    -- -0, intervals '1 day' and '24 hours', and a nondeterministic collation equates
-    -- other texts. A rule on such columns put no row in any scope
-    -- (TestViaRuleRefusesNonCanonicalMatch).
-    IF EXISTS (
-        SELECT 1
-          FROM (SELECT (synchro._base_type(a.atttypid)).typname::text AS typ,
-                       coalesce((SELECT c.collisdeterministic FROM pg_collation c WHERE c.oid = a.attcollation), true) AS det
-                  FROM pg_attribute a
-                 WHERE (a.attrelid, a.attname) IN (((SELECT r.relid FROM synchro.relation r WHERE r.relation_id = rid), column_name),
-                                                   (via::oid, via_match))
-                   AND a.attnum > 0 AND NOT a.attisdropped) x
-        HAVING count(*) <> 2 OR NOT bool_and(x.det)
-            OR NOT bool_and(x.typ IN ('text', 'varchar', 'uuid', 'int2', 'int4', 'int8', 'bool', 'date', 'timestamp',
-                                      'timestamptz', 'bytea'))
-            OR count(DISTINCT CASE WHEN x.typ IN ('text', 'varchar') THEN 'text'
-                                   WHEN x.typ IN ('int2', 'int4', 'int8') THEN 'int' ELSE x.typ END) <> 1) THEN
+    -- The match compares the two columns' rendered values (_via_match_comparable says
+    -- which types and collations agree with SQL equality).
+    IF NOT synchro._via_match_comparable((SELECT r.relid FROM synchro.relation r WHERE r.relation_id = rid),
+                                         column_name, via::oid, via_match) THEN
       RAISE EXCEPTION 'scope rule refused: column_name and via_match must be of one type whose text is its equality (text or varchar under a deterministic collation, an integer type, uuid, boolean, date, timestamp, timestamptz or bytea)'
         USING ERRCODE = 'SY400';
     END IF;
@@ -5338,6 +5332,29 @@ $_$;
 
 
 ALTER FUNCTION synchro._version_chunk(rid bigint, reg bigint, after text, chunk integer) OWNER TO postgres;
+
+--
+-- Name: _via_match_comparable(oid, name, oid, name); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._via_match_comparable(rel oid, column_name name, via oid, via_match name) RETURNS boolean
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  SELECT count(*) = 2 AND bool_and(x.det)
+         AND bool_and(x.typ IN ('text', 'varchar', 'uuid', 'int2', 'int4', 'int8', 'bool', 'date', 'timestamp',
+                                'timestamptz', 'bytea'))
+         AND count(DISTINCT CASE WHEN x.typ IN ('text', 'varchar') THEN 'text'
+                                 WHEN x.typ IN ('int2', 'int4', 'int8') THEN 'int' ELSE x.typ END) = 1
+    FROM (SELECT (synchro._base_type(a.atttypid)).typname::text AS typ,
+                 coalesce((SELECT c.collisdeterministic FROM pg_collation c WHERE c.oid = a.attcollation), true) AS det
+            FROM pg_attribute a
+           WHERE (a.attrelid, a.attname) IN ((rel, column_name), (via, via_match))
+             AND a.attnum > 0 AND NOT a.attisdropped) x
+$$;
+
+
+ALTER FUNCTION synchro._via_match_comparable(rel oid, column_name name, via oid, via_match name) OWNER TO postgres;
 
 --
 -- Name: _via_scope_values(bigint, name, name, text); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -5592,6 +5609,18 @@ BEGIN
               AND rel.registration_kind = 'capture_dependency'
               AND s.via_match = ANY (reg.columns) AND s.via_scope = ANY (reg.columns))) THEN
     RAISE EXCEPTION 'activation refused: a scope rule via is not a registered dependency with registered via columns'
+      USING ERRCODE = 'SY400';
+  END IF;
+  -- The via rules' column types again, on the tables as they are now (rebinds applied):
+  -- set_columns after a retype, or a rebind to a table whose column has another type,
+  -- must not reach a rule staging refuses.
+  IF EXISTS (
+      SELECT 1 FROM synchro.scope_rule s
+        JOIN synchro.relation sr ON sr.relation_id = s.relation_id
+        JOIN synchro.relation sv ON sv.relation_id = s.via_relation_id
+       WHERE s.generation = g
+         AND NOT synchro._via_match_comparable(sr.relid, s.column_name, sv.relid, s.via_match)) THEN
+    RAISE EXCEPTION 'activation refused: a via scope rule''s column_name and via_match must be of one type whose text is its equality (text or varchar under a deterministic collation, an integer type, uuid, boolean, date, timestamp, timestamptz or bytea)'
       USING ERRCODE = 'SY400';
   END IF;
   -- A scope names its prefix unambiguously only if no prefix starts another one.
@@ -10625,6 +10654,13 @@ REVOKE ALL ON FUNCTION synchro._token_payload(token text, scope text) FROM PUBLI
 --
 
 REVOKE ALL ON FUNCTION synchro._version_chunk(rid bigint, reg bigint, after text, chunk integer) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _via_match_comparable(rel oid, column_name name, via oid, via_match name); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._via_match_comparable(rel oid, column_name name, via oid, via_match name) FROM PUBLIC;
 
 
 --

@@ -202,6 +202,16 @@ BEGIN
                     WHERE NOT EXISTS (
                       SELECT 1 FROM pg_catalog.pg_attribute a
                        WHERE a.attrelid = c.oid AND a.attname = x.col AND a.attnum = x.num AND NOT a.attisdropped)) THEN 'columns'
+                 -- a via rule of the relation whose two columns no longer compare by
+                 -- their text (a nondeterministic collation given to one of them, the
+                 -- same type: no other check sees it): the rule matches nothing equal
+                 -- in another spelling
+                 WHEN EXISTS (
+                   SELECT 1 FROM synchro.scope_rule s
+                     JOIN synchro.relation sr ON sr.relation_id = s.relation_id
+                     JOIN synchro.relation sv ON sv.relation_id = s.via_relation_id
+                    WHERE s.generation = reg_gen AND rel.relation_id IN (s.relation_id, s.via_relation_id)
+                      AND NOT synchro._via_match_comparable(sr.relid, s.column_name, sv.relid, s.via_match)) THEN 'rule_columns'
                END AS reason
           FROM synchro.registration reg
           JOIN synchro.relation rel ON rel.relation_id = reg.relation_id

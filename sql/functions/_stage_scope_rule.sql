@@ -39,26 +39,10 @@ BEGIN
            AND via_match = ANY (reg.columns) AND via_scope = ANY (reg.columns)) THEN
       RAISE EXCEPTION 'scope rule refused: via_match and via_scope must be registered columns of the dependency' USING ERRCODE = 'SY400';
     END IF;
-    -- The match compares the two columns' rendered values (the row images' text), so
-    -- it agrees with the application's SQL equality only for types whose text is
-    -- canonical for equality, of one family, under deterministic collations: char(n)
-    -- pads ('p1' = 'p1      '), numeric keeps its scale (1.0 = 1.00), floats have
-    -- -0, intervals '1 day' and '24 hours', and a nondeterministic collation equates
-    -- other texts. A rule on such columns put no row in any scope
-    -- (TestViaRuleRefusesNonCanonicalMatch).
-    IF EXISTS (
-        SELECT 1
-          FROM (SELECT (synchro._base_type(a.atttypid)).typname::text AS typ,
-                       coalesce((SELECT c.collisdeterministic FROM pg_collation c WHERE c.oid = a.attcollation), true) AS det
-                  FROM pg_attribute a
-                 WHERE (a.attrelid, a.attname) IN (((SELECT r.relid FROM synchro.relation r WHERE r.relation_id = rid), column_name),
-                                                   (via::oid, via_match))
-                   AND a.attnum > 0 AND NOT a.attisdropped) x
-        HAVING count(*) <> 2 OR NOT bool_and(x.det)
-            OR NOT bool_and(x.typ IN ('text', 'varchar', 'uuid', 'int2', 'int4', 'int8', 'bool', 'date', 'timestamp',
-                                      'timestamptz', 'bytea'))
-            OR count(DISTINCT CASE WHEN x.typ IN ('text', 'varchar') THEN 'text'
-                                   WHEN x.typ IN ('int2', 'int4', 'int8') THEN 'int' ELSE x.typ END) <> 1) THEN
+    -- The match compares the two columns' rendered values (_via_match_comparable says
+    -- which types and collations agree with SQL equality).
+    IF NOT synchro._via_match_comparable((SELECT r.relid FROM synchro.relation r WHERE r.relation_id = rid),
+                                         column_name, via::oid, via_match) THEN
       RAISE EXCEPTION 'scope rule refused: column_name and via_match must be of one type whose text is its equality (text or varchar under a deterministic collation, an integer type, uuid, boolean, date, timestamp, timestamptz or bytea)'
         USING ERRCODE = 'SY400';
     END IF;

@@ -108,6 +108,18 @@ BEGIN
     RAISE EXCEPTION 'activation refused: a scope rule via is not a registered dependency with registered via columns'
       USING ERRCODE = 'SY400';
   END IF;
+  -- The via rules' column types again, on the tables as they are now (rebinds applied):
+  -- set_columns after a retype, or a rebind to a table whose column has another type,
+  -- must not reach a rule staging refuses.
+  IF EXISTS (
+      SELECT 1 FROM synchro.scope_rule s
+        JOIN synchro.relation sr ON sr.relation_id = s.relation_id
+        JOIN synchro.relation sv ON sv.relation_id = s.via_relation_id
+       WHERE s.generation = g
+         AND NOT synchro._via_match_comparable(sr.relid, s.column_name, sv.relid, s.via_match)) THEN
+    RAISE EXCEPTION 'activation refused: a via scope rule''s column_name and via_match must be of one type whose text is its equality (text or varchar under a deterministic collation, an integer type, uuid, boolean, date, timestamp, timestamptz or bytea)'
+      USING ERRCODE = 'SY400';
+  END IF;
   -- A scope names its prefix unambiguously only if no prefix starts another one.
   IF EXISTS (
       SELECT 1 FROM (SELECT DISTINCT scope_prefix FROM synchro.scope_rule WHERE generation = g) a,

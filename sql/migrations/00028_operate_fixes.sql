@@ -13,6 +13,12 @@
 -- compared the registry read first with the publication read later, and flapped on every
 -- activation), and a runner staging a projection bootstrap is a running worker.
 --
+-- Via scope rules: their two columns' types and collations are checked at every
+-- activation too (synchro._via_match_comparable, shared with staging), and readiness's
+-- registry check fails (rule_columns) once a collation change makes them compare by a
+-- text that is not their equality: a retype with set_columns, a rebind, or a
+-- nondeterministic collation left the rule matching nothing equal in another spelling.
+--
 -- The function files of this release ride on this migration (goose.go,
 -- finalMigration), which ends with synchro._refresh_fences(): every registered
 -- relation's fence is regenerated.
