@@ -199,12 +199,7 @@ func TestObserveEdgeSlotBudget(t *testing.T) {
 // verdict).
 func TestObserveEdgeReadyGaugeFailClosed(t *testing.T) {
 	t.Parallel()
-	db := runnerSetup(t)
-	cfg := testRunnerConfig(t, db)
-	cfg.MetricsInterval = 100 * time.Millisecond
-	rr := startRunner(t, cfg)
-	waitStream(t, db)
-	waitReady(t, db)
+	db, rr := readyMetricsRunner(t)
 	require.True(t, within(20*time.Second, func() bool { return reviewGauge(t, rr, "synchro_ready") == 1 }))
 	errs0 := rr.counter(t, "synchro_metrics_refresh_errors_total")
 
@@ -248,12 +243,7 @@ func TestObserveEdgeReadyGaugeFailClosed(t *testing.T) {
 // #700: readiness must measure progress, not liveness).
 func TestObserveEdgeStuckRunnerLags(t *testing.T) {
 	t.Parallel()
-	db := runnerSetup(t)
-	cfg := testRunnerConfig(t, db)
-	cfg.MetricsInterval = 100 * time.Millisecond
-	rr := startRunner(t, cfg)
-	waitStream(t, db)
-	waitReady(t, db)
+	db, rr := readyMetricsRunner(t)
 	mustExec(t, db, `UPDATE synchro.readiness_limit SET commit_lag = interval '2 seconds'`)
 	waitReady(t, db)
 
@@ -588,12 +578,7 @@ func TestObserveEdgeTriggerModes(t *testing.T) {
 // ready again. Not parallel: a reset creates a slot with an exported snapshot, which
 // waits for every xid-holding transaction of the cluster (the reset tests' rule).
 func TestObserveEdgeResetOpenNotReady(t *testing.T) {
-	db := runnerSetup(t)
-	cfg := testRunnerConfig(t, db)
-	cfg.MetricsInterval = 100 * time.Millisecond
-	rr := startRunner(t, cfg)
-	waitStream(t, db)
-	waitReady(t, db)
+	db, rr := readyMetricsRunner(t)
 	op := newOperator(t, db)
 	id := op.begin(t, "review: readiness during a reset")
 	start := time.Now()
@@ -656,4 +641,17 @@ func TestObserveEdgeBootstrapReadiness(t *testing.T) {
 	}
 	t.Logf("looks while the bootstrap was pending: rebuild SY503 %d, not ready %d", pending, notReady)
 	waitReady(t, db)
+}
+
+// readyMetricsRunner is runnerSetup's database with a runner refreshing its metrics
+// every 100 ms, streaming and ready.
+func readyMetricsRunner(t *testing.T) (*testdb.DB, *runningRunner) {
+	t.Helper()
+	db := runnerSetup(t)
+	cfg := testRunnerConfig(t, db)
+	cfg.MetricsInterval = 100 * time.Millisecond
+	rr := startRunner(t, cfg)
+	waitStream(t, db)
+	waitReady(t, db)
+	return db, rr
 }
