@@ -3939,7 +3939,7 @@ ALTER FUNCTION synchro._push_run(client_id text, mutations jsonb, caller_search_
 --
 
 CREATE FUNCTION synchro._readiness(with_groups boolean) RETURNS TABLE(check_name text, ok boolean, detail text)
-    LANGUAGE plpgsql STABLE
+    LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
@@ -4091,10 +4091,11 @@ BEGIN
     detail := 'no active registry generation';
   ELSE
     SELECT pg_catalog.count(*), pg_catalog.count(d.reason),
-           pg_catalog.min(pg_catalog.format('relation_id %s %s', d.relation_id, d.reason)) FILTER (WHERE d.reason IS NOT NULL)
-      INTO n_rel, n_bad, first_bad
+           pg_catalog.min(pg_catalog.format('relation_id %s %s', d.relation_id, d.reason)) FILTER (WHERE d.reason IS NOT NULL),
+           coalesce(pg_catalog.max(d.generation), reg_gen)
+      INTO n_rel, n_bad, first_bad, reg_gen
       FROM (
-        SELECT rel.relation_id,
+        SELECT rel.relation_id, reg.generation,
                CASE
                  WHEN c.oid IS NULL THEN 'relation_missing'
                  WHEN n.nspname <> rel.schema_name OR c.relname <> rel.table_name THEN 'renamed'
@@ -4130,14 +4131,14 @@ BEGIN
                    SELECT 1 FROM synchro.scope_rule s
                      JOIN synchro.relation sr ON sr.relation_id = s.relation_id
                      JOIN synchro.relation sv ON sv.relation_id = s.via_relation_id
-                    WHERE s.generation = reg_gen AND rel.relation_id IN (s.relation_id, s.via_relation_id)
+                    WHERE s.generation = reg.generation AND rel.relation_id IN (s.relation_id, s.via_relation_id)
                       AND NOT synchro._via_match_comparable(sr.relid, s.column_name, sv.relid, s.via_match)) THEN 'rule_columns'
                END AS reason
           FROM synchro.registration reg
           JOIN synchro.relation rel ON rel.relation_id = reg.relation_id
           LEFT JOIN pg_catalog.pg_class c ON c.oid = rel.relid
           LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-         WHERE reg.generation = reg_gen) d;
+         WHERE reg.generation = (SELECT ag.generation FROM synchro.registry_generation ag WHERE ag.state = 'active')) d;
     ok := n_bad = 0;
     detail := pg_catalog.format('generation=%s relations=%s drifted=%s', reg_gen, n_rel, n_bad)
               || coalesce(' first=' || first_bad, '');
@@ -4173,7 +4174,7 @@ BEGIN
            ('synchro_fence_delete', 9::int2, pg_catalog.to_regprocedure(pg_catalog.format('synchro._fence_%s()', rel.relation_id))::oid)
          ) AS e(name, typ, fn)
           LEFT JOIN pg_catalog.pg_trigger t ON t.tgrelid = rel.relid AND t.tgname = e.name
-         WHERE reg.generation = reg_gen) d;
+         WHERE reg.generation = (SELECT ag.generation FROM synchro.registry_generation ag WHERE ag.state = 'active')) d;
     ok := n_bad = 0;
     detail := pg_catalog.format('relations=%s triggers=%s failing=%s', n_rel / 5, n_rel, n_bad)
               || coalesce(' first=' || first_bad, '');
@@ -4195,13 +4196,13 @@ BEGIN
     SELECT pg_catalog.count(*) INTO n_pub FROM pg_catalog.pg_publication_rel pr2 WHERE pr2.prpubid = pubrow.oid;
     SELECT pg_catalog.count(*) INTO n_missing
       FROM synchro.registration reg JOIN synchro.relation rel ON rel.relation_id = reg.relation_id
-     WHERE reg.generation = reg_gen
+     WHERE reg.generation = (SELECT ag.generation FROM synchro.registry_generation ag WHERE ag.state = 'active')
        AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication_rel pr2 WHERE pr2.prpubid = pubrow.oid AND pr2.prrelid = rel.relid);
     SELECT pg_catalog.count(*) INTO n_extra
       FROM pg_catalog.pg_publication_rel pr2
      WHERE pr2.prpubid = pubrow.oid
        AND NOT EXISTS (SELECT 1 FROM synchro.registration reg JOIN synchro.relation rel ON rel.relation_id = reg.relation_id
-                        WHERE reg.generation = reg_gen AND rel.relid = pr2.prrelid);
+                        WHERE reg.generation = (SELECT ag.generation FROM synchro.registry_generation ag WHERE ag.state = 'active') AND rel.relid = pr2.prrelid);
     SELECT pg_catalog.count(*) INTO n_filtered
       FROM pg_catalog.pg_publication_rel pr2
      WHERE pr2.prpubid = pubrow.oid AND (pr2.prqual IS NOT NULL OR pr2.prattrs IS NOT NULL);

@@ -10,16 +10,15 @@
 -- on, the groups' change record). Internal: called only from those two, which pinned
 -- search_path and run as the pack's owner.
 --
--- STABLE: every statement of the body reads the one snapshot of the calling query. A
--- VOLATILE body took a new snapshot per statement, and a check that compared the
--- registry generation read first with the publication, the triggers or the relations
--- read later saw an activation committed in between as drift (publication extra=1 on
--- a healthy stream: TestOperateEdgeReadinessTornAcrossActivation). pg_locks,
--- pg_stat_activity and pg_replication_slots are live views either way.
+-- The registry-dependent checks (registry, triggers, publication) each read the active
+-- generation in the one statement that compares it with the catalog: read once at the
+-- start, it was compared with a publication or triggers read later (a newer snapshot
+-- each statement), and an activation committed in between read as drift (publication
+-- extra=1 on a healthy stream: TestOperateEdgeReadinessTornAcrossActivation). The body
+-- stays VOLATILE: the slot comparisons depend on reading progress again after the slot.
 CREATE OR REPLACE FUNCTION synchro._readiness(with_groups boolean)
 RETURNS TABLE (check_name text, ok boolean, detail text)
 LANGUAGE plpgsql
-STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -171,10 +170,11 @@ BEGIN
     detail := 'no active registry generation';
   ELSE
     SELECT pg_catalog.count(*), pg_catalog.count(d.reason),
-           pg_catalog.min(pg_catalog.format('relation_id %s %s', d.relation_id, d.reason)) FILTER (WHERE d.reason IS NOT NULL)
-      INTO n_rel, n_bad, first_bad
+           pg_catalog.min(pg_catalog.format('relation_id %s %s', d.relation_id, d.reason)) FILTER (WHERE d.reason IS NOT NULL),
+           coalesce(pg_catalog.max(d.generation), reg_gen)
+      INTO n_rel, n_bad, first_bad, reg_gen
       FROM (
-        SELECT rel.relation_id,
+        SELECT rel.relation_id, reg.generation,
                CASE
                  WHEN c.oid IS NULL THEN 'relation_missing'
                  WHEN n.nspname <> rel.schema_name OR c.relname <> rel.table_name THEN 'renamed'
@@ -210,14 +210,14 @@ BEGIN
                    SELECT 1 FROM synchro.scope_rule s
                      JOIN synchro.relation sr ON sr.relation_id = s.relation_id
                      JOIN synchro.relation sv ON sv.relation_id = s.via_relation_id
-                    WHERE s.generation = reg_gen AND rel.relation_id IN (s.relation_id, s.via_relation_id)
+                    WHERE s.generation = reg.generation AND rel.relation_id IN (s.relation_id, s.via_relation_id)
                       AND NOT synchro._via_match_comparable(sr.relid, s.column_name, sv.relid, s.via_match)) THEN 'rule_columns'
                END AS reason
           FROM synchro.registration reg
           JOIN synchro.relation rel ON rel.relation_id = reg.relation_id
           LEFT JOIN pg_catalog.pg_class c ON c.oid = rel.relid
           LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-         WHERE reg.generation = reg_gen) d;
+         WHERE reg.generation = (SELECT ag.generation FROM synchro.registry_generation ag WHERE ag.state = 'active')) d;
     ok := n_bad = 0;
     detail := pg_catalog.format('generation=%s relations=%s drifted=%s', reg_gen, n_rel, n_bad)
               || coalesce(' first=' || first_bad, '');
@@ -253,7 +253,7 @@ BEGIN
            ('synchro_fence_delete', 9::int2, pg_catalog.to_regprocedure(pg_catalog.format('synchro._fence_%s()', rel.relation_id))::oid)
          ) AS e(name, typ, fn)
           LEFT JOIN pg_catalog.pg_trigger t ON t.tgrelid = rel.relid AND t.tgname = e.name
-         WHERE reg.generation = reg_gen) d;
+         WHERE reg.generation = (SELECT ag.generation FROM synchro.registry_generation ag WHERE ag.state = 'active')) d;
     ok := n_bad = 0;
     detail := pg_catalog.format('relations=%s triggers=%s failing=%s', n_rel / 5, n_rel, n_bad)
               || coalesce(' first=' || first_bad, '');
@@ -275,13 +275,13 @@ BEGIN
     SELECT pg_catalog.count(*) INTO n_pub FROM pg_catalog.pg_publication_rel pr2 WHERE pr2.prpubid = pubrow.oid;
     SELECT pg_catalog.count(*) INTO n_missing
       FROM synchro.registration reg JOIN synchro.relation rel ON rel.relation_id = reg.relation_id
-     WHERE reg.generation = reg_gen
+     WHERE reg.generation = (SELECT ag.generation FROM synchro.registry_generation ag WHERE ag.state = 'active')
        AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication_rel pr2 WHERE pr2.prpubid = pubrow.oid AND pr2.prrelid = rel.relid);
     SELECT pg_catalog.count(*) INTO n_extra
       FROM pg_catalog.pg_publication_rel pr2
      WHERE pr2.prpubid = pubrow.oid
        AND NOT EXISTS (SELECT 1 FROM synchro.registration reg JOIN synchro.relation rel ON rel.relation_id = reg.relation_id
-                        WHERE reg.generation = reg_gen AND rel.relid = pr2.prrelid);
+                        WHERE reg.generation = (SELECT ag.generation FROM synchro.registry_generation ag WHERE ag.state = 'active') AND rel.relid = pr2.prrelid);
     SELECT pg_catalog.count(*) INTO n_filtered
       FROM pg_catalog.pg_publication_rel pr2
      WHERE pr2.prpubid = pubrow.oid AND (pr2.prqual IS NOT NULL OR pr2.prattrs IS NOT NULL);

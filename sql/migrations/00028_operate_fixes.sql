@@ -9,9 +9,10 @@
 -- Registry: a table staged as another relation's rebind, or as a rebind's new table
 -- and then registered, is refused when staged (SY400), not at activation with 23505.
 --
--- Readiness: one snapshot for every check (synchro._readiness is STABLE: its checks
--- compared the registry read first with the publication read later, and flapped on every
--- activation), and a runner staging a projection bootstrap is a running worker.
+-- Readiness: the registry, triggers and publication checks read the active generation
+-- in the statement that compares it with the catalog (read once first, it was compared
+-- with a publication read later, and readiness flapped on every activation), and a
+-- runner staging a projection bootstrap is a running worker.
 --
 -- Via scope rules: their two columns' types and collations are checked at every
 -- activation too (synchro._via_match_comparable, shared with staging), and readiness's
