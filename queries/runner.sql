@@ -139,9 +139,15 @@ SELECT coalesce((SELECT (pg_catalog.pg_current_wal_lsn() - s.restart_lsn)::int8
                     AND s.restart_lsn IS NOT NULL), -1)::int8 AS retained_bytes,
        coalesce((SELECT CASE WHEN st.setting::int8 < 0 THEN -1 ELSE st.setting::int8 * 1048576 END
                    FROM pg_catalog.pg_settings st WHERE st.name = 'max_slot_wal_keep_size'), -1)::int8 AS max_keep_bytes,
-       coalesce((SELECT coalesce(s.safe_wal_size, CASE WHEN s.wal_status = 'lost' THEN 0 ELSE -1 END)
+       -- safe_wal_size: NULL when unlimited (-1 here) or lost (0 here); negative once the
+       -- budget is exceeded (unreserved), -1 of those reported as -2 so that -1 only
+       -- ever means unlimited. slot_found false: no slot, safe_bytes means nothing.
+       coalesce((SELECT CASE WHEN s.safe_wal_size IS NULL THEN CASE WHEN s.wal_status = 'lost' THEN 0 ELSE -1 END
+                             WHEN s.safe_wal_size = -1 THEN -2 ELSE s.safe_wal_size END
                    FROM pg_catalog.pg_replication_slots s
-                  WHERE s.slot_name = sqlc.arg(slot_name)::name AND s.database = pg_catalog.current_database()), -2)::int8 AS safe_bytes;
+                  WHERE s.slot_name = sqlc.arg(slot_name)::name AND s.database = pg_catalog.current_database()), 0)::int8 AS safe_bytes,
+       EXISTS (SELECT FROM pg_catalog.pg_replication_slots s
+                WHERE s.slot_name = sqlc.arg(slot_name)::name AND s.database = pg_catalog.current_database()) AS slot_found;
 
 -- Decoder session start (runner/decode/wal2json): the table set of a decoder without a
 -- publication, from the registry.

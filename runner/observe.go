@@ -96,7 +96,9 @@ func (r *Runner) observe(ctx context.Context, conn *pgx.Conn) (gauges, error) {
 		return g, err
 	}
 	g.groups = groups
-	if slot.SafeBytes >= -1 {
+	// Negative once the slot's budget is exceeded (wal_status unreserved): that figure
+	// is the alert, never NaN (TestObserveEdgeSlotBudget); NaN only without the slot.
+	if slot.SlotFound {
 		g.safe = float64(slot.SafeBytes)
 	}
 	return g, nil
