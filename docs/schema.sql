@@ -1130,7 +1130,8 @@ BEGIN
   -- this was generated (synchro._fence_type_checks).%14$s
   IF TG_OP = 'INSERT' THEN
     k := NEW.%13$s::text;
-    IF (%7$L::xid8 = pg_catalog.pg_current_xact_id() OR pg_catalog.pg_relation_filenode(TG_RELID) <> %8$s::oid)
+    IF (%7$L::xid8 = pg_catalog.pg_current_xact_id()
+        OR (pg_catalog.pg_relation_filenode(TG_RELID) <> %8$s::oid AND synchro._file_changed_here(TG_RELID)))
        AND pg_catalog.current_query() ~* E'\\mcopy\\M.*(\\mfreeze\\M|u&")' THEN
       RAISE EXCEPTION 'COPY FREEZE into a registered relation is not supported'
         USING ERRCODE = 'feature_not_supported';
@@ -1246,6 +1247,19 @@ BEGIN
     IF (SELECT c.relreplident FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) TG_RELID)
        OPERATOR(pg_catalog.<>) 'd' THEN
       RAISE EXCEPTION 'registered relation_id %% no longer has REPLICA IDENTITY DEFAULT (relation drift): ALTER TABLE ... REPLICA IDENTITY DEFAULT',
+        %6$s USING ERRCODE = 'feature_not_supported';
+    END IF;
+    -- The identity DEFAULT names must still be the registered key: a primary key dropped
+    -- (no identity: an update or delete carries none) or moved to another column (the
+    -- fast path's index test sends both here) reached the WAL and blocked the stream
+    -- (relation_drift) for every scope (TestDdlEdgeKeyDriftRefusedAtSource).
+    IF NOT EXISTS (
+        SELECT FROM pg_catalog.pg_index i
+          JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) i.indrelid
+                                        AND a.attnum OPERATOR(pg_catalog.=) i.indkey[0]
+         WHERE i.indrelid OPERATOR(pg_catalog.=) TG_RELID AND i.indisprimary
+           AND i.indnatts OPERATOR(pg_catalog.=) 1 AND a.attname OPERATOR(pg_catalog.=) %4$L) THEN
+      RAISE EXCEPTION 'registered relation_id %% no longer has its registered primary key (relation drift): restore the key, or register the relation again',
         %6$s USING ERRCODE = 'feature_not_supported';
     END IF;
   END IF;
@@ -1509,6 +1523,31 @@ $_$;
 
 
 ALTER FUNCTION synchro._fence_value_checks(rid bigint) OWNER TO postgres;
+
+--
+-- Name: _file_changed_here(oid); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._file_changed_here(rel oid) RETURNS boolean
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  -- The row's 32-bit xmin made a full xid next to this transaction's own (a
+  -- subtransaction's xid is above it): the nearest full xid with those low 32 bits.
+  -- Every unfrozen xid a snapshot can see is within 2^31 of it.
+  SELECT coalesce(pg_catalog.pg_xact_status((x.cur + x.d)::text::xid8) = 'in progress', false)
+    FROM (SELECT s.cur,
+                 CASE WHEN s.d > 2147483647 THEN s.d - 4294967296
+                      WHEN s.d < -2147483648 THEN s.d + 4294967296 ELSE s.d END AS d
+            FROM (SELECT pg_catalog.pg_current_xact_id()::text::int8 AS cur,
+                         c.xmin::text::int8 - (pg_catalog.pg_current_xact_id()::text::int8 & 4294967295) AS d
+                    FROM pg_catalog.pg_class c
+                   WHERE c.oid = rel AND c.xmin::text::int8 >= 3) s) x
+   WHERE x.cur + x.d >= 3
+$$;
+
+
+ALTER FUNCTION synchro._file_changed_here(rel oid) OWNER TO postgres;
 
 --
 -- Name: _full_xid(bigint, numeric); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -10118,6 +10157,13 @@ REVOKE ALL ON FUNCTION synchro._fence_type_checks(rid bigint) FROM PUBLIC;
 --
 
 REVOKE ALL ON FUNCTION synchro._fence_value_checks(rid bigint) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _file_changed_here(rel oid); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._file_changed_here(rel oid) FROM PUBLIC;
 
 
 --

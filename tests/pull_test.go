@@ -110,6 +110,29 @@ func waitXid(t *testing.T, db *testdb.DB, xid int64) {
 	t.Helper()
 	eventually(t, 10*time.Second, fmt.Sprintf("materialization of xid %d", xid), func() bool {
 		return countOf(t, db, `SELECT count(*) FROM synchro.txn WHERE xid % 4294967296 = $1`, xid) > 0
+	}, func() {
+		// What the stream was stuck on.
+		logClusterActivity(t, db, "waiting for a materialization")
+		for _, q := range []string{
+			`SELECT row_to_json(r)::text FROM synchro.runner r`,
+			`SELECT row_to_json(p)::text FROM synchro.progress p`,
+			`SELECT row_to_json(b)::text FROM synchro.bootstrap_status b`,
+			`SELECT row_to_json(q)::text FROM (SELECT commit_lsn, class FROM synchro.quarantine) q`,
+			`SELECT check_name || ' ' || ok || ' ' || detail FROM synchro.readiness()`,
+		} {
+			rows, err := db.Pool.Query(context.Background(), q)
+			if err != nil {
+				t.Logf("%s: %v", q, err)
+				continue
+			}
+			for rows.Next() {
+				var line string
+				if rows.Scan(&line) == nil {
+					t.Logf("stream state: %s", line)
+				}
+			}
+			rows.Close()
+		}
 	})
 }
 

@@ -49,8 +49,9 @@
 -- relation or gave it a new file, and a frozen tuple does not keep the command order
 -- the check relies on. The generated function remembers the transaction that
 -- installed it and the relation's file then: only when this transaction installed it,
--- or the file changed since, can an insert be a COPY FREEZE, and only then is the
--- statement text inspected (not free for huge statements).
+-- or the file changed since in this very transaction (synchro._file_changed_here: a
+-- rewrite in an earlier one, VACUUM FULL, is no COPY FREEZE), can an insert be a COPY
+-- FREEZE, and only then is the statement text inspected (not free for huge statements).
 CREATE OR REPLACE FUNCTION synchro._fence_source(rid bigint) RETURNS text
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -121,7 +122,8 @@ BEGIN
   -- this was generated (synchro._fence_type_checks).%14$s
   IF TG_OP = 'INSERT' THEN
     k := NEW.%13$s::text;
-    IF (%7$L::xid8 = pg_catalog.pg_current_xact_id() OR pg_catalog.pg_relation_filenode(TG_RELID) <> %8$s::oid)
+    IF (%7$L::xid8 = pg_catalog.pg_current_xact_id()
+        OR (pg_catalog.pg_relation_filenode(TG_RELID) <> %8$s::oid AND synchro._file_changed_here(TG_RELID)))
        AND pg_catalog.current_query() ~* E'\\mcopy\\M.*(\\mfreeze\\M|u&")' THEN
       RAISE EXCEPTION 'COPY FREEZE into a registered relation is not supported'
         USING ERRCODE = 'feature_not_supported';
@@ -237,6 +239,19 @@ BEGIN
     IF (SELECT c.relreplident FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) TG_RELID)
        OPERATOR(pg_catalog.<>) 'd' THEN
       RAISE EXCEPTION 'registered relation_id %% no longer has REPLICA IDENTITY DEFAULT (relation drift): ALTER TABLE ... REPLICA IDENTITY DEFAULT',
+        %6$s USING ERRCODE = 'feature_not_supported';
+    END IF;
+    -- The identity DEFAULT names must still be the registered key: a primary key dropped
+    -- (no identity: an update or delete carries none) or moved to another column (the
+    -- fast path's index test sends both here) reached the WAL and blocked the stream
+    -- (relation_drift) for every scope (TestDdlEdgeKeyDriftRefusedAtSource).
+    IF NOT EXISTS (
+        SELECT FROM pg_catalog.pg_index i
+          JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) i.indrelid
+                                        AND a.attnum OPERATOR(pg_catalog.=) i.indkey[0]
+         WHERE i.indrelid OPERATOR(pg_catalog.=) TG_RELID AND i.indisprimary
+           AND i.indnatts OPERATOR(pg_catalog.=) 1 AND a.attname OPERATOR(pg_catalog.=) %4$L) THEN
+      RAISE EXCEPTION 'registered relation_id %% no longer has its registered primary key (relation drift): restore the key, or register the relation again',
         %6$s USING ERRCODE = 'feature_not_supported';
     END IF;
   END IF;

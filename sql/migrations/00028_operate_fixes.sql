@@ -20,6 +20,11 @@
 -- text that is not their equality: a retype with set_columns, a rebind, or a
 -- nondeterministic collation left the rule matching nothing equal in another spelling.
 --
+-- The fence: a rewrite in an earlier transaction (VACUUM FULL, CLUSTER) no longer makes
+-- every later insert's statement text a COPY FREEZE suspect (synchro._file_changed_here:
+-- only a file changed in the writing transaction can take FREEZE); the full check
+-- refuses a write once the registered key is no longer the primary key (0A000).
+--
 -- The function files of this release ride on this migration (goose.go,
 -- finalMigration), which ends with synchro._refresh_fences(): every registered
 -- relation's fence is regenerated.
