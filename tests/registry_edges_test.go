@@ -405,7 +405,13 @@ func TestRegistryEdgeDependencyJoinsUnderWrites(t *testing.T) {
 		scopes = append(scopes, "user:"+u, "lead:"+u, "owner:"+u)
 	}
 	reps, curs := startScopes(t, db, "c", scopes)
-	w := startWriters(t, db, 2, 2*time.Millisecond, []string{"40P01", "40001"}, func(i int64) string {
+	// 20 ms between writes: three of five are dependency changes, which the runner
+	// materializes one at a time through the reference path (membership re-evaluated
+	// for every task of the projects they touch); at 2 ms the two writers outran it on
+	// a loaded two-core machine, and the backlog took longer to drain than the final
+	// write's wait (the test was red there at 9d16c71 too: a throughput figure, not a
+	// correctness one).
+	w := startWriters(t, db, 2, 20*time.Millisecond, []string{"40P01", "40001"}, func(i int64) string {
 		var sql string
 		switch i % 5 {
 		case 0:
