@@ -45,6 +45,7 @@
 package collate
 
 import (
+	"bytes"
 	"context"
 	"strings"
 	"time"
@@ -244,6 +245,17 @@ func (c *Collator) message(ctx context.Context, walStart pglogrepl.LSN, m *decod
 	}
 	if !c.inTxn {
 		return framing(walStart, "transactional message outside a transaction")
+	}
+	if synchro {
+		// wal2json prints a message's content as a C string, cut at its first NUL;
+		// pgoutput passes every byte. The pack's messages hold no NUL, so a
+		// synchro.-prefixed one with a NUL is a stranger's: cut the same way here, so
+		// both decoders hand the same bytes on and drop it for the same reason
+		// (TestDecoderTxnEdgeNulTruncatedFenceDifferential: pgoutput counted it malformed,
+		// wal2json unauthenticated).
+		if i := bytes.IndexByte(m.Content, 0); i >= 0 {
+			m.Content = m.Content[:i]
+		}
 	}
 	e := Event{Kind: KindMessage, Ordinal: c.rowEvents, Message: m}
 	if synchro && len(m.Content) > decode.MaxMessageContent {
