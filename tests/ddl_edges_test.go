@@ -690,3 +690,17 @@ func TestDdlEdgeCopyFreezeAfterRewriteInSubtransaction(t *testing.T) {
 	require.Error(t, err)
 	require.Equal(t, "0A000", sqlstateOf(err), err.Error())
 }
+
+// A primary key with INCLUDE columns is still the registered single-column key: the
+// fence's full check (a second change of a row in one transaction) accepts its writes.
+func TestDdlEdgeKeyWithIncludeColumnsAccepted(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	mustExec(t, db, `
+		CREATE TABLE inc (id int8, owner text, note text, CONSTRAINT inc_pkey PRIMARY KEY (id) INCLUDE (owner));
+		SELECT synchro.register_table('inc', 'inc');
+		SELECT synchro.add_scope_rule('inc', 'owner:', 'owner');
+		SELECT synchro.activate_registry();
+		BEGIN; INSERT INTO inc VALUES (1, 'a', 'x'); UPDATE inc SET note = 'y' WHERE id = 1; COMMIT;`)
+	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM inc WHERE note = 'y'`))
+}

@@ -245,12 +245,15 @@ BEGIN
     -- (no identity: an update or delete carries none) or moved to another column (the
     -- fast path's index test sends both here) reached the WAL and blocked the stream
     -- (relation_drift) for every scope (TestDdlEdgeKeyDriftRefusedAtSource).
+    -- (The key columns of the constraint, as readiness's key check reads them: a
+    -- primary key's INCLUDE columns are not among them.)
     IF NOT EXISTS (
-        SELECT FROM pg_catalog.pg_index i
-          JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) i.indrelid
-                                        AND a.attnum OPERATOR(pg_catalog.=) i.indkey[0]
-         WHERE i.indrelid OPERATOR(pg_catalog.=) TG_RELID AND i.indisprimary
-           AND i.indnatts OPERATOR(pg_catalog.=) 1 AND a.attname OPERATOR(pg_catalog.=) %4$L) THEN
+        SELECT FROM pg_catalog.pg_constraint con
+          JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) con.conrelid
+                                        AND a.attnum OPERATOR(pg_catalog.=) con.conkey[1]
+         WHERE con.conrelid OPERATOR(pg_catalog.=) TG_RELID AND con.contype OPERATOR(pg_catalog.=) 'p'
+           AND pg_catalog.cardinality(con.conkey) OPERATOR(pg_catalog.=) 1
+           AND a.attname OPERATOR(pg_catalog.=) %4$L) THEN
       RAISE EXCEPTION 'registered relation_id %% no longer has its registered primary key (relation drift): restore the key, or register the relation again',
         %6$s USING ERRCODE = 'feature_not_supported';
     END IF;
