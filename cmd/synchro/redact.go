@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -26,7 +27,7 @@ const connectTimeout = 10 * time.Second
 // parseDB parses a connection string (URL or keyword/value form) with pgx.
 func parseDB(raw string) (*pgx.ConnConfig, error) {
 	cfg, err := pgx.ParseConfig(raw)
-	if err != nil || misparsed(cfg) {
+	if err != nil || misparsed(raw) {
 		return nil, errBadURL
 	}
 	if cfg.ConnectTimeout == 0 {
@@ -45,7 +46,7 @@ func parseDB(raw string) (*pgx.ConnConfig, error) {
 // password, sslpassword or any other parameter never shows).
 func describeDB(raw string) string {
 	cfg, err := pgx.ParseConfig(raw)
-	if err != nil || misparsed(cfg) {
+	if err != nil || misparsed(raw) {
 		return "(unparsable connection string)"
 	}
 	return fmt.Sprintf("host=%s port=%d database=%s user=%s", cfg.Host, cfg.Port, cfg.Database, cfg.User)
@@ -81,10 +82,18 @@ func openSQL(ctx context.Context, raw string) (*sql.DB, error) {
 // misparsed: a URL whose password holds an unescaped "/" still parses, as a host, a
 // port and a database made of the password's rest ("postgres://app:2024/pw@host/db":
 // host app, port 2024, database "pw@host/db"), and describeDB would print that rest.
-// An "@" in the host, database or user is such a URL: refused as unparsable, without
-// its text (TestDeployEdgeUnescapedSlashInPasswordNotLogged).
-func misparsed(cfg *pgx.ConnConfig) bool {
-	return strings.Contains(cfg.Host, "@") || strings.Contains(cfg.Database, "@") || strings.Contains(cfg.User, "@")
+// A URL whose path (the database name as written) holds an unescaped "@" is such a URL:
+// refused as unparsable, without its text
+// (TestDeployEdgeUnescapedSlashInPasswordNotLogged). A user name with an "@" (Azure's
+// user@server) is written escaped in the user part and stays valid, as does a database
+// name whose "@" is escaped (%40).
+func misparsed(raw string) bool {
+	lower := strings.ToLower(raw)
+	if !strings.HasPrefix(lower, "postgres://") && !strings.HasPrefix(lower, "postgresql://") {
+		return false
+	}
+	u, err := url.Parse(raw)
+	return err == nil && strings.Contains(u.EscapedPath(), "@")
 }
 
 // shownArgs quotes command-line arguments for an error, each one only when it cannot be

@@ -34,3 +34,20 @@ func TestDescribeDB(t *testing.T) {
 		}
 	}
 }
+
+// A user name with an escaped "@" (Azure's user@server) and a database name with an
+// escaped "@" parse and are described; a password's unescaped "/" is refused.
+func TestMisparsedOnlyRefusesAnUnescapedAtInThePath(t *testing.T) {
+	for raw, refused := range map[string]bool{
+		"postgres://app%40server:pw@host:5432/db":          false,
+		"postgres://app:pw@host/d%40b":                     false,
+		"host=localhost user=a@b dbname=db":                false,
+		"postgres://app:2024/SECRET@host/db":               true,
+		"postgresql://app:/SECRET@host/db?sslmode=disable": true,
+	} {
+		_, err := parseDB(raw)
+		if refused != (err != nil) {
+			t.Errorf("parseDB(%q): err %v, want refused %v", raw, err, refused)
+		}
+	}
+}
