@@ -616,9 +616,12 @@ func TestDecoderTxnEdgeOutputCapabilitiesAndRefusal(t *testing.T) {
 // keys: the stream is the only path to pull visibility (ADR 001), and a writer is
 // untrusted. Committed first (a backlog: the runner is stopped), held open after:
 // an update, a delete and a re-insert of the same keys, and a push.
+//
+// Not parallel, neither the test nor its decoders: the held transactions have xids,
+// and every replication slot created in the cluster while they are open (another
+// test's runner, the other decoder's) waits for them to end.
 func TestDecoderTxnEdgeHeldWritesDoNotStallEarlierCommits(t *testing.T) {
 	eachDecoder(t, func(t *testing.T) {
-		t.Parallel()
 		ctx := context.Background()
 		db := runnerSetup(t)
 		rr := startRunner(t, testRunnerConfig(t, db))
