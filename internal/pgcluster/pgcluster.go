@@ -227,7 +227,7 @@ func (c *Cluster) prepareDir(dir string) error {
 }
 
 // clusterEntries are the names a cluster directory holds: the data directory and the
-// server's log.
+// server's log (and its Unix socket, .s.PGSQL.<port>, with its lock file).
 var clusterEntries = map[string]bool{"data": true, "postgres.log": true}
 
 // ownEntriesOnly refuses a directory that holds anything a cluster does not make: as
@@ -240,7 +240,9 @@ func ownEntriesOnly(dir string) error {
 		return fmt.Errorf("pgcluster: dir: %w", err)
 	}
 	for _, e := range entries {
-		if !clusterEntries[e.Name()] {
+		// The server's Unix socket and its lock file: left behind by a crash, and
+		// cleared by the server itself at the next start.
+		if !clusterEntries[e.Name()] && !strings.HasPrefix(e.Name(), ".s.PGSQL.") {
 			return fmt.Errorf("pgcluster: %s holds files that are not a cluster's (%d entries): use an empty or new directory", dir, len(entries))
 		}
 	}
