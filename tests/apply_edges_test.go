@@ -110,6 +110,7 @@ var reviewApplyRuns = []reviewApplyRun{
 // activation's batch writes. Every way of batching stops at the poison with the
 // reference's state and quarantine record.
 func TestApplyEdgePoisonFirstAfterActivationDifferential(t *testing.T) {
+	t.Parallel()
 	skipShortDifferential(t)
 	eachDecoder(t, func(t *testing.T) {
 		reviewApplyDifferential(t, func(db *testdb.DB) {
@@ -130,6 +131,7 @@ func TestApplyEdgePoisonFirstAfterActivationDifferential(t *testing.T) {
 // transactions: the run before the poison is prepared while the dependency change's
 // batch writes. Every way of batching stops at the poison with the reference's state.
 func TestApplyEdgePoisonAfterDependencyChangeDifferential(t *testing.T) {
+	t.Parallel()
 	skipShortDifferential(t)
 	eachDecoder(t, func(t *testing.T) {
 		reviewApplyDifferential(t, func(db *testdb.DB) {
@@ -151,6 +153,7 @@ func TestApplyEdgePoisonAfterDependencyChangeDifferential(t *testing.T) {
 // A bypassed TRUNCATE of a capture dependency (a truncate poison) right after a run
 // of ordinary transactions and a dependency change, in every batching.
 func TestApplyEdgeTruncateDifferential(t *testing.T) {
+	t.Parallel()
 	skipShortDifferential(t)
 	eachDecoder(t, func(t *testing.T) {
 		reviewApplyDifferential(t, func(db *testdb.DB) {
@@ -321,6 +324,7 @@ func TestApplyEdgeHugeTransactionSmallBounds(t *testing.T) {
 // TOAST), as the last transaction after a run and as the first before one, a push
 // between runs, then a poison on notes (text keys) followed by ordinary transactions.
 func TestApplyEdgeToastAndPushDifferential(t *testing.T) {
+	t.Parallel()
 	skipShortDifferential(t)
 	eachDecoder(t, func(t *testing.T) {
 		reviewApplyDifferential(t, func(db *testdb.DB) {
@@ -373,6 +377,7 @@ func TestApplyEdgeBudgetWhilePrepared(t *testing.T) {
 // registry activation, rows changed several times in a transaction) cut by a poison
 // at a random point: every batching stops at the poison with the reference's state.
 func TestApplyEdgeRandomPoisonDifferential(t *testing.T) {
+	t.Parallel()
 	skipShortDifferential(t)
 	t.Parallel()
 	seed := time.Now().UnixNano()

@@ -90,6 +90,7 @@ const reviewPglogicalSchema = `
 // committed source transaction"; "processes committed source transactions in commit
 // order".
 func TestDecoderTxnEdgePreparedTransactions(t *testing.T) {
+	t.Parallel() // a private cluster of its own
 	c := reviewPglogicalCluster(t, map[string]string{"max_prepared_transactions": "10"})
 	for i, decoder := range testDecoders {
 		t.Run("decoder="+decoder, func(t *testing.T) {
@@ -378,6 +379,7 @@ func TestDecoderTxnEdgeSubtransactionDifferential(t *testing.T) {
 // table's rows under the activated generation, nothing quarantined; ROLLBACK
 // PREPARED of a push leaves its fence absent and nothing materialized.
 func TestDecoderTxnEdgePreparedPackWrites(t *testing.T) {
+	t.Parallel() // a private cluster of its own
 	c := reviewPglogicalCluster(t, map[string]string{"max_prepared_transactions": "10"})
 	for i, decoder := range testDecoders {
 		t.Run("decoder="+decoder, func(t *testing.T) {

@@ -633,19 +633,7 @@ func TestOperateEdgeRebindUnderWriters(t *testing.T) {
 				ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, body = excluded.body`
 		}
 	})
-	op := newOperator(t, db)
-	require.NoError(t, op.exec(`SELECT synchro.rebind_relation($1, 'public.notes')`, notes))
-	var g int64
-	eventually(t, 60*time.Second, "activation accepted", func() bool {
-		err := op.conn.QueryRow(ctx, `SELECT synchro.activate_registry()`).Scan(&g)
-		if pe := asPgError(err); pe != nil && pe.Code == "SY400" {
-			time.Sleep(50 * time.Millisecond)
-			return false
-		}
-		require.NoError(t, err)
-		return true
-	})
-	waitRegistry(t, db, g)
+	rebindActivated(t, db, notes, "public.notes")
 	time.Sleep(300 * time.Millisecond)
 	w.Stop()
 	require.Greater(t, w.Attempts(), int64(20))
@@ -897,19 +885,7 @@ func TestOperateEdgePushDuringRebindWindow(t *testing.T) {
 	}
 	firstRejected := strings.Contains(raw, `"rejected"`)
 
-	op := newOperator(t, db)
-	require.NoError(t, op.exec(`SELECT synchro.rebind_relation($1, 'public.notes')`, notes))
-	var g int64
-	eventually(t, 60*time.Second, "activation accepted", func() bool {
-		err := op.conn.QueryRow(ctx, `SELECT synchro.activate_registry()`).Scan(&g)
-		if pe := asPgError(err); pe != nil && pe.Code == "SY400" {
-			time.Sleep(50 * time.Millisecond)
-			return false
-		}
-		require.NoError(t, err)
-		return true
-	})
-	waitRegistry(t, db, g)
+	rebindActivated(t, db, notes, "public.notes")
 	requireNoQuarantine(t, db)
 
 	// The client retries the same mutation (it was not accepted).
@@ -1050,4 +1026,25 @@ func TestOperateEdgePushRacesUnregister(t *testing.T) {
 	if r.err != nil {
 		requireSQLState(t, r.err, "SY400")
 	}
+}
+
+// rebindActivated stages rebind_relation(relationID, table) and activates it as the
+// operator, retrying the activation while it is refused with SY400 (the runner has not
+// processed the WAL up to the rebind yet), then waits for the runner to take the new
+// generation.
+func rebindActivated(t *testing.T, db *testdb.DB, relationID int64, table string) {
+	t.Helper()
+	op := newOperator(t, db)
+	require.NoError(t, op.exec(`SELECT synchro.rebind_relation($1, $2::regclass)`, relationID, table))
+	var g int64
+	eventually(t, 60*time.Second, "activation accepted", func() bool {
+		err := op.conn.QueryRow(context.Background(), `SELECT synchro.activate_registry()`).Scan(&g)
+		if pe := asPgError(err); pe != nil && pe.Code == "SY400" {
+			time.Sleep(50 * time.Millisecond)
+			return false
+		}
+		require.NoError(t, err)
+		return true
+	})
+	waitRegistry(t, db, g)
 }
