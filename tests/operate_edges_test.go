@@ -610,14 +610,7 @@ func TestOperateEdgeRebindUnderWriters(t *testing.T) {
 	oldVersion := before["notes/n50"].Version
 	notes := relationID(t, db, "notes")
 
-	mustExec(t, db, `BEGIN;
-		CREATE TABLE notes_new (LIKE notes INCLUDING ALL);
-		INSERT INTO notes_new SELECT * FROM notes;
-		DROP TABLE notes;
-		ALTER TABLE notes_new RENAME TO notes;
-		GRANT SELECT ON notes TO synchro_operator;
-		GRANT ALL ON notes TO synchro_app;
-		COMMIT;`)
+	mustExec(t, db, recreateNotes)
 	w := startWriters(t, db, 2, 2*time.Millisecond, []string{"40P01", "40001"}, func(i int64) string {
 		owner := "o1"
 		if i%3 == 0 {
@@ -861,14 +854,7 @@ func TestOperateEdgePushDuringRebindWindow(t *testing.T) {
 	db := e.db
 	write(t, db, `INSERT INTO notes VALUES ('n1', 'o1', 'one')`)
 	notes := relationID(t, db, "notes")
-	mustExec(t, db, `BEGIN;
-		CREATE TABLE notes_new (LIKE notes INCLUDING ALL);
-		INSERT INTO notes_new SELECT * FROM notes;
-		DROP TABLE notes;
-		ALTER TABLE notes_new RENAME TO notes;
-		GRANT SELECT ON notes TO synchro_operator;
-		GRANT ALL ON notes TO synchro_app;
-		COMMIT;`)
+	mustExec(t, db, recreateNotes)
 	appConn, err := pgx.Connect(ctx, db.URL)
 	require.NoError(t, err)
 	defer appConn.Close(ctx)
@@ -1048,3 +1034,15 @@ func rebindActivated(t *testing.T, db *testdb.DB, relationID int64, table string
 	})
 	waitRegistry(t, db, g)
 }
+
+// recreateNotes drops and recreates the registered table notes with its rows, in one
+// transaction, as docs/runbook.md's rebind procedure does (a new OID: readiness says
+// relation_missing until the rebind is activated).
+const recreateNotes = `BEGIN;
+	CREATE TABLE notes_new (LIKE notes INCLUDING ALL);
+	INSERT INTO notes_new SELECT * FROM notes;
+	DROP TABLE notes;
+	ALTER TABLE notes_new RENAME TO notes;
+	GRANT SELECT ON notes TO synchro_operator;
+	GRANT ALL ON notes TO synchro_app;
+	COMMIT;`
