@@ -32,6 +32,18 @@ test-matrix: ## Run every test but the marquee and protocol-edge packages (Postg
 	done; \
 	if [ -n "$$failed" ]; then echo "test-matrix: failed on PostgreSQL$$failed"; exit 1; fi
 
+.PHONY: test-matrix-ci
+test-matrix-ci: ## CI's form of test-matrix: every package but ./tests on each major in PG_MAJORS, and ./tests split into one shard per major (scripts/test-shard), so every test runs on 15 (make test) and on one newer major
+	@failed=""; n=$(words $(PG_MAJORS)); k=0; for m in $(PG_MAJORS); do \
+	  bin="$$(scripts/fetch-pg $$m)" || exit 1; \
+	  shard="$$(scripts/test-shard tests $$n $$k)" || exit 1; \
+	  echo "test-matrix-ci: PostgreSQL $$m: SYNCHRO_PG_BIN=$$bin, ./tests shard $$k of $$n"; start=$$(date +%s); \
+	  if SYNCHRO_PG_BIN="$$bin" $(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v -e '/tests$$' -e '/tests/marquee$$' -e '/tests/protocol$$') && \
+	     SYNCHRO_PG_BIN="$$bin" $(GO) test $(TEST_FLAGS) ./tests -run "$$shard"; then r=passed; else r=FAILED; failed="$$failed $$m"; fi; \
+	  echo "test-matrix-ci: PostgreSQL $$m $$r in $$(( $$(date +%s) - start ))s"; k=$$((k + 1)); \
+	done; \
+	if [ -n "$$failed" ]; then echo "test-matrix-ci: failed on PostgreSQL$$failed"; exit 1; fi
+
 .PHONY: test-timing
 test-timing: ## Protocol tests whose verdict is a server timeout (alone: not under make test's parallel load)
 	SYNCHRO_TIMING_TESTS=1 $(GO) test -count=1 ./tests/protocol -run '^TestStatusUpdatesWhileHeldBack$$' -v
