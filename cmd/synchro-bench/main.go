@@ -91,6 +91,7 @@ type config struct {
 	// materialize, memory and pull suites (fast.go, materialize.go, memory.go, pull.go)
 	matSmallTxns int      // 1-row source transactions per materialize run
 	matBigTxns   int      // 1,000-row source transactions per materialize run
+	matDepTxns   int      // dependency-change source transactions per materialize run (0: no such shape)
 	matDecoders  []string // decoders the materialize suite runs the runner with (--decoder)
 	memRows      int      // rows of the memory suite's one source transaction
 	memTimeout   time.Duration
@@ -127,6 +128,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.out, "out", "", "also write the results as markdown to this file")
 	fs.IntVar(&c.matSmallTxns, "mat-small-txns", 2000, "materialize: 1-row source transactions per run (~12 ms each today)")
 	fs.IntVar(&c.matBigTxns, "mat-big-txns", 50, "materialize: 1,000-row source transactions per run")
+	fs.IntVar(&c.matDepTxns, "mat-dep-txns", 1000, "materialize: source transactions of the dependency shape per run, each moving "+
+		"the 10 synced rows one dependency row reaches to another scope (0: the shape, and its tables, are left out)")
 	fs.IntVar(&c.memRows, "mem-rows", 1_000_000, "memory: rows in the one source transaction")
 	fs.DurationVar(&c.memTimeout, "mem-timeout", 15*time.Minute, "memory: give up waiting for materialization after this long")
 	fs.StringVar(&c.synchroBin, "synchro-bin", "", "memory: synchro binary to run (default: go build ./cmd/synchro)")

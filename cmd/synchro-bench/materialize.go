@@ -43,12 +43,36 @@ type matShape struct {
 	// projection to replace: the work tables the inserts leave empty (the memberships
 	// a row held before) are full, so a plan that rescans one per row shows here.
 	update bool
+	// dep: each transaction updates one dependency row (rows is 1), moving the depFanout
+	// synced rows it reaches through a via rule to another scope: the per-transaction
+	// reference path, with membership evaluated for every row reached.
+	dep bool
 }
+
+// The dependency shape's tables: docs (synced) in user: scopes through teams (a
+// capture dependency), depFanout docs per team.
+const (
+	depTeams  = 1000
+	depFanout = 10
+)
+
+var depSetup = fmt.Sprintf(`
+CREATE TABLE public.teams (id bigint PRIMARY KEY, team text NOT NULL, member text NOT NULL);
+CREATE TABLE public.docs (id bigint PRIMARY KEY, team text NOT NULL, body text NOT NULL);
+INSERT INTO public.teams SELECT i, 't' || i, 'u' || (i %% 100) FROM generate_series(1, %[1]d) i;
+INSERT INTO public.docs SELECT i, 't' || (1 + i %% %[1]d), '%[3]s' FROM generate_series(1, %[1]d * %[2]d) i;
+SELECT synchro.register_dependency('public.teams', ARRAY['team', 'member']::name[]);
+SELECT synchro.register_table('public.docs', 'docs');
+SELECT synchro.add_scope_rule('docs', 'user:', 'team', 'public.teams', 'team', 'member');
+SELECT synchro.activate_registry();`, depTeams, depFanout, payload64)
 
 // key names a shape's scripts and slots.
 func (sh matShape) key() string {
 	if sh.update {
 		return fmt.Sprintf("upd_%d", sh.rows)
+	}
+	if sh.dep {
+		return "dep"
 	}
 	return fmt.Sprintf("%d", sh.rows)
 }
@@ -84,6 +108,10 @@ func (r matRun) floorRate() float64 {
 // matScript is a shape's pgbench script; an update shape picks rows among ids 1..maxID.
 func matScript(sh matShape, maxID int64) string {
 	rows := sh.rows
+	if sh.dep {
+		return fmt.Sprintf("\\set id random(1, %d)\n\\set m random(1, 100)\n"+
+			"UPDATE public.teams SET member = 'u' || :m WHERE id = :id;\n", depTeams)
+	}
 	if sh.update {
 		return fmt.Sprintf("\\set id random(1, %d)\n\\set o random(1, 100)\n"+
 			"UPDATE public.items SET owner = 'o' || :o, v = v + 1 WHERE id = :id;\n", maxID)
@@ -193,6 +221,11 @@ func runMaterializeDecoder(ctx context.Context, b *bench, decoder string) (strin
 	if _, err := conn.Exec(ctx, itemsTable+registerItems+`CREATE TABLE public.bench_tick (x int);`); err != nil {
 		return "", nil, fmt.Errorf("setup: %w", err)
 	}
+	if b.cfg.matDepTxns > 0 {
+		if _, err := conn.Exec(ctx, depSetup); err != nil {
+			return "", nil, fmt.Errorf("setup of the dependency shape: %w", err)
+		}
+	}
 	// First start: slot and (empty) baseline, then stop. Every later start resumes the
 	// same slot, so it decodes exactly the WAL written while it was stopped.
 	fmt.Fprintln(b.stdout, "first runner start (slot + baseline) ...")
@@ -205,6 +238,9 @@ func runMaterializeDecoder(ctx context.Context, b *bench, decoder string) (strin
 		{name: "1,000-row", rows: 1000, txns: b.cfg.matBigTxns, clients: 2},
 		// After the inserts, which leave the rows it updates.
 		{name: "1-row update", rows: 1, txns: b.cfg.matSmallTxns, clients: 2, update: true},
+	}
+	if b.cfg.matDepTxns > 0 {
+		shapes = append(shapes, matShape{name: "1-row dependency", rows: 1, txns: b.cfg.matDepTxns, clients: 2, dep: true})
 	}
 	results := map[string][]matRun{}
 	for _, sh := range shapes {
@@ -376,6 +412,8 @@ func (e *matEnv) measure(ctx context.Context, sh matShape, rawSlot string, keepS
 	}
 	stmt := matScript(sh, maxID) // one statement when rows > 1
 	switch {
+	case sh.dep:
+		stmt = "UPDATE public.teams SET member = 'u1' WHERE id = 1"
 	case sh.update:
 		stmt = "UPDATE public.items SET owner = 'o1', v = v + 1 WHERE id = 1"
 	case sh.rows == 1:
