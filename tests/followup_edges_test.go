@@ -28,13 +28,7 @@ import (
 // (4648609) knew only "data" and "postgres.log" and refused the directory as holding
 // foreign files.
 func TestFollowupEdgeDevDirReusedAfterCrash(t *testing.T) {
-	parent, err := os.MkdirTemp("", "rvd-")
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(parent, 0o755))
-	t.Cleanup(func() { _ = os.RemoveAll(parent) })
-	dir := filepath.Join(parent, "c")
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
-	defer cancel()
+	dir, ctx := followupClusterDir(t)
 
 	c1, err := pgcluster.Start(ctx, pgcluster.Options{Dir: dir})
 	require.NoError(t, err)
@@ -79,13 +73,7 @@ func TestFollowupEdgeDevDirReusedAfterCrash(t *testing.T) {
 // TestFollowupEdgeDevDirCleanStopReused: the ordinary case, a directory stopped cleanly,
 // is reused (quick start run twice).
 func TestFollowupEdgeDevDirCleanStopReused(t *testing.T) {
-	parent, err := os.MkdirTemp("", "rvd-")
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(parent, 0o755))
-	t.Cleanup(func() { _ = os.RemoveAll(parent) })
-	dir := filepath.Join(parent, "c")
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
-	defer cancel()
+	dir, ctx := followupClusterDir(t)
 	c1, err := pgcluster.Start(ctx, pgcluster.Options{Dir: dir})
 	require.NoError(t, err)
 	require.NoError(t, c1.Stop())
@@ -171,4 +159,18 @@ func TestFollowupEdgeViaDomainRuleReadiness(t *testing.T) {
 		SELECT synchro.activate_registry();`)
 	reg := ddlRegistry(t, db)
 	require.True(t, reg.OK, reg.Detail)
+}
+
+// followupClusterDir is a cluster directory not yet made, in a temporary parent the
+// postgres OS user can traverse (clusters run as it under root), removed after the
+// test, and a context that bounds the test's cluster starts.
+func followupClusterDir(t *testing.T) (string, context.Context) {
+	t.Helper()
+	parent, err := os.MkdirTemp("", "rvd-")
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(parent, 0o755))
+	t.Cleanup(func() { _ = os.RemoveAll(parent) })
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	t.Cleanup(cancel)
+	return filepath.Join(parent, "c"), ctx
 }
