@@ -1798,7 +1798,7 @@ BEGIN
   WITH odd AS MATERIALIZED (
     SELECT DISTINCT s.relid FROM pg_temp.synchro_stage s
       LEFT JOIN synchro.relation r ON r.relid = s.relid
-     WHERE s.kind = 'R' AND r.registration_kind IS DISTINCT FROM 'synced')
+     WHERE s.kind = 'R' AND (r.registration_kind IN ('synced', 'capture_dependency')) IS NOT TRUE)
   SELECT coalesce(array_agg(DISTINCT s.txn), '{}') INTO alone
     FROM pg_temp.synchro_stage s
    WHERE s.kind = 'T'
@@ -2164,6 +2164,154 @@ $$;
 ALTER FUNCTION synchro._mat_run_clear() OWNER TO postgres;
 
 --
+-- Name: _mat_run_dep_effects(bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._mat_run_dep_effects(gen bigint) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  WITH before AS MATERIALIZED (
+    SELECT p.t, p.relation_id, p.pk, s.scope, s.scope_hash
+      FROM pg_temp.synchro_b_points p
+      JOIN pg_temp.synchro_b_points pp ON pp.relation_id = p.relation_id AND pp.pk = p.pk AND pp.point = p.point - 1
+      JOIN pg_temp.synchro_b_scopes s ON s.relation_id = pp.relation_id AND s.pk = pp.pk AND s.t = pp.t
+     WHERE p.point > 1
+    UNION ALL
+    SELECT p.t, p.relation_id, p.pk, o.scope, o.scope_hash
+      FROM pg_temp.synchro_b_points p
+      JOIN pg_temp.synchro_b_old o ON o.relation_id = p.relation_id AND o.pk = p.pk
+     WHERE p.point = 1),
+  e AS (
+    SELECT n.scope, n.scope_hash, n.t, n.relation_id, n.pk, 'upsert' AS op
+      FROM pg_temp.synchro_b_scopes n
+      JOIN pg_temp.synchro_b_points p ON p.relation_id = n.relation_id AND p.pk = n.pk AND p.t = n.t
+     WHERE p.touched
+        OR NOT EXISTS (SELECT 1 FROM before o
+                        WHERE o.relation_id = n.relation_id AND o.pk = n.pk AND o.t = n.t AND o.scope = n.scope)
+    UNION ALL
+    SELECT o.scope, o.scope_hash, o.t, o.relation_id, o.pk, 'delete' FROM before o
+     WHERE NOT EXISTS (SELECT 1 FROM pg_temp.synchro_b_scopes n
+                        WHERE n.relation_id = o.relation_id AND n.pk = o.pk AND n.t = o.t AND n.scope = o.scope))
+  INSERT INTO synchro.effect (stream_generation, scope, scope_hash, commit_lsn, event_ordinal, effect_ordinal,
+                              table_id, relation_id, pk, op, version, image, image_bytes)
+  SELECT gen, e.scope, e.scope_hash, b.commit_lsn, p.event_ordinal,
+         (pg_catalog.row_number() OVER (PARTITION BY e.t, e.scope, p.event_ordinal
+                                        ORDER BY p.table_id COLLATE "C", p.pk_int, e.pk COLLATE "C", e.op))::int - 1,
+         p.table_id, e.relation_id, e.pk, e.op,
+         CASE WHEN e.op = 'upsert' THEN p.version END,
+         CASE WHEN e.op = 'upsert' THEN p.image END,
+         CASE WHEN e.op = 'upsert' THEN p.image_bytes END
+    FROM e
+    JOIN pg_temp.synchro_b_points p ON p.relation_id = e.relation_id AND p.pk = e.pk AND p.t = e.t
+    JOIN pg_temp.synchro_b_txn b ON b.t = e.t;
+END
+$$;
+
+
+ALTER FUNCTION synchro._mat_run_dep_effects(gen bigint) OWNER TO postgres;
+
+--
+-- Name: _mat_run_dep_membership(integer); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._mat_run_dep_membership(n_old integer) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  IF n_old > 0 THEN
+    DELETE FROM synchro.membership m
+     WHERE m.ctid = ANY (ARRAY(
+       SELECT o.mctid FROM pg_temp.synchro_b_old o
+         JOIN pg_temp.synchro_b_points p ON p.relation_id = o.relation_id AND p.pk = o.pk AND p.last
+        WHERE NOT EXISTS (SELECT 1 FROM pg_temp.synchro_b_scopes n
+                           WHERE n.relation_id = p.relation_id AND n.pk = p.pk AND n.t = p.t AND n.scope = o.scope)));
+  END IF;
+  INSERT INTO synchro.membership (scope, scope_hash, relation_id, pk, table_id, pk_order)
+  SELECT n.scope, n.scope_hash, n.relation_id, n.pk, p.table_id, coalesce(p.pk_int, 0)
+    FROM pg_temp.synchro_b_points p
+    JOIN pg_temp.synchro_b_scopes n ON n.relation_id = p.relation_id AND n.pk = p.pk AND n.t = p.t
+   WHERE p.last
+     AND NOT EXISTS (SELECT 1 FROM pg_temp.synchro_b_old o
+                      WHERE o.relation_id = n.relation_id AND o.pk = n.pk AND o.scope = n.scope);
+END
+$$;
+
+
+ALTER FUNCTION synchro._mat_run_dep_membership(n_old integer) OWNER TO postgres;
+
+--
+-- Name: _mat_run_dep_scopes(bigint, boolean); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._mat_run_dep_scopes(reg bigint, big boolean) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  n_old int;
+BEGIN
+  -- Each row's memberships before the run, read once at its first point. Only this
+  -- transaction writes membership (progress is locked), so the ctids stay valid.
+  INSERT INTO pg_temp.synchro_b_old (relation_id, pk, scope, scope_hash, mctid)
+  SELECT p.relation_id, p.pk, m.scope, m.scope_hash, m.ctid
+    FROM pg_temp.synchro_b_points p
+    CROSS JOIN LATERAL (SELECT m.scope, m.scope_hash, m.ctid FROM synchro.membership m
+                         WHERE m.relation_id = p.relation_id AND m.pk = p.pk OFFSET 0) m
+   WHERE p.point = 1 AND NOT p.fresh;
+  GET DIAGNOSTICS n_old = ROW_COUNT;
+
+  WITH dl AS MATERIALIZED (
+    -- The run's dependency links, each held from its transaction until the row's next.
+    SELECT l.t, pg_catalog.lead(l.t) OVER w AS next_t, pg_catalog.min(l.t) OVER w AS first_t,
+           l.relation_id, l.pk, l.op, l.image
+      FROM pg_temp.synchro_b_links l
+     WHERE l.table_id IS NULL
+    WINDOW w AS (PARTITION BY l.relation_id, l.pk ORDER BY l.t ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)),
+  vals AS MATERIALIZED (
+    SELECT p.t, p.relation_id, p.pk, r.scope_prefix, r.via_relation_id, r.via_match, r.via_scope,
+           p.image ->> r.column_name::text AS value
+      FROM pg_temp.synchro_b_points p
+      JOIN synchro.scope_rule r ON r.generation = reg AND r.relation_id = p.relation_id
+     WHERE p.op <> 'delete' AND p.image ->> r.column_name::text IS NOT NULL),
+  dv AS MATERIALIZED (
+    -- Each live dependency link's via_match and via_scope values, per via rule shape.
+    SELECT d.t, d.next_t, d.relation_id, r.via_match, r.via_scope,
+           d.image ->> r.via_match::text AS match_value, d.image ->> r.via_scope::text AS scope_value
+      FROM dl d
+      JOIN (SELECT DISTINCT r.via_relation_id, r.via_match, r.via_scope FROM synchro.scope_rule r
+             WHERE r.generation = reg AND r.via_relation_id IS NOT NULL) r ON r.via_relation_id = d.relation_id
+     WHERE d.op <> 'delete'),
+  sc AS (
+    SELECT x.t, x.relation_id, x.pk, x.scope_prefix || x.value AS scope
+      FROM vals x
+     WHERE x.via_relation_id IS NULL
+    UNION
+    -- Dependency rows the run changed at or before t, as their last link there leaves them.
+    SELECT x.t, x.relation_id, x.pk, x.scope_prefix || d.scope_value
+      FROM vals x
+      JOIN dv d ON d.relation_id = x.via_relation_id AND d.via_match = x.via_match AND d.via_scope = x.via_scope
+               AND d.match_value = x.value
+     WHERE d.t <= x.t AND (d.next_t IS NULL OR d.next_t > x.t) AND d.scope_value IS NOT NULL
+    UNION
+    -- The others, as stored.
+    SELECT x.t, x.relation_id, x.pk, x.scope_prefix || s.scope_value
+      FROM vals x
+      CROSS JOIN LATERAL synchro._via_scope_rows(x.via_relation_id, x.via_match, x.via_scope, x.value) s
+     WHERE x.via_relation_id IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM dl d WHERE d.relation_id = x.via_relation_id AND d.pk = s.pk AND d.first_t <= x.t))
+  INSERT INTO pg_temp.synchro_b_scopes (t, relation_id, pk, scope, scope_hash)
+  SELECT sc.t, sc.relation_id, sc.pk, sc.scope, synchro._scope_hash(sc.scope) FROM sc;
+  IF big THEN
+    ANALYZE pg_temp.synchro_b_scopes (t, relation_id);
+  END IF;
+  RETURN n_old;
+END
+$$;
+
+
+ALTER FUNCTION synchro._mat_run_dep_scopes(reg bigint, big boolean) OWNER TO postgres;
+
+--
 -- Name: _mat_run_effects(bigint, boolean); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -2174,8 +2322,9 @@ BEGIN
   -- Net pull effects per link: upsert in every scope the row is in after the link (it
   -- was touched), delete in every scope it was in before and is not after.
   -- effect_ordinal counts within (scope, event) in canonical (table_id, typed key,
-  -- operation) order, as the per-transaction path does; in a run it is always 0, with
-  -- no sort to find it: a run has no dependency events, so an event's effects are
+  -- operation) order, as the per-transaction path does; in a run without dependency
+  -- changes (the only one this phase writes: synchro._mat_run_dep_effects writes the
+  -- others) it is always 0, with no sort to find it: an event's effects are
   -- those of its own row (its link: each link is one row's last event in one
   -- transaction, and event ordinals are unique within a transaction), and a row gets
   -- at most one effect per scope there (an upsert when it is in the scope after the
@@ -2395,6 +2544,7 @@ BEGIN
     FROM (SELECT s.txn AS t, s.seq, s.event_ordinal, s.pair_no,
                  CASE s.kind WHEN 'I' THEN 'insert' WHEN 'U' THEN 'update' ELSE 'delete' END AS op,
                  r.relation_id, r.table_id, r.key_column, r.key_type, r.schema_name, r.table_name,
+                 r.registration_kind,
                  CASE WHEN s.kind = 'D' THEN s.old_row ->> r.key_column::text
                       ELSE s.new_row ->> r.key_column::text END AS pk,
                  s.new_row, s.old_row ->> r.key_column::text AS old_pk
@@ -2404,7 +2554,7 @@ BEGIN
            WHERE s.kind IN ('I', 'U', 'D')) ev
     JOIN pg_temp.synchro_stage fr
       ON fr.txn = ev.t AND fr.pair_no = ev.pair_no AND fr.kind = 'M' AND fr.prefix = 'synchro.fence'
-   WHERE fr.f_relation_id = ev.relation_id AND fr.f_kind = 'synced' AND fr.f_op = ev.op
+   WHERE fr.f_relation_id = ev.relation_id AND fr.f_kind = ev.registration_kind AND fr.f_op = ev.op
      AND fr.f_schema = ev.schema_name::text AND fr.f_table = ev.table_name::text
      AND fr.f_table_id IS NOT DISTINCT FROM ev.table_id
      AND CASE ev.op
@@ -2445,7 +2595,7 @@ BEGIN
       SELECT x.*, row_number() OVER (PARTITION BY x.t, x.relation_id, x.pk ORDER BY x.seq) AS grp_rank
         FROM (SELECT s.txn AS t, s.seq, s.event_ordinal,
                      CASE s.kind WHEN 'I' THEN 'insert' WHEN 'U' THEN 'update' ELSE 'delete' END AS op,
-                     r.relation_id, r.table_id, r.key_column, r.key_type, r.schema_name, r.table_name,
+                     r.relation_id, r.table_id, r.key_column, r.key_type, r.schema_name, r.table_name, r.registration_kind,
                      CASE WHEN s.kind = 'D' THEN s.old_row ->> r.key_column::text
                           ELSE s.new_row ->> r.key_column::text END AS pk,
                      s.new_row, s.old_row ->> r.key_column::text AS old_pk
@@ -2469,7 +2619,7 @@ BEGIN
       FROM ev
       LEFT JOIN fr
         ON fr.t = ev.t AND fr.rid = ev.relation_id AND fr.k = ev.pk AND fr.rnk = ev.grp_rank
-       AND fr.kind = 'synced' AND fr.op = ev.op
+       AND fr.kind = ev.registration_kind AND fr.op = ev.op
        AND fr.sch = ev.schema_name::text AND fr.tbl = ev.table_name::text
        AND fr.tid IS NOT DISTINCT FROM ev.table_id
        AND CASE ev.op
@@ -2507,6 +2657,99 @@ $$;
 
 
 ALTER FUNCTION synchro._mat_run_pair_fences(n_ev bigint, n_fence integer) OWNER TO postgres;
+
+--
+-- Name: _mat_run_points(bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._mat_run_points(reg bigint) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  WITH links AS MATERIALIZED (
+    SELECT l.t, pg_catalog.lead(l.t) OVER (PARTITION BY l.relation_id, l.pk ORDER BY l.t) AS next_t,
+           l.relation_id, l.pk, l.op, l.image, l.link, l.fresh, l.event_ordinal
+      FROM pg_temp.synchro_b_links l),
+  rules AS MATERIALIZED (
+    SELECT DISTINCT r.relation_id, r.column_name, r.via_relation_id, r.via_match
+      FROM synchro.scope_rule r WHERE r.generation = reg AND r.via_relation_id IS NOT NULL),
+  -- The via_match values of the dependency rows each transaction changed, before and
+  -- after it, with the synced relation and column each reaches.
+  dv AS MATERIALIZED (
+    SELECT x.t, x.relation_id, x.column_name, x.value, max(x.event_ordinal) AS event_ordinal
+      FROM (SELECT d.t, r.relation_id, r.column_name, d.image ->> r.via_match::text AS value, d.event_ordinal
+              FROM links d JOIN rules r ON r.via_relation_id = d.relation_id
+             WHERE d.op <> 'delete'
+            UNION ALL
+            SELECT d.t, r.relation_id, r.column_name, pd.image ->> r.via_match::text, d.event_ordinal
+              FROM links d
+              JOIN links pd ON pd.relation_id = d.relation_id AND pd.pk = d.pk AND pd.link = d.link - 1
+              JOIN rules r ON r.via_relation_id = d.relation_id
+             WHERE pd.op <> 'delete'
+            UNION ALL
+            SELECT d.t, r.relation_id, r.column_name, v.value, d.event_ordinal
+              FROM links d
+              JOIN rules r ON r.via_relation_id = d.relation_id
+              CROSS JOIN LATERAL (SELECT v.value FROM synchro.rule_value v
+                                   WHERE v.relation_id = d.relation_id AND v.pk = d.pk
+                                     AND v.column_name = r.via_match OFFSET 0) v
+             WHERE d.link = 1 AND NOT d.fresh) x
+     WHERE x.value IS NOT NULL
+     GROUP BY x.t, x.relation_id, x.column_name, x.value),
+  -- The run's synced links' values of via-rule columns, each held from its link's
+  -- transaction until the row's next link.
+  sv AS MATERIALIZED (
+    SELECT l.t, l.next_t, l.relation_id, l.pk, c.column_name, l.image ->> c.column_name::text AS value
+      FROM links l
+      JOIN (SELECT DISTINCT r.relation_id, r.column_name FROM rules r) c ON c.relation_id = l.relation_id
+     WHERE l.op <> 'delete'),
+  -- The synced rows each transaction's dependency changes reach (src_t: the link the
+  -- row stands at then; NULL: it stands as stored).
+  reach AS MATERIALIZED (
+    SELECT y.t, y.relation_id, y.pk, max(y.src_t) AS src_t, max(y.event_ordinal) AS event_ordinal
+      FROM (SELECT dv.t, s.relation_id, s.pk, s.t AS src_t, dv.event_ordinal
+              FROM dv JOIN sv s ON s.relation_id = dv.relation_id AND s.column_name = dv.column_name AND s.value = dv.value
+             WHERE s.t <= dv.t AND (s.next_t IS NULL OR s.next_t > dv.t)
+            UNION ALL
+            SELECT dv.t, v.relation_id, v.pk, NULL::int, dv.event_ordinal
+              FROM dv
+              CROSS JOIN LATERAL (SELECT v.relation_id, v.pk FROM synchro.rule_value v
+                                   WHERE v.relation_id = dv.relation_id AND v.column_name = dv.column_name
+                                     AND v.value_hash = synchro._scope_hash(dv.value) AND v.value = dv.value OFFSET 0) v
+             WHERE NOT EXISTS (SELECT 1 FROM links f
+                                WHERE f.relation_id = v.relation_id AND f.pk = v.pk AND f.link = 1 AND f.t <= dv.t)) y
+     GROUP BY y.t, y.relation_id, y.pk),
+  pts AS (
+    -- The synced rows' links: touched.
+    SELECT l.t, l.relation_id, l.pk, l.pk_int, l.table_id, l.op, l.version, l.image, l.image_bytes,
+           greatest(l.event_ordinal, r.event_ordinal) AS event_ordinal, true AS touched, l.fresh
+      FROM pg_temp.synchro_b_links l
+      LEFT JOIN reach r ON r.t = l.t AND r.relation_id = l.relation_id AND r.pk = l.pk
+     WHERE l.table_id IS NOT NULL
+    UNION ALL
+    -- Reached where the row has no link: as it stands at t.
+    SELECT r.t, r.relation_id, r.pk, coalesce(l.pk_int, p.pk_int), rel.table_id, 'reach',
+           coalesce(l.version, p.version), coalesce(l.image, p.image), coalesce(l.image_bytes, p.image_bytes),
+           r.event_ordinal, false, false
+      FROM reach r
+      JOIN synchro.relation rel ON rel.relation_id = r.relation_id
+      LEFT JOIN pg_temp.synchro_b_links l ON l.relation_id = r.relation_id AND l.pk = r.pk AND l.t = r.src_t
+      LEFT JOIN LATERAL (SELECT p.pk_int, p.version, p.image, p.image_bytes FROM synchro.projection p
+                          WHERE r.src_t IS NULL AND p.relation_id = r.relation_id AND p.pk = r.pk OFFSET 0) p ON true
+     WHERE NOT EXISTS (SELECT 1 FROM pg_temp.synchro_b_links x
+                        WHERE x.relation_id = r.relation_id AND x.pk = r.pk AND x.t = r.t))
+  INSERT INTO pg_temp.synchro_b_points (t, relation_id, pk, pk_int, table_id, op, version, image, image_bytes,
+                                        event_ordinal, touched, fresh, point, last)
+  SELECT x.t, x.relation_id, x.pk, x.pk_int, x.table_id, x.op, x.version, x.image, x.image_bytes,
+         x.event_ordinal, x.touched, x.fresh,
+         pg_catalog.row_number() OVER (PARTITION BY x.relation_id, x.pk ORDER BY x.t),
+         x.t = pg_catalog.max(x.t) OVER (PARTITION BY x.relation_id, x.pk)
+    FROM pts x;
+END
+$$;
+
+
+ALTER FUNCTION synchro._mat_run_points(reg bigint) OWNER TO postgres;
 
 --
 -- Name: _mat_run_position(integer, integer, bigint, pg_lsn, pg_lsn, pg_lsn, pg_lsn[], pg_lsn[], bigint[], timestamp with time zone[]); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -2701,10 +2944,24 @@ BEGIN
   -- and the images rendered with them.
   PERFORM synchro._mat_changes(gen, NULL, NULL);
 
-  PERFORM synchro._mat_run_project(reg, deletes, anyknown);
-  n_old := synchro._mat_run_scopes(reg, n_rows > 1000);
-  PERFORM synchro._mat_run_effects(gen, multi);
-  PERFORM synchro._mat_run_membership(n_old);
+  IF EXISTS (SELECT 1 FROM pg_temp.synchro_b_links l WHERE l.table_id IS NULL) THEN
+    -- The run changes dependency rows (no table id): a row's scopes can change where
+    -- it has no link, and a via rule reads the dependency rows as they stand at each
+    -- transaction. The membership timeline (synchro._mat_run_points) and its scopes
+    -- read the stored state as it was before the run, so they come before the
+    -- projections and rule values are written.
+    PERFORM synchro._mat_run_points(reg);
+    n_old := synchro._mat_run_dep_scopes(reg, n_rows > 1000);
+    PERFORM synchro._mat_run_project(reg, deletes, anyknown);
+    PERFORM synchro._mat_run_dep_effects(gen);
+    PERFORM synchro._mat_run_dep_membership(n_old);
+    DELETE FROM pg_temp.synchro_b_points;
+  ELSE
+    PERFORM synchro._mat_run_project(reg, deletes, anyknown);
+    n_old := synchro._mat_run_scopes(reg, n_rows > 1000);
+    PERFORM synchro._mat_run_effects(gen, multi);
+    PERFORM synchro._mat_run_membership(n_old);
+  END IF;
   PERFORM synchro._mat_run_ledger(gen, reg);
 END
 $$;
@@ -5084,6 +5341,29 @@ $$;
 ALTER FUNCTION synchro._stage_links_fresh() OWNER TO postgres;
 
 --
+-- Name: _stage_points_create(); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._stage_points_create() RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  CREATE TEMP TABLE synchro_b_points (
+    t int, relation_id bigint, pk text, pk_int bigint, table_id text, op text, version text,
+    image jsonb, image_bytes int,
+    event_ordinal int,   -- the effect's event: the greater of the row's own and the reaching ones
+    touched boolean,     -- a link of the row (upserts in every scope), not only reached
+    fresh boolean,       -- the row's link is fresh (synchro._mat_links_fn): no membership to read
+    point int,           -- 1, 2, ... along the run, per row
+    last boolean         -- the row's last point: membership as it leaves it
+  ) ON COMMIT PRESERVE ROWS;
+END
+$$;
+
+
+ALTER FUNCTION synchro._stage_points_create() OWNER TO postgres;
+
+--
 -- Name: _stage_registration(regclass, text, text, name[]); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -5223,7 +5503,7 @@ BEGIN
     TRUNCATE pg_temp.synchro_stage, pg_temp.synchro_w_rows, pg_temp.synchro_w_final, pg_temp.synchro_w_impacted,
              pg_temp.synchro_w_scopes, pg_temp.synchro_w_depvals, pg_temp.synchro_w_oldscopes,
              pg_temp.synchro_b_txn, pg_temp.synchro_b_rows, pg_temp.synchro_b_links, pg_temp.synchro_b_scopes,
-             pg_temp.synchro_b_old;
+             pg_temp.synchro_b_old, pg_temp.synchro_b_points;
   ELSE
     -- Only the stage table holds rows here: synchro._materialize_txn and
     -- synchro._materialize_run each empty their own work tables before they return,
@@ -5410,21 +5690,36 @@ $$;
 ALTER FUNCTION synchro._via_match_comparable(rel oid, column_name name, via oid, via_match name) OWNER TO postgres;
 
 --
+-- Name: _via_scope_rows(bigint, name, name, text); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._via_scope_rows(via_relation_id bigint, via_match name, via_scope name, value text) RETURNS TABLE(pk text, scope_value text)
+    LANGUAGE sql STABLE
+    AS $$
+  -- Parameters are qualified: a bare "value" would name rule_value's column.
+  SELECT v.pk, d.image ->> _via_scope_rows.via_scope::text
+    FROM (SELECT v.relation_id, v.pk FROM synchro.rule_value v
+           WHERE v.relation_id = _via_scope_rows.via_relation_id AND v.column_name = _via_scope_rows.via_match
+             AND v.value_hash = synchro._scope_hash(_via_scope_rows.value)
+             AND v.value = _via_scope_rows.value OFFSET 0) v
+    CROSS JOIN LATERAL (SELECT d.image FROM synchro.projection d
+                         WHERE d.relation_id = v.relation_id AND d.pk = v.pk OFFSET 0) d
+   WHERE d.image ->> _via_scope_rows.via_scope::text IS NOT NULL
+$$;
+
+
+ALTER FUNCTION synchro._via_scope_rows(via_relation_id bigint, via_match name, via_scope name, value text) OWNER TO postgres;
+
+--
 -- Name: _via_scope_values(bigint, name, name, text); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
 CREATE FUNCTION synchro._via_scope_values(via_relation_id bigint, via_match name, via_scope name, value text) RETURNS SETOF text
     LANGUAGE sql STABLE
     AS $$
-  -- Parameters are qualified: a bare "value" would name rule_value's column.
-  SELECT d.image ->> _via_scope_values.via_scope::text
-    FROM (SELECT v.relation_id, v.pk FROM synchro.rule_value v
-           WHERE v.relation_id = _via_scope_values.via_relation_id AND v.column_name = _via_scope_values.via_match
-             AND v.value_hash = synchro._scope_hash(_via_scope_values.value)
-             AND v.value = _via_scope_values.value OFFSET 0) v
-    CROSS JOIN LATERAL (SELECT d.image FROM synchro.projection d
-                         WHERE d.relation_id = v.relation_id AND d.pk = v.pk OFFSET 0) d
-   WHERE d.image ->> _via_scope_values.via_scope::text IS NOT NULL
+  SELECT s.scope_value
+    FROM synchro._via_scope_rows(_via_scope_values.via_relation_id, _via_scope_values.via_match,
+                                 _via_scope_values.via_scope, _via_scope_values.value) s
 $$;
 
 
@@ -8347,6 +8642,10 @@ BEGIN
       -- A session that opened its tables before an upgrade added this one.
       PERFORM synchro._stage_rel_ok_create();
     END IF;
+    IF to_regclass('pg_temp.synchro_b_points') IS NULL THEN
+      -- Likewise (migration 00029).
+      PERFORM synchro._stage_points_create();
+    END IF;
     RETURN;
   END IF;
   CREATE TEMP TABLE synchro_stage (
@@ -8448,6 +8747,7 @@ BEGIN
   CREATE TEMP TABLE synchro_b_old (
     relation_id bigint, pk text, scope text, scope_hash bytea, mctid tid
   ) ON COMMIT PRESERVE ROWS;
+  PERFORM synchro._stage_points_create();
 END
 $$;
 
@@ -10292,6 +10592,27 @@ REVOKE ALL ON FUNCTION synchro._mat_run_clear() FROM PUBLIC;
 
 
 --
+-- Name: FUNCTION _mat_run_dep_effects(gen bigint); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._mat_run_dep_effects(gen bigint) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _mat_run_dep_membership(n_old integer); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._mat_run_dep_membership(n_old integer) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _mat_run_dep_scopes(reg bigint, big boolean); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._mat_run_dep_scopes(reg bigint, big boolean) FROM PUBLIC;
+
+
+--
 -- Name: FUNCTION _mat_run_effects(gen bigint, multi boolean); Type: ACL; Schema: synchro; Owner: postgres
 --
 
@@ -10331,6 +10652,13 @@ REVOKE ALL ON FUNCTION synchro._mat_run_order(hw_commit_lsn pg_lsn, start_lsn pg
 --
 
 REVOKE ALL ON FUNCTION synchro._mat_run_pair_fences(n_ev bigint, n_fence integer) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _mat_run_points(reg bigint); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._mat_run_points(reg bigint) FROM PUBLIC;
 
 
 --
@@ -10661,6 +10989,13 @@ REVOKE ALL ON FUNCTION synchro._stage_links_fresh() FROM PUBLIC;
 
 
 --
+-- Name: FUNCTION _stage_points_create(); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._stage_points_create() FROM PUBLIC;
+
+
+--
 -- Name: FUNCTION _stage_registration(relation regclass, kind text, table_id text, columns name[]); Type: ACL; Schema: synchro; Owner: postgres
 --
 
@@ -10721,6 +11056,13 @@ REVOKE ALL ON FUNCTION synchro._version_chunk(rid bigint, reg bigint, after text
 --
 
 REVOKE ALL ON FUNCTION synchro._via_match_comparable(rel oid, column_name name, via oid, via_match name) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION _via_scope_rows(via_relation_id bigint, via_match name, via_scope name, value text); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._via_scope_rows(via_relation_id bigint, via_match name, via_scope name, value text) FROM PUBLIC;
 
 
 --

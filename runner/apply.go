@@ -85,8 +85,8 @@ type applier struct {
 	events     int          // their row events
 	batchStart time.Time
 	// alone: the source transaction being staged is one the set-based path never
-	// takes (a registry activation, a dependency change, a TRUNCATE, an unchanged
-	// out-of-line value: synchro._mat_batch_alone); aloneLast: the open batch ends
+	// takes (a registry activation, a TRUNCATE, an unchanged out-of-line value:
+	// synchro._mat_batch_alone); aloneLast: the open batch ends
 	// with one; aloneFirst: it began with one. A pipelined batch that began with a
 	// run closes right after such a transaction, so that the run is prepared whole
 	// (synchro.materialize_prepare prepares a batch's leading run). One that began
@@ -426,8 +426,8 @@ func (a *applier) Event(ctx context.Context, e collate.Event) error {
 		a.batchBytes += a.batch[i].size()
 		a.alone = a.alone || len(a.batch[i].Toast) > 0
 	}
-	a.alone = a.alone || e.Kind == collate.KindTruncate || e.Activation != nil ||
-		(e.Fence != nil && e.Fence.Kind == decode.FenceCaptureDependency)
+	// A dependency change is not one: the set-based path takes it (migration 00029).
+	a.alone = a.alone || e.Kind == collate.KindTruncate || e.Activation != nil
 	// While no connection is free the rows stay in memory up to BatchBytes (a
 	// COPY would have to wait for a call), so the overlap covers a whole batch.
 	if a.batchBytes >= a.cfg.BatchBytes || (len(a.batch) >= a.cfg.BatchRows && (a.tx != nil || a.freeConn() >= 0)) {

@@ -11,8 +11,9 @@ BEGIN
   -- Net pull effects per link: upsert in every scope the row is in after the link (it
   -- was touched), delete in every scope it was in before and is not after.
   -- effect_ordinal counts within (scope, event) in canonical (table_id, typed key,
-  -- operation) order, as the per-transaction path does; in a run it is always 0, with
-  -- no sort to find it: a run has no dependency events, so an event's effects are
+  -- operation) order, as the per-transaction path does; in a run without dependency
+  -- changes (the only one this phase writes: synchro._mat_run_dep_effects writes the
+  -- others) it is always 0, with no sort to find it: an event's effects are
   -- those of its own row (its link: each link is one row's last event in one
   -- transaction, and event ordinals are unique within a transaction), and a row gets
   -- at most one effect per scope there (an upsert when it is in the scope after the

@@ -46,6 +46,7 @@ BEGIN
     FROM (SELECT s.txn AS t, s.seq, s.event_ordinal, s.pair_no,
                  CASE s.kind WHEN 'I' THEN 'insert' WHEN 'U' THEN 'update' ELSE 'delete' END AS op,
                  r.relation_id, r.table_id, r.key_column, r.key_type, r.schema_name, r.table_name,
+                 r.registration_kind,
                  CASE WHEN s.kind = 'D' THEN s.old_row ->> r.key_column::text
                       ELSE s.new_row ->> r.key_column::text END AS pk,
                  s.new_row, s.old_row ->> r.key_column::text AS old_pk
@@ -55,7 +56,7 @@ BEGIN
            WHERE s.kind IN ('I', 'U', 'D')) ev
     JOIN pg_temp.synchro_stage fr
       ON fr.txn = ev.t AND fr.pair_no = ev.pair_no AND fr.kind = 'M' AND fr.prefix = 'synchro.fence'
-   WHERE fr.f_relation_id = ev.relation_id AND fr.f_kind = 'synced' AND fr.f_op = ev.op
+   WHERE fr.f_relation_id = ev.relation_id AND fr.f_kind = ev.registration_kind AND fr.f_op = ev.op
      AND fr.f_schema = ev.schema_name::text AND fr.f_table = ev.table_name::text
      AND fr.f_table_id IS NOT DISTINCT FROM ev.table_id
      AND CASE ev.op
@@ -96,7 +97,7 @@ BEGIN
       SELECT x.*, row_number() OVER (PARTITION BY x.t, x.relation_id, x.pk ORDER BY x.seq) AS grp_rank
         FROM (SELECT s.txn AS t, s.seq, s.event_ordinal,
                      CASE s.kind WHEN 'I' THEN 'insert' WHEN 'U' THEN 'update' ELSE 'delete' END AS op,
-                     r.relation_id, r.table_id, r.key_column, r.key_type, r.schema_name, r.table_name,
+                     r.relation_id, r.table_id, r.key_column, r.key_type, r.schema_name, r.table_name, r.registration_kind,
                      CASE WHEN s.kind = 'D' THEN s.old_row ->> r.key_column::text
                           ELSE s.new_row ->> r.key_column::text END AS pk,
                      s.new_row, s.old_row ->> r.key_column::text AS old_pk
@@ -120,7 +121,7 @@ BEGIN
       FROM ev
       LEFT JOIN fr
         ON fr.t = ev.t AND fr.rid = ev.relation_id AND fr.k = ev.pk AND fr.rnk = ev.grp_rank
-       AND fr.kind = 'synced' AND fr.op = ev.op
+       AND fr.kind = ev.registration_kind AND fr.op = ev.op
        AND fr.sch = ev.schema_name::text AND fr.tbl = ev.table_name::text
        AND fr.tid IS NOT DISTINCT FROM ev.table_id
        AND CASE ev.op

@@ -19,10 +19,24 @@ BEGIN
   -- and the images rendered with them.
   PERFORM synchro._mat_changes(gen, NULL, NULL);
 
-  PERFORM synchro._mat_run_project(reg, deletes, anyknown);
-  n_old := synchro._mat_run_scopes(reg, n_rows > 1000);
-  PERFORM synchro._mat_run_effects(gen, multi);
-  PERFORM synchro._mat_run_membership(n_old);
+  IF EXISTS (SELECT 1 FROM pg_temp.synchro_b_links l WHERE l.table_id IS NULL) THEN
+    -- The run changes dependency rows (no table id): a row's scopes can change where
+    -- it has no link, and a via rule reads the dependency rows as they stand at each
+    -- transaction. The membership timeline (synchro._mat_run_points) and its scopes
+    -- read the stored state as it was before the run, so they come before the
+    -- projections and rule values are written.
+    PERFORM synchro._mat_run_points(reg);
+    n_old := synchro._mat_run_dep_scopes(reg, n_rows > 1000);
+    PERFORM synchro._mat_run_project(reg, deletes, anyknown);
+    PERFORM synchro._mat_run_dep_effects(gen);
+    PERFORM synchro._mat_run_dep_membership(n_old);
+    DELETE FROM pg_temp.synchro_b_points;
+  ELSE
+    PERFORM synchro._mat_run_project(reg, deletes, anyknown);
+    n_old := synchro._mat_run_scopes(reg, n_rows > 1000);
+    PERFORM synchro._mat_run_effects(gen, multi);
+    PERFORM synchro._mat_run_membership(n_old);
+  END IF;
   PERFORM synchro._mat_run_ledger(gen, reg);
 END
 $$;

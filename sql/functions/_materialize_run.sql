@@ -2,15 +2,18 @@
 -- staged batch (txn t_first .. t_last), set-based: one statement per phase for the
 -- whole run, whose cost grows with the run, never with the permanent tables.
 --
--- Why a run can be done at once. Its transactions touch synced rows only: no
--- capture-dependency row changes, so dependency state (what via rules read) is the
--- same for every transaction of the run, and a row's scopes depend only on its own
--- image. No registry activation either, so one registry generation holds for every
--- event. Each row's history in the run is then a chain of links, one per transaction
--- that touched it (its last event there): a link's scopes come from its image, the
--- scopes before it are the previous link's (the stored membership for the first), and
--- its effects are the difference, at that transaction's commit position. Projection,
--- rule values and membership end as the last link leaves them.
+-- Why a run can be done at once. No registry activation is in it, so one registry
+-- generation holds for every event. Each row's history in the run is then a chain of
+-- links, one per transaction that touched it (its last event there): a link's scopes
+-- come from its image, the scopes before it are the previous link's (the stored
+-- membership for the first), and its effects are the difference, at that
+-- transaction's commit position. Projection, rule values and membership end as the
+-- last link leaves them. When the run also changes dependency rows (what via rules
+-- read), a synced row's scopes can change at a transaction where it has no link, and
+-- depend on the dependency rows as they stand there: the chain becomes a timeline of
+-- points, links and the transactions whose dependency changes reach the row, each
+-- evaluated against the dependency state at its transaction
+-- (synchro._mat_run_points); without dependency changes every point is a link.
 --
 -- It never classifies a failure: anything unexpected (a mismatched fence, drift, an
 -- order problem) raises SYB01 batch_fallback, and the runner re-runs the batch one
@@ -21,7 +24,8 @@
 -- position; then the half that needs only the batch (synchro._mat_run_prepare:
 -- validate the relations, pair fences, the links with their row images); then the
 -- half that follows the batch before (synchro._mat_run_write: the change records,
--- project, evaluate membership, write effects, write membership, write the ledger).
+-- project, evaluate membership, write effects, write membership, write the ledger;
+-- with dependency changes: the points and their scopes first, then project).
 -- They pass each other the work tables pg_temp.synchro_b_* and a few flags that let
 -- a phase skip a statement with nothing to do. The runner's pipelined path calls the
 -- two halves in two calls (synchro.materialize_prepare, synchro.materialize_write).

@@ -2,8 +2,9 @@
 --
 -- synchro.materialize_batch calls it for transaction t of the staged batch (rows of
 -- pg_temp.synchro_stage with txn = t) when that transaction cannot take the set-based
--- path (synchro._materialize_run): it carries a registry activation, a TRUNCATE, a
--- capture-dependency row or an unchanged-TOAST column, or the runner re-runs a failed
+-- path (synchro._materialize_run): it carries a registry activation, a TRUNCATE, an
+-- unchanged-TOAST column or an event of a relation the pack does not know, or the
+-- runner re-runs a failed
 -- batch one transaction at a time to quarantine the failing one with its own
 -- identity. It is also the reference implementation the set-based path must equal
 -- (tests/batch_test.go). Everything below commits atomically with the caller's

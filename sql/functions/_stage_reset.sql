@@ -34,7 +34,7 @@ BEGIN
     TRUNCATE pg_temp.synchro_stage, pg_temp.synchro_w_rows, pg_temp.synchro_w_final, pg_temp.synchro_w_impacted,
              pg_temp.synchro_w_scopes, pg_temp.synchro_w_depvals, pg_temp.synchro_w_oldscopes,
              pg_temp.synchro_b_txn, pg_temp.synchro_b_rows, pg_temp.synchro_b_links, pg_temp.synchro_b_scopes,
-             pg_temp.synchro_b_old;
+             pg_temp.synchro_b_old, pg_temp.synchro_b_points;
   ELSE
     -- Only the stage table holds rows here: synchro._materialize_txn and
     -- synchro._materialize_run each empty their own work tables before they return,

@@ -8,8 +8,8 @@
 -- reconciliation; the result equals materializing them one at a time (ADR 001;
 -- tests/batch_test.go compares the two byte for byte).
 --
--- Runs of consecutive ordinary transactions (synced rows only, no registry activation,
--- no TRUNCATE, no unchanged-TOAST column) go through the set-based path,
+-- Runs of consecutive ordinary transactions (synced and dependency rows only, no
+-- registry activation, no TRUNCATE, no unchanged-TOAST column) go through the set-based path,
 -- synchro._materialize_run, one statement per phase for the whole run. Any other
 -- transaction goes alone through synchro._materialize_txn. set_based = false sends
 -- every transaction alone: the runner does that when it re-runs a failed batch one

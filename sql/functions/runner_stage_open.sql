@@ -27,6 +27,10 @@ BEGIN
       -- A session that opened its tables before an upgrade added this one.
       PERFORM synchro._stage_rel_ok_create();
     END IF;
+    IF to_regclass('pg_temp.synchro_b_points') IS NULL THEN
+      -- Likewise (migration 00029).
+      PERFORM synchro._stage_points_create();
+    END IF;
     RETURN;
   END IF;
   CREATE TEMP TABLE synchro_stage (
@@ -128,6 +132,7 @@ BEGIN
   CREATE TEMP TABLE synchro_b_old (
     relation_id bigint, pk text, scope text, scope_hash bytea, mctid tid
   ) ON COMMIT PRESERVE ROWS;
+  PERFORM synchro._stage_points_create();
 END
 $$;
 

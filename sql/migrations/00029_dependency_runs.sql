@@ -1,0 +1,19 @@
+-- +goose Up
+-- Dependency changes go set-based (issue 7), in the function files only: a source
+-- transaction that changes a capture-dependency row no longer leaves the set-based run
+-- for the per-transaction path (about 30 statements and 5-8 ms of apply time each).
+-- The run keeps a membership timeline of its synced rows (synchro._mat_run_points):
+-- every link, and every row a dependency change reaches at a transaction where it has
+-- none, evaluated against the dependency rows as they stand at that transaction
+-- (synchro._mat_run_dep_scopes), with effects (synchro._mat_run_dep_effects) and
+-- membership (synchro._mat_run_dep_membership) as the per-transaction path writes
+-- them. The session work table pg_temp.synchro_b_points is made by
+-- synchro.runner_stage_open (synchro._stage_points_create), in sessions opened before
+-- this migration too. The stored dependency lookup has one owner,
+-- synchro._via_scope_rows, which synchro._via_scope_values now reads.
+--
+-- The function files of this release ride on this migration (goose.go,
+-- finalMigration), which ends with synchro._refresh_fences(): every registered
+-- relation's fence is regenerated.
+
+-- +goose Down
