@@ -50,11 +50,7 @@ func reviewApplyDifferential(t *testing.T, workload func(db *testdb.DB), runs []
 	db := e.db
 	e.stopRunner(t)
 	slotA := e.cfg.Slot
-	slots := make([]string, len(runs))
-	for i := range runs {
-		slots[i] = fmt.Sprintf("%s_%d", slotA[:min(len(slotA), 60)], i)
-		mustExec(t, db, `SELECT pg_copy_logical_replication_slot($1, $2)`, slotA, slots[i])
-	}
+	slots := copySlots(t, db, slotA, len(runs))
 	snapshotMaterialized(t, db)
 	workload(db)
 

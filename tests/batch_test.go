@@ -216,6 +216,44 @@ func dependencyChange(rng *rand.Rand) string {
 	}
 }
 
+// copySlots copies the stream's slot once per batched replay (slot_0, slot_1, ...), at
+// exactly its position, so that every replay decodes the same source transactions.
+func copySlots(t *testing.T, db *testdb.DB, slot string, n int) []string {
+	t.Helper()
+	slots := make([]string, n)
+	for i := range slots {
+		slots[i] = fmt.Sprintf("%s_%d", slot[:min(len(slot), 60)], i)
+		mustExec(t, db, `SELECT pg_copy_logical_replication_slot($1, $2)`, slot, slots[i])
+	}
+	return slots
+}
+
+// runToCatchUp runs a runner with cfg until it processed every transaction committed
+// before the call, and stops it.
+func runToCatchUp(t *testing.T, db *testdb.DB, cfg runner.Config) *runningRunner {
+	t.Helper()
+	rr := startRunner(t, cfg)
+	catchUp(t, db)
+	require.NoError(t, rr.stop(t))
+	waitRunnerGone(t, db)
+	return rr
+}
+
+// replayInBatches restores the materialized state snapshotMaterialized took and
+// materializes the stream again from slot (a copySlots copy) in set-based batches of
+// up to txns source transactions on sessions apply sessions.
+func replayInBatches(t *testing.T, e *syncEnv, slot string, sessions, txns int) *runningRunner {
+	t.Helper()
+	restoreMaterialized(t, e.db, slot)
+	cfg := e.cfg
+	cfg.Slot = slot
+	cfg.ApplySessions = sessions
+	cfg.BatchTxns = txns
+	cfg.BatchEvents = 1000000
+	cfg.BatchDelay = time.Hour
+	return runToCatchUp(t, e.db, cfg)
+}
+
 // catchUp waits until the running runner processed every transaction committed
 // before it was called.
 func catchUp(t *testing.T, db *testdb.DB) {
@@ -269,11 +307,7 @@ func TestBatchInvariant(t *testing.T) {
 		// Large batches on one apply connection (materialize_batch).
 		{"large batches, one session", 1, 10000},
 	}
-	slots := make([]string, len(runs))
-	for i := range runs {
-		slots[i] = fmt.Sprintf("%s_%d", slotA[:min(len(slotA), 60)], i)
-		mustExec(t, db, `SELECT pg_copy_logical_replication_slot($1, $2)`, slotA, slots[i])
-	}
+	slots := copySlots(t, db, slotA, len(runs))
 	snapshotMaterialized(t, db)
 
 	batchWorkload(t, db, rng, *batchTxns)
@@ -281,26 +315,13 @@ func TestBatchInvariant(t *testing.T) {
 	// Reference: one source transaction per database transaction, per-transaction path.
 	cfg := e.cfg
 	cfg.PerTransaction = true
-	rr := startRunner(t, cfg)
-	catchUp(t, db)
-	require.NoError(t, rr.stop(t))
-	waitRunnerGone(t, db)
+	runToCatchUp(t, db, cfg)
 	require.Zero(t, countOf(t, db, `SELECT count(*) FROM synchro.quarantine`), "the reference run quarantined nothing")
 	reference := dumpMaterialized(t, db)
 
 	// The same WAL again from each copied slot, in set-based batches.
 	for i, run := range runs {
-		restoreMaterialized(t, db, slots[i])
-		cfg = e.cfg
-		cfg.Slot = slots[i]
-		cfg.ApplySessions = run.sessions
-		cfg.BatchTxns = run.txns
-		cfg.BatchEvents = 1000000
-		cfg.BatchDelay = time.Hour
-		rr = startRunner(t, cfg)
-		catchUp(t, db)
-		require.NoError(t, rr.stop(t))
-		waitRunnerGone(t, db)
+		rr := replayInBatches(t, e, slots[i], run.sessions, run.txns)
 		require.Zero(t, rr.counter(t, "synchro_runner_batch_fallbacks_total"), "%s: no batch fell back to one at a time", run.name)
 		batches, batchedTxns := rr.histogram(t, "synchro_runner_batch_transactions")
 		prepared := rr.counter(t, "synchro_runner_batches_prepared_total")

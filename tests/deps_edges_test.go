@@ -42,11 +42,7 @@ func depsEdgeDiff(t *testing.T, schema string, txns []string) {
 	e.stopRunner(t)
 
 	slotA := e.cfg.Slot
-	slots := make([]string, len(depsEdgeRuns))
-	for i := range depsEdgeRuns {
-		slots[i] = fmt.Sprintf("%s_%d", slotA[:min(len(slotA), 60)], i)
-		mustExec(t, db, `SELECT pg_copy_logical_replication_slot($1, $2)`, slotA, slots[i])
-	}
+	slots := copySlots(t, db, slotA, len(depsEdgeRuns))
 	// The runner's sessions count their function calls (pg_stat_user_functions): the
 	// set-based dependency phase must be taken.
 	mustExec(t, db, fmt.Sprintf(`ALTER DATABASE %q SET track_functions = 'pl'`, db.Name))
@@ -57,26 +53,13 @@ func depsEdgeDiff(t *testing.T, schema string, txns []string) {
 
 	cfg := e.cfg
 	cfg.PerTransaction = true
-	rr := startRunner(t, cfg)
-	catchUp(t, db)
-	require.NoError(t, rr.stop(t))
-	waitRunnerGone(t, db)
+	runToCatchUp(t, db, cfg)
 	require.Zero(t, countOf(t, db, `SELECT count(*) FROM synchro.quarantine`), "the reference run quarantined nothing")
 	reference := dumpMaterialized(t, db)
 	require.Positive(t, countOf(t, db, `SELECT count(*) FROM synchro.effect`))
 
 	for i, run := range depsEdgeRuns {
-		restoreMaterialized(t, db, slots[i])
-		cfg = e.cfg
-		cfg.Slot = slots[i]
-		cfg.ApplySessions = run.sessions
-		cfg.BatchTxns = run.txns
-		cfg.BatchEvents = 1000000
-		cfg.BatchDelay = time.Hour
-		rr = startRunner(t, cfg)
-		catchUp(t, db)
-		require.NoError(t, rr.stop(t))
-		waitRunnerGone(t, db)
+		rr := replayInBatches(t, e, slots[i], run.sessions, run.txns)
 		assert.Zero(t, rr.counter(t, "synchro_runner_batch_fallbacks_total"), "%s: no batch fell back to one at a time", run.name)
 		batches, batchedTxns := rr.histogram(t, "synchro_runner_batch_transactions")
 		t.Logf("%s: %d batches for %.0f source transactions", run.name, batches, batchedTxns)

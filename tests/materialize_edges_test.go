@@ -182,36 +182,19 @@ func reviewDiff(t *testing.T, schema string, workload func(t *testing.T, db *tes
 		{"pipelined batches of 3", 2, 3},
 		{"large pipelined batches", 2, 10000},
 	}
-	slots := make([]string, len(runs))
-	for i := range runs {
-		slots[i] = fmt.Sprintf("%s_%d", slotA[:min(len(slotA), 60)], i)
-		mustExec(t, db, `SELECT pg_copy_logical_replication_slot($1, $2)`, slotA, slots[i])
-	}
+	slots := copySlots(t, db, slotA, len(runs))
 	snapshotMaterialized(t, db)
 
 	workload(t, db)
 
 	cfg := e.cfg
 	cfg.PerTransaction = true
-	rr := startRunner(t, cfg)
-	catchUp(t, db)
-	require.NoError(t, rr.stop(t))
-	waitRunnerGone(t, db)
+	runToCatchUp(t, db, cfg)
 	reviewConsistent(t, db, "reference")
 	reference := dumpMaterialized(t, db)
 
 	for i, run := range runs {
-		restoreMaterialized(t, db, slots[i])
-		cfg = e.cfg
-		cfg.Slot = slots[i]
-		cfg.ApplySessions = run.sessions
-		cfg.BatchTxns = run.txns
-		cfg.BatchEvents = 1000000
-		cfg.BatchDelay = time.Hour
-		rr = startRunner(t, cfg)
-		catchUp(t, db)
-		require.NoError(t, rr.stop(t))
-		waitRunnerGone(t, db)
+		rr := replayInBatches(t, e, slots[i], run.sessions, run.txns)
 		batches, txns := rr.histogram(t, "synchro_runner_batch_transactions")
 		t.Logf("%s: %d batches for %.0f transactions, %.0f fallbacks", run.name, batches, txns,
 			rr.counter(t, "synchro_runner_batch_fallbacks_total"))
