@@ -650,6 +650,107 @@ func TestResetEdgeWritersAndPushesAcrossReset(t *testing.T) {
 	}
 }
 
+// TestResetEdgePushInFlightAcrossMarker: a push whose transaction straddles the
+// activation barrier's snapshot does not block activation. The push writes its fence
+// inside a savepoint (one per mutation), so the fence row's xmin is a subtransaction
+// id, and pg_current_snapshot lists top-level ids only: a subtransaction of a
+// transaction still open when the marker took barrier_snapshot, with a later
+// transaction committed before it, looked visible in that snapshot (PostgreSQL's
+// pg_visible_in_snapshot gives no right answer for subtransaction ids). activate_reset
+// then counted the push's fence as committed through the barrier, found it neither in
+// the baseline nor in the catch-up (it commits after the barrier), and refused the
+// reset (SY400 "push fences through the barrier are not covered"): seen once in a run
+// of TestResetEdgeWritersAndPushesAcrossReset. The check now judges a fence by its
+// push's top-level transaction (write_fence.txid).
+//
+// The interleaving, held with locks: a holder keeps the marker out (ROW EXCLUSIVE on
+// write_fence, no xid); the push takes its subtransaction id and waits on a row lock
+// held by a blocker; an unrelated transaction commits (the snapshot's xmax passes the
+// subtransaction id); the holder lets the marker through; the blocker lets the push
+// finish after the barrier.
+func TestResetEdgePushInFlightAcrossMarker(t *testing.T) {
+	e := newSyncEnv(t, `INSERT INTO project_members VALUES (1, 1, 'u1');`)
+	db := e.db
+	ctx := context.Background()
+
+	write(t, db, `INSERT INTO notes VALUES ('settled', 'o1', 's')`)
+
+	conn := func() *pgx.Conn {
+		c, err := pgx.Connect(ctx, db.URL)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close(context.WithoutCancel(ctx)) })
+		return c
+	}
+	holder, blocker, pusher := conn(), conn(), conn()
+
+	// The holder: ROW EXCLUSIVE on write_fence (as a push holds it), no xid, so the
+	// candidate slot's snapshot does not wait for it; the marker's SHARE request does.
+	htx, err := holder.Begin(ctx)
+	require.NoError(t, err)
+	_, err = htx.Exec(ctx, `LOCK TABLE synchro.write_fence IN ROW EXCLUSIVE MODE`)
+	require.NoError(t, err)
+
+	op := newOperator(t, db)
+	id := op.begin(t, "a push in flight across the marker")
+	op.waitPhase(t, id, "catching_up")
+
+	// The blocker inserts the row the push will insert, and holds; the push takes its
+	// subtransaction id (its push_context row), inserts, and waits on the key for the
+	// blocker, before its fence trigger asks for write_fence.
+	btx, err := blocker.Begin(ctx)
+	require.NoError(t, err)
+	_, err = btx.Exec(ctx, `INSERT INTO tasks (id, project_id, owner, title) VALUES (6000, 1, 'o1', 'blocker')`)
+	require.NoError(t, err)
+	var pusherPID int32
+	require.NoError(t, pusher.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pusherPID))
+	pushed := make(chan error, 1)
+	var second string
+	go func() {
+		var err error
+		second, err = pushRawOn(ctx, pusher, "pf", pushJSON(t, pushIns(pushID(), "tasks", 6000, pm{"owner": "o1", "project_id": 1, "title": "across"})))
+		pushed <- err
+	}()
+	eventually(t, 30*time.Second, "the push waits for the row lock with its xid taken", func() bool {
+		return countOf(t, db, fmt.Sprintf(`SELECT count(*) FROM pg_stat_activity
+			WHERE pid = %d AND wait_event_type = 'Lock' AND wait_event = 'transactionid' AND backend_xid IS NOT NULL`, pusherPID)) == 1
+	}, func() {
+		var st string
+		_ = db.Pool.QueryRow(ctx, `SELECT concat_ws(' ', state, wait_event_type, wait_event, backend_xid, left(query, 60)) FROM pg_stat_activity WHERE pid = $1`, pusherPID).Scan(&st)
+		t.Logf("pusher: %s; pushed: %d; result %s", st, len(pushed), second)
+	})
+	// A transaction with a later xid commits: the marker's snapshot xmax passes the
+	// push's subtransaction id, which the snapshot's xip list does not name.
+	mustExec(t, db, `INSERT INTO notes VALUES ('later', 'o1', 'l')`) // the stream is held by the reset: not awaited
+
+	// The marker takes its SHARE lock and barrier_snapshot, with the push still open.
+	require.NoError(t, htx.Commit(ctx))
+	eventually(t, 60*time.Second, "the marker transaction committed", func() bool {
+		return countOf(t, db, fmt.Sprintf(`SELECT count(*) FROM synchro.reset WHERE reset_id = '%s' AND barrier_xid IS NOT NULL`, id)) == 1
+	})
+	var inXip bool
+	require.NoError(t, db.Pool.QueryRow(ctx, `
+		SELECT (SELECT backend_xid FROM pg_stat_activity WHERE pid = $2)::text::bigint IN (SELECT x::text::bigint FROM pg_snapshot_xip(r.barrier_snapshot) x)
+		  FROM synchro.reset r WHERE r.reset_id = $1::uuid`, id, pusherPID).Scan(&inXip))
+	require.True(t, inXip, "the push's transaction was open when the marker took its snapshot")
+
+	// The blocker gives the key up; the push finishes after the barrier.
+	require.NoError(t, btx.Rollback(ctx))
+	require.NoError(t, <-pushed)
+	require.Contains(t, second, `"accepted"`)
+
+	op.waitPhase(t, id, "ready")
+	require.NoError(t, op.exec(`SELECT synchro.activate_reset($1)`, id),
+		"a push committed after the barrier is not a fence through it")
+
+	// After activation the new stream covers the push, like any later write.
+	write(t, db, `INSERT INTO notes VALUES ('sentinel', 'o1', 's')`)
+	eventually(t, 60*time.Second, "every push covered", func() bool {
+		return countOf(t, db, `SELECT count(*) FROM synchro.write_fence WHERE coverage IS NULL`) == 0
+	})
+	rep, _ := startScope(t, db, "late", "owner:o1")
+	requireReplica(t, liveScope(t, db, liveScopeSQL, "owner:o1"), rep, "owner:o1 after the reset")
+}
+
 // TestResetEdgeBeginTwice: one reset at a time (docs/sql/begin_reset.md: SY400 "a
 // reset is open already", naming its phase), also for two operators racing: the
 // second call waits for the first and is refused with SY400, never a second open reset.

@@ -1,0 +1,14 @@
+-- +goose Up
+-- activate_reset judges a push fence by its push's top-level transaction
+-- (write_fence.txid), not by its row's xmin, in the function files only. A push writes
+-- each fence inside a savepoint, so the row's xmin is a subtransaction id, and
+-- pg_current_snapshot lists top-level ids only: the fence of a push still open when
+-- the marker took barrier_snapshot looked committed before the barrier, and the reset
+-- was refused (SY400 "push fences through the barrier are not covered") although the
+-- push committed after it (TestResetEdgePushInFlightAcrossMarker).
+--
+-- The function files of this release ride on this migration (goose.go,
+-- finalMigration), which ends with synchro._refresh_fences(): every registered
+-- relation's fence is regenerated.
+
+-- +goose Down
