@@ -410,9 +410,12 @@ func lateCommitLane(t *testing.T, db *testdb.DB, lane, rounds int) {
 	rep, cursor := startScope(t, db, clientID, scope)
 	require.Empty(t, rep)
 
-	connA, err := db.Pool.Acquire(ctx)
+	// A holds its transaction on a connection of its own: the pool has max(4, cores)
+	// connections, and four lanes each holding one pooled connection while pulling on
+	// another would wait for ever once -parallel lets all four run at once.
+	connA, err := pgx.Connect(ctx, db.URL)
 	require.NoError(t, err)
-	defer connA.Release()
+	defer connA.Close(context.WithoutCancel(ctx))
 
 	// pullUntil pulls until a change of key k with op appears (or fails after minWait,
 	// the floor of every wait: on a loaded machine one write once took more than 10 s
