@@ -33,12 +33,13 @@ test-matrix: ## Run every test but the marquee and protocol-edge packages (Postg
 	if [ -n "$$failed" ]; then echo "test-matrix: failed on PostgreSQL$$failed"; exit 1; fi
 
 .PHONY: test-matrix-ci
-test-matrix-ci: ## CI's form of test-matrix: every package but ./tests on each major in PG_MAJORS, and ./tests split into one shard per major (scripts/test-shard), so every test runs on 15 (make test) and on one newer major
+test-matrix-ci: ## CI's form of test-matrix: internal/pgcluster on each major in PG_MAJORS; the other packages and ./tests's tests split round-robin, one shard per major (scripts/test-shard), so every test runs on 15 (make test) and on one newer major
 	@failed=""; n=$(words $(PG_MAJORS)); k=0; for m in $(PG_MAJORS); do \
 	  bin="$$(scripts/fetch-pg $$m)" || exit 1; \
 	  shard="$$(scripts/test-shard tests $$n $$k)" || exit 1; \
-	  echo "test-matrix-ci: PostgreSQL $$m: SYNCHRO_PG_BIN=$$bin, ./tests shard $$k of $$n"; start=$$(date +%s); \
-	  if SYNCHRO_PG_BIN="$$bin" $(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v -e '/tests$$' -e '/tests/marquee$$' -e '/tests/protocol$$') && \
+	  pkgs="$$($(GO) list ./... | grep -v -e '/tests$$' -e '/tests/marquee$$' -e '/tests/protocol$$' -e '/internal/pgcluster$$' | LC_ALL=C sort | awk -v n=$$n -v k=$$k '(NR - 1) % n == n - 1 - k')"; \
+	  echo "test-matrix-ci: PostgreSQL $$m: SYNCHRO_PG_BIN=$$bin, package and ./tests shard $$k of $$n"; start=$$(date +%s); \
+	  if SYNCHRO_PG_BIN="$$bin" $(GO) test $(TEST_FLAGS) ./internal/pgcluster $$pkgs && \
 	     SYNCHRO_PG_BIN="$$bin" $(GO) test $(TEST_FLAGS) ./tests -run "$$shard"; then r=passed; else r=FAILED; failed="$$failed $$m"; fi; \
 	  echo "test-matrix-ci: PostgreSQL $$m $$r in $$(( $$(date +%s) - start ))s"; k=$$((k + 1)); \
 	done; \
