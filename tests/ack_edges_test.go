@@ -542,6 +542,11 @@ func TestAckEdgeCleanStopUnderLoadIsAcknowledged(t *testing.T) {
 		}
 	})
 	time.Sleep(1500 * time.Millisecond)
+	// Stopped while it materializes: on a loaded machine the first batch came later than
+	// 1.5 s once, and a runner that had processed nothing has nothing to acknowledge.
+	eventually(t, 60*time.Second, "the runner materializes the writes", func() bool {
+		return countOf(t, db, `SELECT count(*) FROM synchro.effect WHERE pk::int8 >= 1000`) > 0
+	})
 	require.NoError(t, rr.stop(t))
 	stop()
 	wg.Wait()
