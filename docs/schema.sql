@@ -27,6 +27,62 @@ CREATE SCHEMA synchro;
 ALTER SCHEMA synchro OWNER TO postgres;
 
 --
+-- Name: _activation_lock_tables(bigint, bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro._activation_lock_tables(g bigint, prev bigint) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  r record;
+  tries int := 0;
+  caller text := current_setting('lock_timeout');
+  deadline timestamptz;
+BEGIN
+  IF caller NOT IN ('0', '0ms', '0s') THEN
+    deadline := clock_timestamp() + caller::interval;
+  END IF;
+  LOOP
+    BEGIN
+      PERFORM set_config('lock_timeout', '100ms', true);
+      FOR r IN
+        SELECT rel.relid, q.generation IS NULL AS leaving
+          FROM synchro.relation rel
+          LEFT JOIN synchro.registration q ON q.relation_id = rel.relation_id AND q.generation = g
+         WHERE q.generation IS NOT NULL
+            OR EXISTS (SELECT 1 FROM synchro.registration p WHERE p.relation_id = rel.relation_id AND p.generation = prev)
+         ORDER BY rel.relation_id
+      LOOP
+        CONTINUE WHEN NOT EXISTS (SELECT 1 FROM pg_class c WHERE c.oid = r.relid);
+        IF r.leaving THEN
+          EXECUTE format('LOCK TABLE ONLY %s IN ACCESS EXCLUSIVE MODE', r.relid::regclass);
+        ELSE
+          EXECUTE format('LOCK TABLE ONLY %s IN SHARE ROW EXCLUSIVE MODE', r.relid::regclass);
+        END IF;
+      END LOOP;
+      -- The caller's lock_timeout again for the rest of the activation (set_config's
+      -- local value would otherwise last to the end of its transaction).
+      PERFORM set_config('lock_timeout', caller, true);
+      RETURN;
+    EXCEPTION WHEN lock_not_available THEN
+      -- The subtransaction's locks and its lock_timeout are gone with it.
+      NULL;
+    END;
+    tries := tries + 1;
+    IF deadline IS NOT NULL AND clock_timestamp() >= deadline THEN
+      RAISE EXCEPTION 'activation could not lock the registered tables within lock_timeout (% attempts)', tries
+        USING ERRCODE = 'lock_not_available';
+    END IF;
+    PERFORM pg_sleep(least(1.0, 0.01 * 2 ^ least(tries, 7)) * (0.5 + random()));
+  END LOOP;
+END
+$$;
+
+
+ALTER FUNCTION synchro._activation_lock_tables(g bigint, prev bigint) OWNER TO postgres;
+
+--
 -- Name: _authorize_scope(text, text); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -5912,6 +5968,10 @@ BEGIN
     DELETE FROM synchro.row_version v WHERE v.relation_id = rb.relation_id;
   END LOOP;
 
+  -- Every table this activation alters, locked at once (synchro._activation_lock_tables
+  -- says why): no lock is held while another is waited for.
+  PERFORM synchro._activation_lock_tables(g, prev);
+
   -- Every registration again: the relation may have drifted since it was staged (or
   -- since the previous activation). Drift is never reinterpreted as a new relation.
   FOR r IN
@@ -10274,6 +10334,13 @@ GRANT USAGE ON SCHEMA synchro TO synchro_app;
 GRANT USAGE ON SCHEMA synchro TO synchro_operator;
 GRANT USAGE ON SCHEMA synchro TO synchro_runner;
 GRANT USAGE ON SCHEMA synchro TO synchro_consumer;
+
+
+--
+-- Name: FUNCTION _activation_lock_tables(g bigint, prev bigint); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro._activation_lock_tables(g bigint, prev bigint) FROM PUBLIC;
 
 
 --

@@ -661,6 +661,92 @@ func TestOperateEdgeRebindUnderWriters(t *testing.T) {
 
 func itoa(i int64) string { return strconv.FormatInt(i, 10) }
 
+// TestActivationLockTimeoutBoundsTheWait: an operator who set lock_timeout gets 55P03
+// once the activation could not take every table's lock within it (the attempts retry
+// until then), and nothing of the activation stays applied.
+func TestActivationLockTimeoutBoundsTheWait(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newSyncEnv(t, `CREATE TABLE docs (id int8 PRIMARY KEY, team text, body text);
+		GRANT SELECT ON docs TO synchro_operator;`)
+	db := e.db
+	op := newOperator(t, db)
+	require.NoError(t, op.exec(`SELECT synchro.register_table('docs', 'docs')`))
+	require.NoError(t, op.exec(`SELECT synchro.add_scope_rule('docs', 'team:', 'team')`))
+	holder, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(ctx) }()
+	_, err = holder.Exec(ctx, `LOCK TABLE docs IN ROW EXCLUSIVE MODE`)
+	require.NoError(t, err)
+
+	require.NoError(t, op.exec(`SET lock_timeout = '400ms'`))
+	err = op.exec(`SELECT synchro.activate_registry()`)
+	requireSQLState(t, err, "55P03")
+	require.NoError(t, op.exec(`RESET lock_timeout`))
+	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.registry_generation WHERE state = 'pending'`),
+		"the generation is still staged")
+
+	require.NoError(t, holder.Rollback(ctx))
+	require.NoError(t, op.exec(`SELECT synchro.activate_registry()`))
+}
+
+// TestActivationLocksDoNotDeadlockWithWriters: activate_registry takes the locks of
+// every table it alters at once or none (synchro._activation_lock_tables). It took each
+// table's as it installed that table's triggers, in relation_id order: holding notes
+// while it waited for docs, which a writer held, whose next write to notes then waited
+// for the activation: a deadlock, 40P01 to one side (TestOperateEdgeReadinessDuringBootstrap
+// failed so under load). Now the writer's transaction commits and the activation
+// completes after it.
+func TestActivationLocksDoNotDeadlockWithWriters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newSyncEnv(t, `CREATE TABLE docs (id int8 PRIMARY KEY, team text, body text);
+		INSERT INTO docs SELECT i, 't1', 'doc' FROM generate_series(1, 10) i;
+		GRANT SELECT ON docs TO synchro_operator;`)
+	db := e.db
+	op := newOperator(t, db)
+	require.NoError(t, op.exec(`SELECT synchro.register_table('docs', 'docs')`))
+	require.NoError(t, op.exec(`SELECT synchro.add_scope_rule('docs', 'team:', 'team')`))
+	require.Less(t, relationID(t, db, "notes"), relationID(t, db, "docs"), "notes is locked first")
+
+	writer, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	defer writer.Close(context.WithoutCancel(ctx))
+	wtx, err := writer.Begin(ctx)
+	require.NoError(t, err)
+	_, err = wtx.Exec(ctx, `UPDATE docs SET body = 'held' WHERE id = 1`)
+	require.NoError(t, err)
+
+	activated := make(chan error, 1)
+	go func() {
+		var g int64
+		activated <- op.conn.QueryRow(ctx, `SELECT synchro.activate_registry()`).Scan(&g)
+	}()
+	// The activation is waiting for docs (the writer's lock).
+	eventually(t, 30*time.Second, "the activation running", func() bool {
+		return countOf(t, db, `SELECT count(*) FROM pg_stat_activity
+			WHERE state = 'active' AND query LIKE '%activate_registry()%' AND pid <> pg_backend_pid()`) == 1
+	})
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case err := <-activated:
+		t.Fatalf("the activation returned while a writer held docs: %v", err)
+	default:
+	}
+
+	// The writer's next write, to notes, and its commit.
+	_, err = wtx.Exec(ctx, `INSERT INTO notes VALUES ('n-deadlock', 'o1', 'x')`)
+	require.NoError(t, err, "the writer's write to notes")
+	require.NoError(t, wtx.Commit(ctx))
+	select {
+	case err := <-activated:
+		require.NoError(t, err, "the activation")
+	case <-time.After(60 * time.Second):
+		t.Fatal("the activation did not complete after the writer committed")
+	}
+	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM notes WHERE id = 'n-deadlock'`))
+}
+
 // TestOperateEdgeReadinessDuringBootstrap (was a bug, fixed): docs/runbook.md "Projection bootstrap and
 // reconfiguration", step 3: "Readiness stays ok throughout" a projection bootstrap
 // (here: a table holding rows joins the running stream, then loses a column), with the

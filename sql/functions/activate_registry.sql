@@ -61,6 +61,10 @@ BEGIN
     DELETE FROM synchro.row_version v WHERE v.relation_id = rb.relation_id;
   END LOOP;
 
+  -- Every table this activation alters, locked at once (synchro._activation_lock_tables
+  -- says why): no lock is held while another is waited for.
+  PERFORM synchro._activation_lock_tables(g, prev);
+
   -- Every registration again: the relation may have drifted since it was staged (or
   -- since the previous activation). Drift is never reinterpreted as a new relation.
   FOR r IN

@@ -1,0 +1,12 @@
+-- +goose Up
+-- activate_registry locks every table it alters at once, or none, before it installs a
+-- trigger (synchro._activation_lock_tables), in the function files only. Taking each
+-- table's lock as its triggers were installed held one table while waiting for the
+-- next, and an application transaction writing the two tables in the other order
+-- deadlocked with the activation (TestActivationLocksDoNotDeadlockWithWriters).
+--
+-- The function files of this release ride on this migration (goose.go,
+-- finalMigration), which ends with synchro._refresh_fences(): every registered
+-- relation's fence is regenerated.
+
+-- +goose Down
