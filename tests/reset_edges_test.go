@@ -675,13 +675,7 @@ func TestResetEdgePushInFlightAcrossMarker(t *testing.T) {
 
 	write(t, db, `INSERT INTO notes VALUES ('settled', 'o1', 's')`)
 
-	conn := func() *pgx.Conn {
-		c, err := pgx.Connect(ctx, db.URL)
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = c.Close(context.WithoutCancel(ctx)) })
-		return c
-	}
-	holder, blocker, pusher := conn(), conn(), conn()
+	holder, blocker, pusher := reviewSession(t, db.URL, nil), reviewSession(t, db.URL, nil), reviewSession(t, db.URL, nil)
 
 	// The holder: ROW EXCLUSIVE on write_fence (as a push holds it), no xid, so the
 	// candidate slot's snapshot does not wait for it; the marker's SHARE request does.
