@@ -1333,7 +1333,10 @@ BEGIN
   END IF;
   IF lsn IS NULL THEN
     WITH p AS (
-      SELECT t.xmin AS live_xmin, t.cmin AS live_cmin, sk.inner_pad, sk.outer_pad,
+      SELECT CASE WHEN t.ctid IS NOT NULL THEN pg_catalog.pg_relation_filenode(TG_RELID)::pg_catalog.text::pg_catalog.xid END AS live_xmin,
+             ((((t.ctid::pg_catalog.text::pg_catalog.point)[0])::pg_catalog.int8 * 2048
+               + ((t.ctid::pg_catalog.text::pg_catalog.point)[1])::pg_catalog.int8) %% 4294967296)::pg_catalog.text::pg_catalog.cid AS live_cmin,
+             sk.inner_pad, sk.outer_pad,
              pg_catalog.pg_current_xact_id() AS txid
         FROM synchro.server_key sk LEFT JOIN ONLY %2$I.%3$I t ON t.%4$I = fence.k::%5$s),
     w AS (
@@ -9618,6 +9621,20 @@ WITH (fillfactor='80');
 
 
 ALTER TABLE synchro.row_version OWNER TO postgres;
+
+--
+-- Name: COLUMN row_version.fence_xmin; Type: COMMENT; Schema: synchro; Owner: postgres
+--
+
+COMMENT ON COLUMN synchro.row_version.fence_xmin IS 'file (pg_relation_filenode) of the tuple the last fence covered, as xid; compared only within fence_txid (synchro._fence_source)';
+
+
+--
+-- Name: COLUMN row_version.fence_cmin; Type: COMMENT; Schema: synchro; Owner: postgres
+--
+
+COMMENT ON COLUMN synchro.row_version.fence_cmin IS 'ctid of the tuple the last fence covered, packed as block * 2048 + offset mod 2^32, as cid; compared only within fence_txid (synchro._fence_source)';
+
 
 --
 -- Name: rule_value; Type: TABLE; Schema: synchro; Owner: postgres

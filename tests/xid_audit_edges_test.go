@@ -3,7 +3,6 @@ package tests
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 
@@ -44,19 +43,10 @@ func xidAuditItems(t *testing.T) *testdb.DB {
 	return db
 }
 
-// knownBug skips a test that reproduces an open bug (red on the current code) unless
-// SYNCHRO_KNOWN_BUGS=1: the reproduction stays in the tree, run on demand, until the
-// fix lands and the skip goes. docs/reliability.md ("Known open bugs") lists them.
-func knownBug(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("SYNCHRO_KNOWN_BUGS") != "1" {
-		t.Skip("known open bug (SYNCHRO_KNOWN_BUGS=1 runs it): " + why)
-	}
-}
-
-// TestXidAuditFenceOrderCheckSurvivesAbortedSavepoint (bug): the fence's out-of-order
-// check identifies the tuple a nested fence covered by (xmin, cmin)
-// (sql/functions/_fence_source.sql, row_version.fence_xmin/fence_cmin). It is the
+// TestXidAuditFenceOrderCheckSurvivesAbortedSavepoint (was a bug until
+// migration 00032): the fence's out-of-order check identified the tuple a nested fence
+// covered by (xmin, cmin) (sql/functions/_fence_source.sql); it now uses the tuple's
+// place (file, ctid). It is the
 // TestFenceOrderViolation/AfterTriggerUpdatesLaterRow case (must fail with 27000),
 // plus one aborted subtransaction in the application's trigger that touched the later
 // row and changed nothing. That subtransaction turned the live tuple's cmin into a combo
@@ -66,7 +56,6 @@ func knownBug(t *testing.T, why string) {
 // change's fence).
 func TestXidAuditFenceOrderCheckSurvivesAbortedSavepoint(t *testing.T) {
 	t.Parallel()
-	knownBug(t, "the fence order check identifies a tuple by (xmin, cmin), and an aborted savepoint turns cmin into a combo id")
 	ctx := context.Background()
 	db := xidAuditItems(t)
 	mustExec(t, db, `CREATE FUNCTION nest() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
@@ -96,18 +85,18 @@ func TestXidAuditFenceOrderCheckSurvivesAbortedSavepoint(t *testing.T) {
 			"an aborted savepoint hid the already-fenced tuple from the (xmin, cmin) check")
 }
 
-// TestXidAuditFenceOrderNoSpuriousRefusalAfterAbortedSavepoint (bug): the other face of
+// TestXidAuditFenceOrderNoSpuriousRefusalAfterAbortedSavepoint (was a bug until migration
+// 00032): the other face of
 // the same identity. Three plain top-level UPDATEs of one row in one transaction; the
 // third's AFTER trigger (the application's, named before the fences) tries a duplicate
 // note and ignores the 23505. Nothing is out of order, and the transaction must commit.
 // The second update's fence (full check: not the row's first in the transaction)
-// recorded its tuple as (xmin, cmin); the third tuple has the same xmin, and its cmin
+// recorded its tuple as (xmin, cmin) before the fix; the third tuple has the same xmin, and its cmin
 // column now returns a combo id. When that combo id equals the recorded cmin (it does
 // for one of the alignments tried), the fence took the new tuple for the covered one and
 // refused the transaction with 27000 "fence order violation".
 func TestXidAuditFenceOrderNoSpuriousRefusalAfterAbortedSavepoint(t *testing.T) {
 	t.Parallel()
-	knownBug(t, "the fence order check identifies a tuple by (xmin, cmin), and an aborted savepoint turns cmin into a combo id")
 	ctx := context.Background()
 	db := xidAuditItems(t)
 	mustExec(t, db, `CREATE FUNCTION try_note() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN`+
@@ -132,6 +121,61 @@ func TestXidAuditFenceOrderNoSpuriousRefusalAfterAbortedSavepoint(t *testing.T) 
 	}
 	require.Empty(t, refused, "legal transactions refused:\n%s", strings.Join(refused, "\n"))
 	require.Equal(t, 6, countOf(t, db, `SELECT count(*) FROM items WHERE v = 3`))
+}
+
+// TestXidAuditFenceOrderRewriteInTransaction: the tuple identity the check uses since
+// migration 00032 is the tuple's place, and a rewrite in the same transaction (CLUSTER
+// here; an ALTER TABLE that rewrites does the same) reuses places. The row is fenced by a
+// nested statement (full check: its place is recorded), the table is rewritten, and a
+// later top-level update of the row lands, in the new file, at the ctid the recorded
+// tuple had in the old one (the test checks that it does: the committed-dead tuple
+// before it is dropped by the rewrite, the row's two versions kept). Nothing is out of
+// order and the transaction must commit: a ctid alone, or (xmin, ctid), refused it with
+// 27000; the file number tells the two places apart.
+func TestXidAuditFenceOrderRewriteInTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	// The premise (where the update lands) holds unless something keeps the dead tuple
+	// through the rewrite (a snapshot older than its delete, in this database): each
+	// attempt has a table of its own, and one attempt must meet the premise.
+	const attempts = 4
+	for i := 0; i < attempts; i++ {
+		mustExec(t, db, fmt.Sprintf(`
+			CREATE TABLE rw%[1]d (id int8 PRIMARY KEY, v int NOT NULL DEFAULT 0);
+			SELECT synchro.register_table('rw%[1]d', 'rw%[1]d');`, i))
+	}
+	mustExec(t, db, `
+		SELECT synchro.activate_registry();
+		CREATE FUNCTION bump(tbl text, i int8) RETURNS void LANGUAGE plpgsql AS $$
+		BEGIN EXECUTE format('UPDATE public.%I SET v = v + 1 WHERE id = $1', tbl) USING i; END $$;`)
+	met := 0
+	for i := 0; i < attempts && met == 0; i++ {
+		tbl := fmt.Sprintf("rw%d", i)
+		mustExec(t, db, fmt.Sprintf(`INSERT INTO %[1]s (id) VALUES (1), (2); DELETE FROM %[1]s WHERE id = 2;`, tbl))
+		c := reviewSession(t, db.URL, nil)
+		_, err := c.Exec(ctx, fmt.Sprintf(`BEGIN; SELECT bump('%s', 1)`, tbl))
+		require.NoError(t, err)
+		var recorded, landed string
+		require.NoError(t, c.QueryRow(ctx, fmt.Sprintf(`SELECT ctid::text FROM %s WHERE id = 1`, tbl)).Scan(&recorded))
+		_, err = c.Exec(ctx, fmt.Sprintf(`CLUSTER %[1]s USING %[1]s_pkey`, tbl))
+		require.NoError(t, err)
+		_, err = c.Exec(ctx, fmt.Sprintf(`UPDATE %s SET v = v + 1 WHERE id = 1`, tbl))
+		if err == nil {
+			require.NoError(t, c.QueryRow(ctx, fmt.Sprintf(`SELECT ctid::text FROM %s WHERE id = 1`, tbl)).Scan(&landed))
+			_, err = c.Exec(ctx, `COMMIT`)
+		} else {
+			_, _ = c.Exec(ctx, `ROLLBACK`)
+		}
+		require.NoError(t, err, "a legal transaction refused after a rewrite (%s)", tbl)
+		require.Equal(t, 1, countOf(t, db, fmt.Sprintf(`SELECT count(*) FROM %s WHERE id = 1 AND v = 2`, tbl)))
+		if recorded == landed {
+			met++
+		} else {
+			t.Logf("%s: the update after the rewrite landed at %s, the fenced tuple was at %s", tbl, landed, recorded)
+		}
+	}
+	require.Equal(t, 1, met, "premise: in one attempt, the update after the rewrite lands at the place the fenced tuple had before it")
 }
 
 // TestXidAuditCopyFreezeAfterOverflowedSubtransactions (guard): synchro._file_changed_here

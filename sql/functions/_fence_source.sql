@@ -34,7 +34,7 @@
 -- SET list, another AFTER trigger) can change a row and fire its fence before the
 -- fence of an earlier change of that same row. The reservation remembers the 64-bit
 -- top-level transaction id of the row's last fence and, when that fence read it, the
--- live tuple (xmin, cmin) it covered. A fence is late, and the transaction must fail,
+-- live tuple it covered (its identity, below). A fence is late, and the transaction must fail,
 -- when this row was already fenced in this transaction and either the live tuple is
 -- that already-fenced tuple (a later change fenced first), or an INSERT/UPDATE finds
 -- no live tuple (a later delete fenced first: a delete after this fence's operation
@@ -44,6 +44,30 @@
 -- it is the row's first in the transaction it records no tuple and reads none; any
 -- later fence of the row still runs the check, against the tuple a nested fence
 -- recorded, if any.
+--
+-- The covered tuple's identity is its place: the relation's file and the tuple's ctid,
+-- in the reservation's fence_xmin and fence_cmin columns (32 bits each; their names
+-- are from migration 00001, whose (xmin, cmin) identity this replaced: adding columns
+-- to the table every fence writes takes a lock that waits for every open writer). It
+-- was (xmin, cmin) until 2026-12: a savepoint that touched the tuple and rolled back
+-- (an application trigger's "try, and ignore a duplicate") turns the tuple's cmin into
+-- a combo command id, and the check then let a late fence through or refused a legal
+-- transaction (TestXidAuditFenceOrder*). The place is sound within one transaction:
+--   - the tuple a fence recorded was written by this transaction (the row was fenced
+--     in it, so its live version is this transaction's), by a subtransaction not
+--     aborted (an abort rolls the record back with it): vacuum and pruning keep it
+--     while the transaction runs, so no other tuple can take its ctid;
+--   - only a rewrite (CLUSTER, an ALTER TABLE that rewrites) moves it, into a new
+--     file: the file number tells the two apart, so a later change that lands in the
+--     new file where the covered tuple was in the old one is no false match. A
+--     rewrite cannot come between a nested fence and the late one it must catch:
+--     PostgreSQL refuses to rewrite a table with trigger events pending
+--     (CheckTableNotInUse), and the late fence's are.
+-- The ctid is packed as block * 2048 + offset, modulo 2^32 (an offset is below 2048
+-- for every block size): exact up to 2^21 blocks (16 GiB of 8 KiB pages). Past that,
+-- two tuples 2^21 blocks apart at the same offset compare equal, and the only effect of
+-- such a false match is a refusal (27000) of a legal transaction, never a late fence
+-- let through: the same tuple always packs the same.
 --
 -- COPY FREEZE. PostgreSQL accepts it only in the (sub)transaction that created the
 -- relation or gave it a new file, and a frozen tuple does not keep the command order
@@ -269,7 +293,10 @@ BEGIN
   END IF;
   IF lsn IS NULL THEN
     WITH p AS (
-      SELECT t.xmin AS live_xmin, t.cmin AS live_cmin, sk.inner_pad, sk.outer_pad,
+      SELECT CASE WHEN t.ctid IS NOT NULL THEN pg_catalog.pg_relation_filenode(TG_RELID)::pg_catalog.text::pg_catalog.xid END AS live_xmin,
+             ((((t.ctid::pg_catalog.text::pg_catalog.point)[0])::pg_catalog.int8 * 2048
+               + ((t.ctid::pg_catalog.text::pg_catalog.point)[1])::pg_catalog.int8) %% 4294967296)::pg_catalog.text::pg_catalog.cid AS live_cmin,
+             sk.inner_pad, sk.outer_pad,
              pg_catalog.pg_current_xact_id() AS txid
         FROM synchro.server_key sk LEFT JOIN ONLY %2$I.%3$I t ON t.%4$I = fence.k::%5$s),
     w AS (
