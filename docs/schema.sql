@@ -1288,7 +1288,8 @@ BEGIN
   --   p: the live tuple of this key now (none after a delete) and the server key's HMAC
   --      pads;
   --   w: one write of the reservation: created, or locked and updated, recording the
-  --      tuple this fence covers. Its WHERE is the out-of-order check: it refuses the
+  --      tuple this fence covers (none for a delete). Its WHERE is the out-of-order
+  --      check, against the live tuple p read: it refuses the
   --      update, so w returns no row, when this row was already fenced in this
   --      transaction and either the live tuple is the one the previous fence covered
   --      (a later change fenced first) or an INSERT/UPDATE finds no live tuple (a
@@ -1341,13 +1342,15 @@ BEGIN
         FROM synchro.server_key sk LEFT JOIN ONLY %2$I.%3$I t ON t.%4$I = fence.k::%5$s),
     w AS (
       INSERT INTO synchro.row_version AS r (relation_id, pk, version, deleted, fence_txid, fence_xmin, fence_cmin)
-      SELECT %6$s, k, v, TG_OP = 'DELETE', p.txid, p.live_xmin, p.live_cmin FROM p
+      SELECT %6$s, k, v, TG_OP = 'DELETE', p.txid,
+             CASE WHEN TG_OP <> 'DELETE' THEN p.live_xmin END, CASE WHEN TG_OP <> 'DELETE' THEN p.live_cmin END
+        FROM p
       ON CONFLICT (relation_id, pk) DO UPDATE
         SET version = excluded.version, deleted = excluded.deleted, fence_txid = excluded.fence_txid,
             fence_xmin = excluded.fence_xmin, fence_cmin = excluded.fence_cmin
         WHERE (r.fence_txid = excluded.fence_txid AND (
                  (NOT excluded.deleted AND excluded.fence_xmin IS NULL)
-                 OR (excluded.fence_xmin = r.fence_xmin AND excluded.fence_cmin = r.fence_cmin))) IS NOT TRUE
+                 OR EXISTS (SELECT FROM p WHERE p.live_xmin = r.fence_xmin AND p.live_cmin = r.fence_cmin))) IS NOT TRUE
       RETURNING 1)
     SELECT pg_catalog.pg_logical_emit_message(true, 'synchro.fence', body OPERATOR(pg_catalog.||)
              pg_catalog.encode(pg_catalog.substr(pg_catalog.sha256(p.outer_pad OPERATOR(pg_catalog.||)

@@ -3,7 +3,10 @@
 -- relation's file and the tuple's ctid) instead of (xmin, cmin), in the function files
 -- (synchro._fence_source): an aborted savepoint that touched the tuple turned its cmin
 -- into a combo command id, and the check let a late fence through or refused a legal
--- transaction (TestXidAuditFenceOrder*). The two columns keep their names and types:
+-- transaction (TestXidAuditFenceOrder*). And a delete's fence records no tuple: it read
+-- the live one, which could be its own statement's later re-insert of the key (a
+-- DELETE ... RETURNING feeding an INSERT), and the insert's fence then refused a legal
+-- statement (TestFencePlaceCTEReplace*). The two columns keep their names and types:
 -- renaming or adding a column takes an ACCESS EXCLUSIVE lock on the table every fence
 -- writes, which waits for every open source transaction and holds every new one behind
 -- it. A comment takes SHARE UPDATE EXCLUSIVE, which no writer conflicts with.
