@@ -44,6 +44,11 @@ type reviewApplyRun struct {
 // materialized, the same quarantine record: commit LSN, class, relation, attempts).
 func reviewApplyDifferential(t *testing.T, workload func(db *testdb.DB), runs []reviewApplyRun) {
 	t.Helper()
+	// -short (CI): batches of 2 and large pipelined batches, against the reference, and
+	// any way a test adds; make test runs all five.
+	if testing.Short() {
+		runs = append([]reviewApplyRun{reviewApplyRuns[1], reviewApplyRuns[3]}, runs[len(reviewApplyRuns):]...)
+	}
 	e := newSyncEnvSchema(t, syncSchema+`
 		INSERT INTO project_members VALUES (1, 1, 'u1'), (2, 2, 'u2'), (3, 3, 'u3');
 		INSERT INTO tasks (id, project_id, owner, title) SELECT g, g % 4 + 1, 'a', 'seed' FROM generate_series(1, 20) g;`)
@@ -109,7 +114,6 @@ var reviewApplyRuns = []reviewApplyRun{
 // reference's state and quarantine record.
 func TestApplyEdgePoisonFirstAfterActivationDifferential(t *testing.T) {
 	t.Parallel()
-	skipShortDifferential(t)
 	eachDecoder(t, func(t *testing.T) {
 		reviewApplyDifferential(t, func(db *testdb.DB) {
 			for i := 0; i < 7; i++ {
@@ -130,7 +134,6 @@ func TestApplyEdgePoisonFirstAfterActivationDifferential(t *testing.T) {
 // batch writes. Every way of batching stops at the poison with the reference's state.
 func TestApplyEdgePoisonAfterDependencyChangeDifferential(t *testing.T) {
 	t.Parallel()
-	skipShortDifferential(t)
 	eachDecoder(t, func(t *testing.T) {
 		reviewApplyDifferential(t, func(db *testdb.DB) {
 			for i := 0; i < 5; i++ {
@@ -152,7 +155,6 @@ func TestApplyEdgePoisonAfterDependencyChangeDifferential(t *testing.T) {
 // of ordinary transactions and a dependency change, in every batching.
 func TestApplyEdgeTruncateDifferential(t *testing.T) {
 	t.Parallel()
-	skipShortDifferential(t)
 	eachDecoder(t, func(t *testing.T) {
 		reviewApplyDifferential(t, func(db *testdb.DB) {
 			for i := 0; i < 5; i++ {
@@ -323,7 +325,6 @@ func TestApplyEdgeHugeTransactionSmallBounds(t *testing.T) {
 // between runs, then a poison on notes (text keys) followed by ordinary transactions.
 func TestApplyEdgeToastAndPushDifferential(t *testing.T) {
 	t.Parallel()
-	skipShortDifferential(t)
 	eachDecoder(t, func(t *testing.T) {
 		reviewApplyDifferential(t, func(db *testdb.DB) {
 			mustExec(t, db, `INSERT INTO notes SELECT 'toast', 'a', string_agg(md5(g::text), '') FROM generate_series(1, 400) g`)
@@ -376,7 +377,6 @@ func TestApplyEdgeBudgetWhilePrepared(t *testing.T) {
 // at a random point: every batching stops at the poison with the reference's state.
 func TestApplyEdgeRandomPoisonDifferential(t *testing.T) {
 	t.Parallel()
-	skipShortDifferential(t)
 	// A fixed seed, so that CI is deterministic; SYNCHRO_APPLY_SEED explores others.
 	seed := int64(20261204)
 	if v := os.Getenv("SYNCHRO_APPLY_SEED"); v != "" {
@@ -393,14 +393,4 @@ func TestApplyEdgeRandomPoisonDifferential(t *testing.T) {
 			mustExec(t, db, fmt.Sprintf(`UPDATE tasks SET owner = 'b', v = v + 1 WHERE id = %d`, 1+rng.Intn(20)))
 		}
 	}, append(reviewApplyRuns, reviewApplyRun{"pipelined batches of 4", 2, 4, false}))
-}
-
-// skipShortDifferential: the differentials replay one WAL six ways (10 to 30 s each);
-// the -short matrix on PostgreSQL 16 to 18 leaves them to the full suite on 15, whose
-// batching does not depend on the server's version.
-func skipShortDifferential(t *testing.T) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("a batching differential: run by the full suite (make test)")
-	}
 }

@@ -1768,7 +1768,12 @@ func TestSemanticsModel(t *testing.T) {
 
 	// Live: random transactions (one in four a pair of overlapping ones committed in a
 	// random order), pulls between, and client C rebuilding while transactions commit.
-	for i := 0; i < 120; i++ {
+	// -short (CI) runs a third of each random phase; make test runs them whole.
+	live, phase := 120, 30
+	if testing.Short() {
+		live, phase = 40, 10
+	}
+	for i := 0; i < live; i++ {
 		if env.rng.Intn(4) == 0 {
 			env.txnPair()
 		} else {
@@ -1816,7 +1821,7 @@ func TestSemanticsModel(t *testing.T) {
 	})
 	require.Equal(t, map[string]bool{"team:": true, "rev:": true, "owner:": true}, env.acts[0])
 	pullSome()
-	for i := 0; i < 30; i++ {
+	for i := 0; i < phase; i++ {
 		env.txn(env.randomTxn)
 		if env.rng.Intn(3) == 0 {
 			pullSome()
@@ -1826,7 +1831,7 @@ func TestSemanticsModel(t *testing.T) {
 	t.Logf("activation: %d transactions, %d effects (%s)", len(env.m.txns), len(env.m.effects), time.Since(start))
 
 	env.bootstrap(func() {
-		for i := 0; i < 30; i++ {
+		for i := 0; i < phase; i++ {
 			env.txn(env.randomTxn)
 			if i%10 == 9 {
 				pullSome()
@@ -1834,7 +1839,7 @@ func TestSemanticsModel(t *testing.T) {
 		}
 	})
 	pullSome()
-	for i := 0; i < 30; i++ {
+	for i := 0; i < phase; i++ {
 		env.txn(env.randomTxn)
 		if env.rng.Intn(3) == 0 {
 			pullSome()
