@@ -334,8 +334,10 @@ type SynchroRowVersion struct {
 	Version    string
 	Deleted    bool
 	FenceTxid  pgtype.Uint64
-	FenceXmin  pgtype.Uint32
-	FenceCmin  pgtype.Uint32
+	// file (pg_relation_filenode) of the tuple the last fence covered, as xid; compared only within fence_txid (synchro._fence_source)
+	FenceXmin pgtype.Uint32
+	// ctid of the tuple the last fence covered, packed as block * 2048 + offset mod 2^32, as cid; compared only within fence_txid (synchro._fence_source)
+	FenceCmin pgtype.Uint32
 }
 
 type SynchroRuleValue struct {
