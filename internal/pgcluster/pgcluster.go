@@ -39,8 +39,11 @@ const maxSocketPath = 107
 // free port.
 type Options struct {
 	// Dir holds the cluster: data/ (PGDATA), postgres.log and the Unix socket. Empty:
-	// a new temp dir, removed by Stop. An existing initialized Dir is reused.
+	// a new temp dir under TempRoot, removed by Stop. An existing initialized Dir is
+	// reused.
 	Dir string
+	// TempRoot is where an empty Dir makes its temp dir. Empty: os.TempDir().
+	TempRoot string
 	// Port on 127.0.0.1. Zero: a free port.
 	Port int
 	// Durable keeps fsync and full_page_writes on. Off by default: a test cluster does
@@ -108,7 +111,7 @@ func startWith(ctx context.Context, opts Options, pick func() (int, error)) (*Cl
 			return nil, fmt.Errorf("%w (binaries in %s)", err, c.binDir)
 		}
 	}
-	if err := c.prepareDir(opts.Dir); err != nil {
+	if err := c.prepareDir(opts.Dir, opts.TempRoot); err != nil {
 		return nil, err
 	}
 	cleanup := func() {
@@ -189,9 +192,9 @@ func (c *Cluster) Restart(ctx context.Context) error {
 	return c.start(ctx)
 }
 
-func (c *Cluster) prepareDir(dir string) error {
+func (c *Cluster) prepareDir(dir, tempRoot string) error {
 	if dir == "" {
-		d, err := os.MkdirTemp("", "pgcluster-")
+		d, err := os.MkdirTemp(tempRoot, "pgcluster-")
 		if err != nil {
 			return fmt.Errorf("pgcluster: temp dir: %w", err)
 		}

@@ -29,6 +29,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -99,7 +100,7 @@ func run(m *testing.M, conf map[string]string) int {
 	}
 
 	start := time.Now()
-	cluster, err := pgcluster.Start(ctx, pgcluster.Options{Logger: logger, ExtraConf: conf})
+	cluster, err := pgcluster.Start(ctx, pgcluster.Options{Logger: logger, ExtraConf: conf, TempRoot: memoryTempRoot()})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "testdb: start cluster: %v\n", err)
 		return 2
@@ -122,6 +123,33 @@ func run(m *testing.M, conf map[string]string) int {
 		}
 	}
 	return code
+}
+
+// memoryRoot is where the test cluster lives when it is a memory filesystem with room.
+const memoryRoot = "/dev/shm"
+
+// memoryMinFree is the room memoryRoot must have: the suite's cluster peaks well below
+// it (every test's database is dropped when it passes).
+const memoryMinFree = 4 << 30
+
+// tmpfsMagic is the statfs f_type of tmpfs (linux/magic.h TMPFS_MAGIC).
+const tmpfsMagic = 0x01021994
+
+// memoryTempRoot returns memoryRoot when it is a tmpfs with memoryMinFree free, else ""
+// (the OS temp dir). Every test costs a CREATE DATABASE of about 400 files and a DROP of
+// them, and on ext4 that churn made inode allocation (its scan for a slot not recently
+// freed) 8 % of the whole suite's CPU, measured with perf over `make test`'s tests
+// package; on tmpfs file creation is a memory allocation. The cluster is a throw-away
+// one with fsync off already, so a memory filesystem loses nothing it kept.
+func memoryTempRoot() string {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(memoryRoot, &st); err != nil || st.Type != tmpfsMagic {
+		return ""
+	}
+	if st.Bavail*uint64(st.Bsize) < memoryMinFree {
+		return ""
+	}
+	return memoryRoot
 }
 
 // Cluster is the private cluster, for crash and restart tests. Nil when the tests run
