@@ -94,7 +94,26 @@ type matRun struct {
 	walBytes         int64
 	floorSec         float64 // the write floor: the run's materialized rows copied, nothing computed
 	floorParts       string  // the write floor's time by table
+	phases           string  // where the run's wall time went, untimed parts included
 }
+
+// phaseClock notes how long each part of a run took, measured or not: what a
+// benchmark's own wall time goes to (make bench-quick has a budget in CI).
+type phaseClock struct {
+	last  time.Time
+	parts []string
+}
+
+func newPhaseClock() *phaseClock { return &phaseClock{last: time.Now()} }
+
+// lap ends the part named name.
+func (c *phaseClock) lap(name string) {
+	now := time.Now()
+	c.parts = append(c.parts, fmt.Sprintf("%s %.1f", name, now.Sub(c.last).Seconds()))
+	c.last = now
+}
+
+func (c *phaseClock) String() string { return strings.Join(c.parts, ", ") + " s" }
 
 func (r matRun) rawRate() float64 { return float64(r.events) / r.rawSec }
 func (r matRun) synRate() float64 { return float64(r.events) / r.synSec }
@@ -250,8 +269,8 @@ func runMaterializeDecoder(ctx context.Context, b *bench, decoder string) (strin
 			if err != nil {
 				return "", nil, fmt.Errorf("%s: %w", sh.name, err)
 			}
-			fmt.Fprintf(b.stdout, "%d events: raw %.0f ev/s (%.2fs, load %.1f), synchro %.0f ev/s (%.2fs, load %.1f), ratio %.3f; write floor %.0f ev/s\n",
-				r.events, r.rawRate(), r.rawSec, r.rawLoad, r.synRate(), r.synSec, r.synLoad, r.synRate()/r.rawRate(), r.floorRate())
+			fmt.Fprintf(b.stdout, "%d events: raw %.0f ev/s (%.2fs, load %.1f), synchro %.0f ev/s (%.2fs, load %.1f), ratio %.3f; write floor %.0f ev/s (%s)\n",
+				r.events, r.rawRate(), r.rawSec, r.rawLoad, r.synRate(), r.synSec, r.synLoad, r.synRate()/r.rawRate(), r.floorRate(), r.phases)
 			results[sh.name] = append(results[sh.name], r)
 		}
 	}
@@ -371,9 +390,11 @@ func (e *matEnv) firstStart(ctx context.Context) error {
 // started and timed until it materialized the last transaction.
 func (e *matEnv) measure(ctx context.Context, sh matShape, rawSlot string, keepStats bool) (matRun, error) {
 	var r matRun
+	clock := newPhaseClock()
 	if err := e.settle(ctx); err != nil {
 		return r, err
 	}
+	clock.lap("settle")
 	if _, err := e.conn.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, rawSlot); err != nil {
 		return r, fmt.Errorf("create raw slot: %w", err)
 	}
@@ -436,15 +457,18 @@ func (e *matEnv) measure(ctx context.Context, sh matShape, rawSlot string, keepS
 	}
 	r.txns = int64(perClient*sh.clients + 1)
 	r.events = r.txns * int64(sh.rows)
+	clock.lap("writes")
 	if _, err := e.conn.Exec(ctx, `CHECKPOINT`); err != nil {
 		return r, err
 	}
+	clock.lap("checkpoint")
 
 	// (a) raw decode.
 	r.rawLoad = loadAvg()
 	if err := e.rawDecode(ctx, rawSlot, endpos, &r); err != nil {
 		return r, err
 	}
+	clock.lap("raw")
 
 	// (b) the runner.
 	if keepStats {
@@ -477,6 +501,7 @@ func (e *matEnv) measure(ctx context.Context, sh matShape, rawSlot string, keepS
 		return r, err
 	}
 	r.synSpillTxns, r.synSpillBytes = spillTxns1-spillTxns0, spillBytes1-spillBytes0
+	clock.lap("runner")
 	// WAL records: a walsender reads every record of the cluster, one per turn of its
 	// loop, and each turn polls the client's socket (a recv system call) whatever the
 	// record decodes to, so the runner's walsender pays for the materialization's own
@@ -487,6 +512,7 @@ func (e *matEnv) measure(ctx context.Context, sh matShape, rawSlot string, keepS
 	}
 	r.srcRecords = e.walRecords(ctx, start, endpos)
 	r.matRecords = e.walRecords(ctx, endpos, runEnd)
+	clock.lap("waldump")
 
 	// Check: every source transaction was materialized, with its row events.
 	var txns, events int64
@@ -497,9 +523,12 @@ func (e *matEnv) measure(ctx context.Context, sh matShape, rawSlot string, keepS
 	if txns != r.txns || events != r.events {
 		return r, fmt.Errorf("materialized %d txns / %d events, wrote %d / %d", txns, events, r.txns, r.events)
 	}
+	clock.lap("check")
 	if r.floorSec, r.floorParts, err = e.writeFloor(ctx, start); err != nil {
 		return r, fmt.Errorf("write floor: %w", err)
 	}
+	clock.lap("floor")
+	r.phases = clock.String()
 	return r, nil
 }
 
@@ -596,14 +625,23 @@ func (e *matEnv) writeFloor(ctx context.Context, start string) (float64, string,
 // a repeat took 1.3, 2.4 and 2.9 s), which the raw decode, on a new slot, never
 // does. A checkpoint writes that snapshot; the runner, started without a backlog,
 // decodes it and confirms past it within its idle interval (1 s); then it stops.
+//
+// The target is the end of the WAL before that checkpoint: the snapshot the checkpoint
+// writes lies past it. The walsender keeps one candidate restart point at a time, and
+// the last run's WAL holds snapshots the runner has not confirmed yet when it decodes
+// the checkpoint's, so the wait logs another snapshot (a checkpoint) each second until
+// the slot is there. Until 2026-12-05 it waited for the next snapshot the background
+// writer logs on its own, every 15 s: 10-22 s of each run, three quarters of
+// bench-quick.
 func (e *matEnv) settle(ctx context.Context) error {
-	if _, err := e.conn.Exec(ctx, `CHECKPOINT`); err != nil {
-		return err
-	}
 	target, err := walInsertLSN(ctx, e.conn)
 	if err != nil {
 		return err
 	}
+	if _, err := e.conn.Exec(ctx, `CHECKPOINT`); err != nil {
+		return err
+	}
+	lastCheckpoint := time.Now()
 	run, err := startRunnerWith(ctx, e.b, e.url, e.dbname, e.decoder)
 	if err != nil {
 		return err
@@ -612,6 +650,13 @@ func (e *matEnv) settle(ctx context.Context) error {
 		var ok bool
 		err := e.conn.QueryRow(ctx, `SELECT coalesce(restart_lsn >= $2::pg_lsn, false) FROM pg_replication_slots
 		  WHERE slot_name = $1`, e.dbname, target).Scan(&ok)
+		if err == nil && !ok && time.Since(lastCheckpoint) > time.Second {
+			// The walsender keeps one candidate restart point at a time, until the
+			// client confirms past it: a snapshot decoded while the last run's is still
+			// pending is dropped (LogicalIncreaseRestartDecodingForSlot). Log another.
+			_, err = e.conn.Exec(ctx, `CHECKPOINT`)
+			lastCheckpoint = time.Now()
+		}
 		return ok, err
 	})
 	if stopErr := run.stop(); err == nil && stopErr != nil {
