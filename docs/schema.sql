@@ -1292,8 +1292,9 @@ BEGIN
   --      check, against the live tuple p read: it refuses the
   --      update, so w returns no row, when this row was already fenced in this
   --      transaction and either the live tuple is the one the previous fence covered
-  --      (a later change fenced first) or an INSERT/UPDATE finds no live tuple (a
-  --      later delete fenced first);
+  --      (a later change fenced first), an INSERT/UPDATE finds no live tuple (a
+  --      later delete fenced first), or a DELETE follows a delete fence (a later
+  --      insert and delete fenced first);
   --   then, only when w wrote, the authenticated message as above.
   -- A replica identity other than DEFAULT is drift (ADR 001), refused here at the
   -- source (the fast path sends every write whose identity is not the generated key's
@@ -1350,6 +1351,7 @@ BEGIN
             fence_xmin = excluded.fence_xmin, fence_cmin = excluded.fence_cmin
         WHERE (r.fence_txid = excluded.fence_txid AND (
                  (NOT excluded.deleted AND excluded.fence_xmin IS NULL)
+                 OR (excluded.deleted AND r.deleted)
                  OR EXISTS (SELECT FROM p WHERE p.live_xmin = r.fence_xmin AND p.live_cmin = r.fence_cmin))) IS NOT TRUE
       RETURNING 1)
     SELECT pg_catalog.pg_logical_emit_message(true, 'synchro.fence', body OPERATOR(pg_catalog.||)
@@ -4275,10 +4277,18 @@ BEGIN
                     WHEN nullif(colname, '') IS NOT NULL THEN ' (column ' || colname || ')'
                     ELSE '' END;
         outcome := jsonb_build_object('id', m ->> 'id', 'status', 'rejected', 'code', st, 'reason', left(reason, 200));
-      ELSE
+      ELSIF left(st, 2) IN ('27', '0A', '40', '53', '54', '55', '57') OR left(st, 2) = 'SY' THEN
         -- Not this mutation's fault (serialization, deadlock, timeout, fence order,
-        -- unsupported operation, ...): the whole call fails, nothing is written.
+        -- unsupported operation, ...): the whole call fails, nothing is written. These
+        -- classes' messages (PostgreSQL's and the pack's own) name no value.
         RAISE;
+      ELSE
+        -- Any other class fails the whole call too, with its SQLSTATE (CONTRACT.md), but
+        -- not its message: a type's input function may quote the value it refused
+        -- (tsquery's and tsvector's parsers raise 42601 with the input in the text,
+        -- TestPushErrorNeverCarriesTheValue), and errors never carry row values.
+        RAISE EXCEPTION 'push: the write of mutation % failed with SQLSTATE % (the message is withheld: it may quote the row''s values)',
+          m ->> 'id', st USING ERRCODE = st;
       END IF;
     END;
     outcome := synchro._push_record(client_id, (m ->> 'id')::uuid, m ->> 'hash', outcome);

@@ -500,3 +500,89 @@ func TestFencePlaceNestedChangeRolledBack(t *testing.T) {
 	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM items WHERE id = 1 AND v = 12`))
 	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM items WHERE id = 2 AND v = 6`))
 }
+
+// TestFencePlaceLateDeleteAfterNestedInsertDelete: an application trigger that, on the
+// delete of a row, inserts the key again and deletes it in nested statements fires
+// those two fences before the outer delete's (AFTER ROW triggers run in name order:
+// a_churn before synchro_fence_delete). The late delete then found no live tuple and no
+// recorded place (a delete's fence records none), the check let it through, and the
+// runner paired the outer delete event with the nested insert's fence: fence_mismatch,
+// the stream blocked for every scope (found by review, 2026-12-05; migration 00033).
+// It must fail with 27000 in the writer, with the stream unharmed; the legal
+// transactions with two deletes of one key (an insert fenced between them) commit
+// and flow.
+func TestFencePlaceLateDeleteAfterNestedInsertDelete(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newSyncEnvSchema(t, syncSchema)
+	db := e.db
+	mustExec(t, db, `INSERT INTO tasks (id, project_id, owner) SELECT g, 1, 'a' FROM generate_series(1, 6) g;
+		CREATE FUNCTION del(i int8) RETURNS void LANGUAGE plpgsql AS $$
+		BEGIN DELETE FROM public.tasks WHERE id = i; END $$;
+		CREATE FUNCTION ins(i int8, o text) RETURNS void LANGUAGE plpgsql AS $$
+		BEGIN INSERT INTO public.tasks (id, project_id, owner) VALUES (i, 1, o); END $$;
+		CREATE FUNCTION churn() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+		  IF pg_trigger_depth() = 1 AND current_setting('place.churn', true) IN ('1', '2') THEN
+		    FOR r IN 1 .. current_setting('place.churn')::int LOOP
+		      INSERT INTO public.tasks (id, project_id, owner) VALUES (OLD.id, 1, 'b');
+		      DELETE FROM public.tasks WHERE id = OLD.id;
+		    END LOOP;
+		  END IF;
+		  RETURN NULL;
+		END $$;
+		CREATE TRIGGER a_churn AFTER DELETE ON tasks FOR EACH ROW EXECUTE FUNCTION churn();`)
+	catchUp(t, db)
+	// A device per scope the transactions touch, starting from a rebuild.
+	scopes := []string{"owner:a", "owner:b", "owner:c", "owner:d", "owner:e"}
+	reps, cursors := map[string]replica{}, map[string]string{}
+	for _, sc := range scopes {
+		rows, last := fullRebuild(t, db, "dev-"+sc, sc, 1000)
+		reps[sc] = replica{}
+		reps[sc].applyRebuild(t, rows)
+		cursors[sc] = last.Cursor
+	}
+
+	// Illegal: one nested insert and delete, and two, behind the outer delete's fence.
+	for _, n := range []string{"1", "2"} {
+		c := reviewSession(t, db.URL, map[string]string{"place.churn": n})
+		_, err := c.Exec(ctx, `DELETE FROM tasks WHERE id = 1`)
+		pgErr := requireSQLState(t, err, "27000")
+		require.Contains(t, pgErr.Message, "fence order violation", "churn %s", n)
+		require.NoError(t, c.Close(ctx))
+	}
+	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM tasks WHERE id = 1 AND owner = 'a'`), "nothing was written")
+
+	// Legal: two deletes of one key with an insert fenced between them, nested and
+	// top-level, in one transaction and in one statement (the CTE's delete and insert
+	// fences fire at its end, in row order).
+	c := reviewSession(t, db.URL, nil)
+	placeExec(t, c, `BEGIN`)
+	placeExec(t, c, `SELECT del(2)`)
+	placeExec(t, c, `SELECT ins(2, 'c')`)
+	placeExec(t, c, `SELECT del(2)`)
+	placeExec(t, c, `DELETE FROM tasks WHERE id = 3`)
+	placeExec(t, c, `INSERT INTO tasks (id, project_id, owner) VALUES (3, 1, 'c')`)
+	placeExec(t, c, `DELETE FROM tasks WHERE id = 3`)
+	placeExec(t, c, `WITH d AS (DELETE FROM tasks WHERE id = 4 RETURNING id)
+		INSERT INTO tasks (id, project_id, owner) SELECT id, 1, 'c' FROM d`)
+	placeExec(t, c, `DELETE FROM tasks WHERE id = 4`)
+	placeExec(t, c, `SELECT ins(4, 'd')`)
+	placeExec(t, c, `COMMIT`)
+	// The trigger's own legal churn: its nested fences after the outer delete's, in order.
+	placeExec(t, c, `BEGIN`)
+	placeExec(t, c, `DELETE FROM tasks WHERE id = 5`)
+	placeExec(t, c, `SELECT ins(5, 'e')`)
+	placeExec(t, c, `SELECT del(5)`)
+	placeExec(t, c, `COMMIT`)
+
+	catchUp(t, db)
+	requireNoQuarantine(t, db)
+	for _, sc := range scopes {
+		changes, _ := pullAll(t, db, "dev-"+sc, sc, cursors[sc], 1000)
+		reps[sc].apply(t, changes)
+		requireReplica(t, liveScope(t, db, liveScopeSQL, sc), reps[sc], sc)
+	}
+	require.Len(t, reps["owner:a"], 2, "rows 1 and 6 stay with a")
+	require.Len(t, reps["owner:d"], 1, "row 4 went to d")
+}

@@ -1622,3 +1622,31 @@ func TestPushReplayAfterRegistryChange(t *testing.T) {
 	_, err = pushRawOn(ctx, db.Pool, "c1", pushJSON(t, pushIns(pushID(), "notes", 3, pm{"body": "b"})))
 	requireSQLState(t, err, "SY400")
 }
+
+// TestPushErrorNeverCarriesTheValue: a value the column's type refuses with a SQLSTATE
+// outside the rejection classes (tsquery's and tsvector's parsers raise 42601,
+// syntax_error, quoting their input) fails the whole call with that SQLSTATE, as
+// CONTRACT.md says, but its message must not carry the value (found by review,
+// 2026-12-05: it did). Nothing is written or recorded, so the call can be fixed.
+func TestPushErrorNeverCarriesTheValue(t *testing.T) {
+	t.Parallel()
+	e := pushSetup(t)
+	e.exec(`CREATE TABLE public.searchdocs (id int8 PRIMARY KEY, q tsquery, v tsvector);
+		SELECT synchro.register_table('public.searchdocs', 'searchdocs');
+		SELECT synchro.activate_registry();`)
+	const secret = "SENTINEL-3c9d1e"
+	for i, row := range []string{`{"q": "` + secret + ` &"}`, `{"v": "` + secret + `:"}`} {
+		_, err := pushRawOn(e.ctx, e.db.Pool, "c1", fmt.Sprintf(
+			`[{"id": %q, "table": "searchdocs", "op": "insert", "pk": 1, "row": %s}]`, mutationID(5, i+1), row))
+		pgErr := requireSQLState(t, err, "42601")
+		require.NotContains(t, pgErr.Message+pgErr.Detail+pgErr.Hint+pgErr.Where, secret, row)
+		require.Contains(t, pgErr.Message, mutationID(5, i+1), "the message names the mutation")
+	}
+	require.Zero(t, countOf(t, e.db, `SELECT count(*) FROM public.searchdocs`))
+	require.Zero(t, countOf(t, e.db, `SELECT count(*) FROM synchro.mutation_outcome`))
+	// The pack's own errors keep their message (27000 and 0A000 are tested with it).
+	raw, err := pushRawOn(e.ctx, e.db.Pool, "c1", fmt.Sprintf(
+		`[{"id": %q, "table": "searchdocs", "op": "insert", "pk": 1, "row": {"q": "a & b"}}]`, mutationID(5, 9)))
+	require.NoError(t, err)
+	require.Contains(t, raw, `"accepted"`)
+}

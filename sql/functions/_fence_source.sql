@@ -39,7 +39,9 @@
 -- that already-fenced tuple (a later change fenced first), or an INSERT/UPDATE finds
 -- no live tuple (a later delete fenced first: a delete after this fence's operation
 -- and before its statement ended would have been a nested statement's, fenced
--- already). A fence fired by a top-level statement is never early (the fences still
+-- already), or a DELETE follows a delete fence (a later insert and delete fenced
+-- first: in commit order two deletes of one key always have a fenced insert between
+-- them, whose fence would be the row's last). A fence fired by a top-level statement is never early (the fences still
 -- pending then are that statement's own, in the order of its row operations), so when
 -- it is the row's first in the transaction it records no tuple and reads none; any
 -- later fence of the row still runs the check, against the tuple a nested fence
@@ -47,11 +49,14 @@
 -- reads can be its own statement's later re-insert of the key (a data-modifying CTE,
 -- DELETE ... RETURNING feeding an INSERT: both fences fire when the statement ends), and
 -- recording it made that insert's fence look late, refusing a legal statement
--- (TestFencePlaceCTEReplace*). No later fence needs a delete's record: one that finds
--- the key gone refuses on "no live tuple", and one that finds a re-insert compares with
--- the record of the re-insert's own fence, which fired first if the re-insert came
--- later (an insert or update cannot be followed by another change of its row within
--- its own statement: the statement's snapshot does not see the new tuple).
+-- (TestFencePlaceCTEReplace*). No later fence needs a delete's record: an insert or
+-- update that finds the key gone refuses on "no live tuple", a delete refuses on the
+-- delete fence before it (the record's deleted flag: a late delete finds the key gone
+-- too, after a nested insert and delete of it, TestFencePlaceLateDeleteAfterNested*),
+-- and one that finds a re-insert compares with the record of the re-insert's own fence,
+-- which fired first if the re-insert came later (an insert or update cannot be followed
+-- by another change of its row within its own statement: the statement's snapshot does
+-- not see the new tuple).
 --
 -- The covered tuple's identity is its place: the relation's file and the tuple's ctid,
 -- in the reservation's fence_xmin and fence_cmin columns (32 bits each; their names
@@ -260,8 +265,9 @@ BEGIN
   --      check, against the live tuple p read: it refuses the
   --      update, so w returns no row, when this row was already fenced in this
   --      transaction and either the live tuple is the one the previous fence covered
-  --      (a later change fenced first) or an INSERT/UPDATE finds no live tuple (a
-  --      later delete fenced first);
+  --      (a later change fenced first), an INSERT/UPDATE finds no live tuple (a
+  --      later delete fenced first), or a DELETE follows a delete fence (a later
+  --      insert and delete fenced first);
   --   then, only when w wrote, the authenticated message as above.
   -- A replica identity other than DEFAULT is drift (ADR 001), refused here at the
   -- source (the fast path sends every write whose identity is not the generated key's
@@ -318,6 +324,7 @@ BEGIN
             fence_xmin = excluded.fence_xmin, fence_cmin = excluded.fence_cmin
         WHERE (r.fence_txid = excluded.fence_txid AND (
                  (NOT excluded.deleted AND excluded.fence_xmin IS NULL)
+                 OR (excluded.deleted AND r.deleted)
                  OR EXISTS (SELECT FROM p WHERE p.live_xmin = r.fence_xmin AND p.live_cmin = r.fence_cmin))) IS NOT TRUE
       RETURNING 1)
     SELECT pg_catalog.pg_logical_emit_message(true, 'synchro.fence', body OPERATOR(pg_catalog.||)

@@ -293,10 +293,18 @@ BEGIN
                     WHEN nullif(colname, '') IS NOT NULL THEN ' (column ' || colname || ')'
                     ELSE '' END;
         outcome := jsonb_build_object('id', m ->> 'id', 'status', 'rejected', 'code', st, 'reason', left(reason, 200));
-      ELSE
+      ELSIF left(st, 2) IN ('27', '0A', '40', '53', '54', '55', '57') OR left(st, 2) = 'SY' THEN
         -- Not this mutation's fault (serialization, deadlock, timeout, fence order,
-        -- unsupported operation, ...): the whole call fails, nothing is written.
+        -- unsupported operation, ...): the whole call fails, nothing is written. These
+        -- classes' messages (PostgreSQL's and the pack's own) name no value.
         RAISE;
+      ELSE
+        -- Any other class fails the whole call too, with its SQLSTATE (CONTRACT.md), but
+        -- not its message: a type's input function may quote the value it refused
+        -- (tsquery's and tsvector's parsers raise 42601 with the input in the text,
+        -- TestPushErrorNeverCarriesTheValue), and errors never carry row values.
+        RAISE EXCEPTION 'push: the write of mutation % failed with SQLSTATE % (the message is withheld: it may quote the row''s values)',
+          m ->> 'id', st USING ERRCODE = st;
       END IF;
     END;
     outcome := synchro._push_record(client_id, (m ->> 'id')::uuid, m ->> 'hash', outcome);

@@ -1,0 +1,22 @@
+-- +goose Up
+-- The fence's out-of-order check refuses a delete whose row's last fence in the same
+-- transaction was a delete too, in the function files only (synchro._fence_source). An
+-- application trigger that, on the delete of a row, inserted the key again and deleted
+-- it in nested statements fired those two fences before the outer delete's: the late
+-- delete found no live tuple and no recorded place (a delete records none), the check
+-- let it through, and the runner paired the delete event with the insert's fence and
+-- quarantined the transaction (fence_mismatch): the stream blocked for every scope
+-- (TestFencePlaceLateDeleteAfterNestedInsertDelete, found by review 2026-12-05). In
+-- commit order, two deletes of one key in one transaction always have an insert
+-- between them, whose fence is then the row's last; so no legal transaction is refused.
+--
+-- And synchro.push no longer passes on the message of a failure outside the rejection
+-- classes and the value-free ones (synchro._push_run): a tsquery or tsvector value its
+-- parser refused failed the call with 42601 and the value in the message
+-- (TestPushErrorNeverCarriesTheValue, found by review 2026-12-05). The SQLSTATE stays.
+--
+-- The function files of this release ride on this migration (goose.go,
+-- finalMigration), which ends with synchro._refresh_fences(): every registered
+-- relation's fence is regenerated.
+
+-- +goose Down
