@@ -6341,10 +6341,12 @@ BEGIN
   -- The new stream generation and the durable active-slot pointer.
   UPDATE synchro.stream_generation g SET state = 'retired' WHERE g.stream_generation = r.source_generation;
   INSERT INTO synchro.stream_generation (stream_generation, slot_name, plugin, database_name, generation_start_lsn, state)
-  VALUES (r.target_generation, r.candidate_slot, r.plugin, r.database_name, r.activation_barrier, 'active');
+  -- One byte before the barrier's end: a commit record that starts right at it is the
+  -- new generation's first (synchro.runner_baseline says why).
+  VALUES (r.target_generation, r.candidate_slot, r.plugin, r.database_name, r.activation_barrier - 1, 'active');
   UPDATE synchro.progress
-     SET stream_generation = r.target_generation, generation_start_lsn = r.activation_barrier,
-         materialized_commit_lsn = NULL, processed_end_lsn = r.activation_barrier, acknowledged_end_lsn = NULL,
+     SET stream_generation = r.target_generation, generation_start_lsn = r.activation_barrier - 1,
+         materialized_commit_lsn = NULL, processed_end_lsn = r.activation_barrier, acknowledged_end_lsn = r.activation_barrier,
          registry_generation = sp.registry_generation, updated_at = now();
   -- No pre-activation catch-up effect is exposed: the baseline through the barrier is
   -- generation_start, delivered by rebuild. The replay identities stay.
@@ -7889,10 +7891,16 @@ BEGIN
   -- Push fences visible in the snapshot are represented by this baseline.
   UPDATE synchro.write_fence SET coverage = 'baseline', covered_at = now() WHERE coverage IS NULL;
 
+  -- generation_start is one byte before the consistent point: a commit record that
+  -- starts right at it is decoded (the slot skips only commits before it) and is not
+  -- in the snapshot, and every check, cursor and checkpoint reads the generation's
+  -- commits as those after generation_start (TestResetEdgeWritersAndPushesAcrossReset
+  -- met one at a reset's barrier and quarantined it as stream_order). The slot is at
+  -- the consistent point, which is the acknowledgement the stream starts from.
   INSERT INTO synchro.stream_generation (stream_generation, slot_name, plugin, database_name, generation_start_lsn, state)
-  VALUES (1, slot_name, plugin, current_database(), consistent_point, 'active');
-  INSERT INTO synchro.progress (stream_generation, generation_start_lsn, processed_end_lsn, registry_generation)
-  VALUES (1, consistent_point, consistent_point, reg);
+  VALUES (1, slot_name, plugin, current_database(), consistent_point - 1, 'active');
+  INSERT INTO synchro.progress (stream_generation, generation_start_lsn, processed_end_lsn, acknowledged_end_lsn, registry_generation)
+  VALUES (1, consistent_point - 1, consistent_point, consistent_point, reg);
   PERFORM synchro._stage_reset(NULL);
   -- The registry lock, held to this transaction's end: no activation commits from here
   -- until the stream exists. One that committed after the snapshot (so after the slot's
@@ -8317,8 +8325,10 @@ BEGIN
   -- Rule index and membership follow in short chunks (synchro.runner_reset_index).
   PERFORM synchro._reset_stage_tables();
   PERFORM synchro._baseline_rows(reg, 'synchro_reset');
+  -- One byte before the consistent point: a commit right at it is the catch-up's
+  -- (synchro.runner_baseline says why).
   INSERT INTO synchro_reset.progress (stream_generation, generation_start_lsn, processed_end_lsn, registry_generation)
-  VALUES (r.target_generation, consistent_point, consistent_point, reg);
+  VALUES (r.target_generation, consistent_point - 1, consistent_point, reg);
   -- Statistics for the indexing and the catch-up's index probes.
   FOREACH t IN ARRAY synchro._reset_tables() LOOP
     EXECUTE format('ANALYZE synchro_reset.%I', t);

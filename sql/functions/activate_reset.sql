@@ -104,10 +104,12 @@ BEGIN
   -- The new stream generation and the durable active-slot pointer.
   UPDATE synchro.stream_generation g SET state = 'retired' WHERE g.stream_generation = r.source_generation;
   INSERT INTO synchro.stream_generation (stream_generation, slot_name, plugin, database_name, generation_start_lsn, state)
-  VALUES (r.target_generation, r.candidate_slot, r.plugin, r.database_name, r.activation_barrier, 'active');
+  -- One byte before the barrier's end: a commit record that starts right at it is the
+  -- new generation's first (synchro.runner_baseline says why).
+  VALUES (r.target_generation, r.candidate_slot, r.plugin, r.database_name, r.activation_barrier - 1, 'active');
   UPDATE synchro.progress
-     SET stream_generation = r.target_generation, generation_start_lsn = r.activation_barrier,
-         materialized_commit_lsn = NULL, processed_end_lsn = r.activation_barrier, acknowledged_end_lsn = NULL,
+     SET stream_generation = r.target_generation, generation_start_lsn = r.activation_barrier - 1,
+         materialized_commit_lsn = NULL, processed_end_lsn = r.activation_barrier, acknowledged_end_lsn = r.activation_barrier,
          registry_generation = sp.registry_generation, updated_at = now();
   -- No pre-activation catch-up effect is exposed: the baseline through the barrier is
   -- generation_start, delivered by rebuild. The replay identities stay.

@@ -37,10 +37,16 @@ BEGIN
   -- Push fences visible in the snapshot are represented by this baseline.
   UPDATE synchro.write_fence SET coverage = 'baseline', covered_at = now() WHERE coverage IS NULL;
 
+  -- generation_start is one byte before the consistent point: a commit record that
+  -- starts right at it is decoded (the slot skips only commits before it) and is not
+  -- in the snapshot, and every check, cursor and checkpoint reads the generation's
+  -- commits as those after generation_start (TestResetEdgeWritersAndPushesAcrossReset
+  -- met one at a reset's barrier and quarantined it as stream_order). The slot is at
+  -- the consistent point, which is the acknowledgement the stream starts from.
   INSERT INTO synchro.stream_generation (stream_generation, slot_name, plugin, database_name, generation_start_lsn, state)
-  VALUES (1, slot_name, plugin, current_database(), consistent_point, 'active');
-  INSERT INTO synchro.progress (stream_generation, generation_start_lsn, processed_end_lsn, registry_generation)
-  VALUES (1, consistent_point, consistent_point, reg);
+  VALUES (1, slot_name, plugin, current_database(), consistent_point - 1, 'active');
+  INSERT INTO synchro.progress (stream_generation, generation_start_lsn, processed_end_lsn, acknowledged_end_lsn, registry_generation)
+  VALUES (1, consistent_point - 1, consistent_point, consistent_point, reg);
   PERFORM synchro._stage_reset(NULL);
   -- The registry lock, held to this transaction's end: no activation commits from here
   -- until the stream exists. One that committed after the snapshot (so after the slot's

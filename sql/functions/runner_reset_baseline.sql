@@ -47,8 +47,10 @@ BEGIN
   -- Rule index and membership follow in short chunks (synchro.runner_reset_index).
   PERFORM synchro._reset_stage_tables();
   PERFORM synchro._baseline_rows(reg, 'synchro_reset');
+  -- One byte before the consistent point: a commit right at it is the catch-up's
+  -- (synchro.runner_baseline says why).
   INSERT INTO synchro_reset.progress (stream_generation, generation_start_lsn, processed_end_lsn, registry_generation)
-  VALUES (r.target_generation, consistent_point, consistent_point, reg);
+  VALUES (r.target_generation, consistent_point - 1, consistent_point, reg);
   -- Statistics for the indexing and the catch-up's index probes.
   FOREACH t IN ARRAY synchro._reset_tables() LOOP
     EXECUTE format('ANALYZE synchro_reset.%I', t);

@@ -15,6 +15,16 @@
 -- parser refused failed the call with 42601 and the value in the message
 -- (TestPushErrorNeverCarriesTheValue, found by review 2026-12-05). The SQLSTATE stays.
 --
+-- And a new stream generation starts one byte before its first decodable position
+-- (synchro.runner_baseline, synchro.runner_reset_baseline, synchro.activate_reset): a
+-- commit record that starts right at a slot's consistent point, or right at a reset's
+-- barrier end, is decoded and is the generation's, but every check, cursor and
+-- checkpoint reads a generation's commits as those after generation_start_lsn; the
+-- runner quarantined it as stream_order (TestResetEdgeWritersAndPushesAcrossReset, once,
+-- in CI on PostgreSQL 17). acknowledged_end_lsn starts at that position, where the slot
+-- is. Generations that exist keep their start: the race is at a generation's first
+-- commit only, which they are past.
+--
 -- The function files of this release ride on this migration (goose.go,
 -- finalMigration), which ends with synchro._refresh_fences(): every registered
 -- relation's fence is regenerated.
