@@ -65,7 +65,7 @@ BEGIN
       -- local value would otherwise last to the end of its transaction).
       PERFORM set_config('lock_timeout', caller, true);
       RETURN;
-    EXCEPTION WHEN lock_not_available THEN
+    EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
       -- The subtransaction's locks and its lock_timeout are gone with it.
       NULL;
     END;
@@ -917,6 +917,12 @@ BEGIN
     ON CONFLICT (stream_generation) DO UPDATE
       SET horizon_commit_lsn = greatest(r.horizon_commit_lsn, excluded.horizon_commit_lsn), updated_at = now()
     RETURNING r.horizon_commit_lsn INTO h;
+    -- Never past the floor, even below the recorded horizon: a group positioned below
+    -- it (none should be: groups created at `earliest` start at the horizon) keeps what
+    -- it has not acknowledged rather than read a gap.
+    IF floor_ IS NOT NULL AND floor_ < h THEN
+      h := floor_;
+    END IF;
     IF lim > 0 THEN
       DELETE FROM synchro.change c
        WHERE c.ctid = ANY (ARRAY(
@@ -927,10 +933,17 @@ BEGIN
       deleted := deleted + n;
     END IF;
   END IF;
-  -- Changes of retired stream generations are never read again (their groups read SY409).
+  -- Changes of retired stream generations are never read again (their groups read
+  -- SY409). Retired ones only, read now, not "every generation but gen": a reset
+  -- activated since the caller read gen makes gen retired and a new generation active,
+  -- whose changes its groups have not acknowledged
+  -- (TestConsumerGroupCompactAcrossResetActivation, found by review 2026-12-05).
   IF lim - deleted > 0 THEN
     DELETE FROM synchro.change c
-     WHERE c.ctid = ANY (ARRAY(SELECT x.ctid FROM synchro.change x WHERE x.stream_generation <> gen LIMIT lim - deleted));
+     WHERE c.ctid = ANY (ARRAY(
+       SELECT x.ctid FROM synchro.change x
+        WHERE x.stream_generation IN (SELECT g.stream_generation FROM synchro.stream_generation g WHERE g.state = 'retired')
+        LIMIT lim - deleted));
     GET DIAGNOSTICS n = ROW_COUNT;
     deleted := deleted + n;
   END IF;
@@ -4277,7 +4290,7 @@ BEGIN
                     WHEN nullif(colname, '') IS NOT NULL THEN ' (column ' || colname || ')'
                     ELSE '' END;
         outcome := jsonb_build_object('id', m ->> 'id', 'status', 'rejected', 'code', st, 'reason', left(reason, 200));
-      ELSIF left(st, 2) IN ('27', '0A', '40', '53', '54', '55', '57') OR left(st, 2) = 'SY' THEN
+      ELSIF left(st, 2) IN ('27', '0A', '40', '53', '54', '55', '57', 'SY') THEN
         -- Not this mutation's fault (serialization, deadlock, timeout, fence order,
         -- unsupported operation, ...): the whole call fails, nothing is written. These
         -- classes' messages (PostgreSQL's and the pack's own) name no value.
@@ -6789,6 +6802,16 @@ BEGIN
     END IF;
   END IF;
 
+  -- READ COMMITTED only, as synchro.compact: the horizon and the high-watermark are
+  -- read after the lock below, and only a statement snapshot taken after that wait sees
+  -- what compaction committed before it. A REPEATABLE READ snapshot taken earlier read
+  -- an older horizon: the group started below changes a compaction batch had already
+  -- deleted, in part of a transaction, and was handed that transaction split
+  -- (TestConsumerGroupCreateRefusedOutsideReadCommitted, found by review 2026-12-05).
+  IF current_setting('transaction_isolation') <> 'read committed' THEN
+    RAISE EXCEPTION 'invalid_argument: create_consumer_group must run at READ COMMITTED (the start is read after the compaction lock)'
+      USING ERRCODE = 'SY400';
+  END IF;
   -- Against compaction of the change record (synchro._consumer_lock_key): the horizon
   -- read below is final until this transaction ends.
   PERFORM pg_advisory_xact_lock(synchro._consumer_lock_key());

@@ -791,3 +791,205 @@ func takeOverAndAck(t *testing.T, db *testdb.DB, group string, watch ...context.
 	require.NoError(t, ackPosition(other, group, tok, r.Transactions[2].Position))
 	return live
 }
+
+// A compaction batch that read the active stream generation (1) just before a stream
+// reset activated generation 2 deleted, in its last step, every change of a generation
+// other than 1 ("retired generations"): by then the new generation's change record,
+// including changes a group of generation 2 had not acknowledged (CONTRACT.md: compact
+// never removes a transaction an active group has not acknowledged). Found by review
+// 2026-12-05. The window between compact reading the generation and that DELETE (which
+// includes the floor's ledger scan) is held open here by locking generation 1's
+// retention row, which compact updates in between, as any delay of its backend would.
+func TestConsumerGroupCompactAcrossResetActivation(t *testing.T) {
+	// Not parallel: a reset's exported snapshot waits for every xid-holding transaction.
+	ctx := context.Background()
+	db := groupsSetup(t)
+	for i := 10; i < 12; i++ {
+		mustExec(t, db, `INSERT INTO items (id, owner, v) VALUES ($1, 'a', $2)`, i, i)
+	}
+	waitChangeTxns(t, db, 2)
+	var gen1 int64
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT stream_generation FROM synchro.progress`).Scan(&gen1))
+	// A first compaction writes generation 1's retention row.
+	for range 20 {
+		if reviewCompact(t, db, "0")["done"] == true {
+			break
+		}
+	}
+	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.retention WHERE stream_generation = $1`, gen1))
+	mustExec(t, db, `INSERT INTO items (id, owner, v) VALUES (13, 'a', 13)`)
+	eventually(t, 30*time.Second, "a new transaction of generation 1", func() bool {
+		return countOf(t, db, `SELECT count(*) FROM synchro.change WHERE stream_generation = $1`, gen1) >= 1
+	})
+
+	op := newOperator(t, db)
+	id := op.begin(t, "compaction across an activation")
+	op.waitPhase(t, id, "ready")
+
+	lockTx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = lockTx.Rollback(ctx) }()
+	var held string
+	require.NoError(t, lockTx.QueryRow(ctx, `SELECT horizon_commit_lsn::text FROM synchro.retention
+		WHERE stream_generation = $1 FOR UPDATE`, gen1).Scan(&held))
+
+	compacted := make(chan error, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				compacted <- fmt.Errorf("%v", r)
+			}
+		}()
+		tx, err := db.Pool.Begin(ctx)
+		if err != nil {
+			compacted <- err
+			return
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		if _, err := tx.Exec(ctx, `SET LOCAL ROLE synchro_operator`); err != nil {
+			compacted <- err
+			return
+		}
+		var raw string
+		if err := tx.QueryRow(ctx, `SELECT synchro.compact('0')::text`).Scan(&raw); err != nil {
+			compacted <- err
+			return
+		}
+		compacted <- tx.Commit(ctx)
+	}()
+	eventually(t, 10*time.Second, "compact waiting on the retention row", func() bool {
+		return countOf(t, db, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%synchro.compact%'`) == 1
+	})
+
+	require.NoError(t, op.exec(`SELECT synchro.activate_reset($1)`, id))
+	var gen2 int64
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT stream_generation FROM synchro.progress`).Scan(&gen2))
+	require.NotEqual(t, gen1, gen2)
+	mustExec(t, db, `SELECT synchro.create_consumer_group('fresh')`)
+	for i := 30; i < 32; i++ {
+		mustExec(t, db, `INSERT INTO items (id, owner, v) VALUES ($1, 'a', $2)`, i, i)
+	}
+	eventually(t, 60*time.Second, "two transactions of the new generation", func() bool {
+		return countOf(t, db, `SELECT count(DISTINCT commit_lsn) FROM synchro.change WHERE stream_generation = $1`, gen2) >= 2
+	})
+	var mine []string
+	for _, p := range txnPositions(t, db, nil) {
+		if strings.HasPrefix(p, fmt.Sprintf("%d:", gen2)) {
+			mine = append(mine, p)
+		}
+	}
+	require.Len(t, mine, 2)
+
+	require.NoError(t, lockTx.Commit(ctx))
+	select {
+	case err := <-compacted:
+		require.NoError(t, err, "the compaction that straddled the activation")
+	case <-time.After(30 * time.Second):
+		t.Fatal("compact did not finish")
+	}
+	require.Zero(t, countOf(t, db, `SELECT count(*) FROM synchro.change WHERE stream_generation = $1`, gen1),
+		"the retired generation's changes go")
+
+	c := consumerConn(t, db)
+	tok, err := acquireLease(c, "fresh", "me", 600)
+	require.NoError(t, err)
+	r, err := readChanges(c, "fresh", tok, 100, 1<<20)
+	require.NoError(t, err)
+	require.Equal(t, mine, r.positions(), "the new generation's changes stay for its group")
+}
+
+// create_consumer_group reads the change record's horizon after the compaction lock;
+// in a REPEATABLE READ (or SERIALIZABLE) transaction its snapshot predates that wait.
+// A group so created after a committed compaction batch started below the horizon
+// that batch recorded, and since a batch deletes at most compact_batch_rows changes in
+// no order, it was handed a transaction split in part (CONTRACT.md: read_changes never
+// splits a source transaction). Found by review 2026-12-05. Now refused, SY400, as
+// compact is; READ COMMITTED inside an explicit transaction works.
+func TestConsumerGroupCreateRefusedOutsideReadCommitted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := groupsSetup(t)
+	mustExec(t, db, `INSERT INTO items (id, owner, v) VALUES (10, 'a', 10), (11, 'a', 11), (12, 'a', 12)`)
+	mustExec(t, db, `INSERT INTO items (id, owner, v) VALUES (13, 'a', 13)`)
+	waitChangeTxns(t, db, 2)
+	perTxn := map[string]int{}
+	rows, err := db.Pool.Query(ctx, `SELECT stream_generation::text || ':' || commit_lsn::text, count(*)::int
+		FROM synchro.change GROUP BY 1`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var p string
+		var n int
+		require.NoError(t, rows.Scan(&p, &n))
+		perTxn[p] = n
+	}
+	require.NoError(t, rows.Err())
+
+	c := consumerConn(t, db)
+	var held []pgx.Tx
+	for _, iso := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
+		tx, err := c.BeginTx(ctx, pgx.TxOptions{IsoLevel: iso})
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, `SELECT 1`) // the snapshot
+		require.NoError(t, err)
+		held = append(held, tx)
+		// One bounded batch commits meanwhile (budget: one change).
+		mustExec(t, db, `UPDATE synchro.setting SET value = '1' WHERE name = 'compact_batch_rows'`)
+		require.EqualValues(t, 1, reviewCompact(t, db, "0")["deleted_changes"])
+		_, err = tx.Exec(ctx, `SELECT synchro.create_consumer_group('rr')`)
+		pe := requireSQLState(t, err, "SY400")
+		require.Contains(t, pe.Message, "READ COMMITTED", iso)
+		require.NoError(t, tx.Rollback(ctx))
+	}
+	require.Len(t, held, 2)
+	require.Zero(t, countOf(t, db, `SELECT count(*) FROM synchro.consumer_groups WHERE name = 'rr'`))
+
+	tx, err := c.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `SELECT 1`)
+	require.NoError(t, err)
+	mustExec(t, db, `UPDATE synchro.setting SET value = '1' WHERE name = 'compact_batch_rows'`)
+	reviewCompact(t, db, "0")
+	_, err = tx.Exec(ctx, `SELECT synchro.create_consumer_group('rc')`)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	tok, err := acquireLease(c, "rc", "me", 60)
+	require.NoError(t, err)
+	r, err := readChanges(c, "rc", tok, 100, 1<<20)
+	require.NoError(t, err)
+	for _, x := range r.Transactions {
+		require.Equal(t, perTxn[x.Position], len(x.Changes), "transaction %s handed out whole", x.Position)
+	}
+}
+
+// _consumer_compact never deletes past a group's floor, even when the group lies below
+// the change record's recorded horizon (a group created at `earliest` starts at the
+// horizon, so this takes an owner's hand; before create_consumer_group refused
+// REPEATABLE READ, such a transaction put a group there): the next compaction deleted
+// up to the recorded horizon, the group's unacknowledged transactions with it, and its
+// read returned nothing, without SY409.
+func TestConsumerGroupCompactKeepsAGroupBelowTheHorizon(t *testing.T) {
+	t.Parallel()
+	db := groupsSetup(t)
+	mustExec(t, db, `INSERT INTO items (id, owner, v) VALUES (10, 'a', 10), (11, 'a', 11), (12, 'a', 12)`)
+	mustExec(t, db, `INSERT INTO items (id, owner, v) VALUES (13, 'a', 13)`)
+	waitChangeTxns(t, db, 2)
+	mustExec(t, db, `UPDATE synchro.setting SET value = '1' WHERE name = 'compact_batch_rows'`)
+	require.EqualValues(t, 1, reviewCompact(t, db, "0")["deleted_changes"])
+	mustExec(t, db, `SELECT synchro.create_consumer_group('low')`)
+	mustExec(t, db, `UPDATE synchro.consumer_group_state g SET checkpoint_lsn = p.generation_start_lsn
+		FROM synchro.progress p WHERE g.name = 'low'`)
+	left := countOf(t, db, `SELECT count(*) FROM synchro.change`)
+	require.Positive(t, left)
+
+	mustExec(t, db, `UPDATE synchro.setting SET value = '10000' WHERE name = 'compact_batch_rows'`)
+	reviewCompact(t, db, "0")
+	require.Equal(t, left, countOf(t, db, `SELECT count(*) FROM synchro.change`),
+		"compaction deleted changes the group below the horizon has not acknowledged")
+	c := consumerConn(t, db)
+	tok, err := acquireLease(c, "low", "me", 60)
+	require.NoError(t, err)
+	r, err := readChanges(c, "low", tok, 100, 1<<20)
+	require.NoError(t, err)
+	require.NotEmpty(t, r.positions())
+}

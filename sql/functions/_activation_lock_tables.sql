@@ -10,7 +10,10 @@
 -- attempt releases what it took (its subtransaction ends) and lets the writers through,
 -- then the next one tries after a growing, jittered pause. It tries until it has them
 -- all, as the single-table waits did, bounded only by the caller's statement_timeout,
--- or by the caller's lock_timeout, when set, for the whole acquisition (55P03).
+-- or by the caller's lock_timeout, when set, for the whole acquisition (55P03). A
+-- deadlock reported to this side (40P01: a server whose deadlock_timeout is below the
+-- 100 ms wait runs the detector here first) is retried the same way: the attempt's locks
+-- are gone with its subtransaction, so the writer on the other side proceeds.
 CREATE OR REPLACE FUNCTION synchro._activation_lock_tables(g bigint, prev bigint) RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -46,7 +49,7 @@ BEGIN
       -- local value would otherwise last to the end of its transaction).
       PERFORM set_config('lock_timeout', caller, true);
       RETURN;
-    EXCEPTION WHEN lock_not_available THEN
+    EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
       -- The subtransaction's locks and its lock_timeout are gone with it.
       NULL;
     END;

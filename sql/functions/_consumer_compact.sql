@@ -34,6 +34,12 @@ BEGIN
     ON CONFLICT (stream_generation) DO UPDATE
       SET horizon_commit_lsn = greatest(r.horizon_commit_lsn, excluded.horizon_commit_lsn), updated_at = now()
     RETURNING r.horizon_commit_lsn INTO h;
+    -- Never past the floor, even below the recorded horizon: a group positioned below
+    -- it (none should be: groups created at `earliest` start at the horizon) keeps what
+    -- it has not acknowledged rather than read a gap.
+    IF floor_ IS NOT NULL AND floor_ < h THEN
+      h := floor_;
+    END IF;
     IF lim > 0 THEN
       DELETE FROM synchro.change c
        WHERE c.ctid = ANY (ARRAY(
@@ -44,10 +50,17 @@ BEGIN
       deleted := deleted + n;
     END IF;
   END IF;
-  -- Changes of retired stream generations are never read again (their groups read SY409).
+  -- Changes of retired stream generations are never read again (their groups read
+  -- SY409). Retired ones only, read now, not "every generation but gen": a reset
+  -- activated since the caller read gen makes gen retired and a new generation active,
+  -- whose changes its groups have not acknowledged
+  -- (TestConsumerGroupCompactAcrossResetActivation, found by review 2026-12-05).
   IF lim - deleted > 0 THEN
     DELETE FROM synchro.change c
-     WHERE c.ctid = ANY (ARRAY(SELECT x.ctid FROM synchro.change x WHERE x.stream_generation <> gen LIMIT lim - deleted));
+     WHERE c.ctid = ANY (ARRAY(
+       SELECT x.ctid FROM synchro.change x
+        WHERE x.stream_generation IN (SELECT g.stream_generation FROM synchro.stream_generation g WHERE g.state = 'retired')
+        LIMIT lim - deleted));
     GET DIAGNOSTICS n = ROW_COUNT;
     deleted := deleted + n;
   END IF;

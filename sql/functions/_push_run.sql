@@ -293,7 +293,7 @@ BEGIN
                     WHEN nullif(colname, '') IS NOT NULL THEN ' (column ' || colname || ')'
                     ELSE '' END;
         outcome := jsonb_build_object('id', m ->> 'id', 'status', 'rejected', 'code', st, 'reason', left(reason, 200));
-      ELSIF left(st, 2) IN ('27', '0A', '40', '53', '54', '55', '57') OR left(st, 2) = 'SY' THEN
+      ELSIF left(st, 2) IN ('27', '0A', '40', '53', '54', '55', '57', 'SY') THEN
         -- Not this mutation's fault (serialization, deadlock, timeout, fence order,
         -- unsupported operation, ...): the whole call fails, nothing is written. These
         -- classes' messages (PostgreSQL's and the pack's own) name no value.

@@ -40,6 +40,16 @@ BEGIN
     END IF;
   END IF;
 
+  -- READ COMMITTED only, as synchro.compact: the horizon and the high-watermark are
+  -- read after the lock below, and only a statement snapshot taken after that wait sees
+  -- what compaction committed before it. A REPEATABLE READ snapshot taken earlier read
+  -- an older horizon: the group started below changes a compaction batch had already
+  -- deleted, in part of a transaction, and was handed that transaction split
+  -- (TestConsumerGroupCreateRefusedOutsideReadCommitted, found by review 2026-12-05).
+  IF current_setting('transaction_isolation') <> 'read committed' THEN
+    RAISE EXCEPTION 'invalid_argument: create_consumer_group must run at READ COMMITTED (the start is read after the compaction lock)'
+      USING ERRCODE = 'SY400';
+  END IF;
   -- Against compaction of the change record (synchro._consumer_lock_key): the horizon
   -- read below is final until this transaction ends.
   PERFORM pg_advisory_xact_lock(synchro._consumer_lock_key());

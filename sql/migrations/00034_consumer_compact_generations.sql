@@ -1,0 +1,27 @@
+-- +goose Up
+-- Consumer groups and compaction, in the function files only (found by review
+-- 2026-12-05):
+--
+-- synchro._consumer_compact deletes the change record of retired stream generations
+-- only, read when it deletes, not every generation but the one synchro.compact read at
+-- its start: a reset activated in between made that one retired and a new one active,
+-- and the new generation's changes, which its groups had not acknowledged, were deleted
+-- (TestConsumerGroupCompactAcrossResetActivation). And it never deletes past a group's
+-- floor, even one below the recorded horizon
+-- (TestConsumerGroupCompactKeepsAGroupBelowTheHorizon).
+--
+-- synchro.create_consumer_group runs at READ COMMITTED only (SY400 otherwise), as
+-- synchro.compact does: a REPEATABLE READ snapshot taken before its compaction lock read
+-- an older horizon, and the group started below changes a batch had deleted, in part of
+-- a transaction, which it was then handed split
+-- (TestConsumerGroupCreateRefusedOutsideReadCommitted).
+--
+-- And synchro._activation_lock_tables retries a deadlock reported to its side (40P01,
+-- a server whose deadlock_timeout is below its 100 ms lock wait) as it retries a lock
+-- timeout.
+--
+-- The function files of this release ride on this migration (goose.go,
+-- finalMigration), which ends with synchro._refresh_fences(): every registered
+-- relation's fence is regenerated.
+
+-- +goose Down
