@@ -695,6 +695,28 @@ CREATE FUNCTION synchro._check_authorizer(fn oid) RETURNS text
     -- hand them to any flaw of the function's body.
     WHEN pg_catalog.has_table_privilege(p.proowner, 'synchro.server_key', 'SELECT')
       THEN 'the function must not be owned by a role that can read synchro''s tables'
+    -- Nor write them (a grant, pg_write_all_data): one call of a flawed body removed
+    -- the setting that names the authorizer, and every scope was open
+    -- (TestRegistryAuthorizerOwnerThatCanWriteThePack, found by review 2026-12-05).
+    WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+                  WHERE c.relnamespace = n.oid
+                    AND ((c.relkind IN ('r', 'p', 'v')
+                          AND pg_catalog.has_table_privilege(p.proowner, c.oid, 'INSERT, UPDATE, DELETE, TRUNCATE'))
+                      OR (c.relkind = 'S' AND pg_catalog.has_sequence_privilege(p.proowner, c.oid, 'UPDATE'))))
+      THEN 'the function must not be owned by a role that can write synchro''s tables'
+    -- Roles that reach the server's files or programs, or can grant themselves any
+    -- role (the pack's included), hold the pack owner's rights in effect.
+    WHEN r.rolcreaterole
+      OR pg_catalog.pg_has_role(p.proowner, 'pg_execute_server_program', 'MEMBER')
+      OR pg_catalog.pg_has_role(p.proowner, 'pg_write_server_files', 'MEMBER')
+      OR pg_catalog.pg_has_role(p.proowner, 'pg_read_server_files', 'MEMBER')
+      THEN 'the function must not be owned by a role with CREATEROLE or the server''s file and program roles'
+    -- Nor by a member of the runner's role, whose functions write the stream. (The
+    -- operator's role stays allowed: deployments own authorizers by it, and its
+    -- functions check their own arguments.)
+    WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_roles pr
+                  WHERE pr.rolname = 'synchro_runner' AND pg_catalog.pg_has_role(p.proowner, pr.oid, 'MEMBER'))
+      THEN 'the function must not be owned by a member of synchro_runner'
     END
     FROM (SELECT fn) f
     LEFT JOIN pg_catalog.pg_proc p ON p.oid = f.fn
@@ -6160,10 +6182,13 @@ BEGIN
        AND NOT EXISTS (SELECT 1 FROM synchro.registration q WHERE q.generation = g AND q.relation_id = p.relation_id)
      ORDER BY rel.relation_id
   LOOP
+    -- By OID, not by the registered name: a renamed table keeps its triggers (and the
+    -- fence function could not be dropped: 2BP01, TestRegistryUnregisterRenamedTable),
+    -- and another table that took the name would lose its own.
     IF EXISTS (SELECT 1 FROM pg_class c WHERE c.oid = r.relid) THEN
       FOREACH trg IN ARRAY ARRAY['synchro_guard_key', 'synchro_guard_truncate', 'synchro_fence_insert',
                                    'synchro_fence_update', 'synchro_fence_delete'] LOOP
-        EXECUTE format('DROP TRIGGER IF EXISTS %I ON %I.%I', trg, r.schema_name, r.table_name);
+        EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', trg, r.relid::regclass);
       END LOOP;
     END IF;
     EXECUTE format('DROP FUNCTION IF EXISTS synchro.%I()', '_fence_' || r.relation_id);
@@ -7432,6 +7457,19 @@ BEGIN
               WHERE b.generation = g AND b.relid = relation AND b.relation_id <> rebind_relation.relation_id) THEN
     RAISE EXCEPTION 'rebind refused: relation is the new table of another relation''s rebind' USING ERRCODE = 'SY400';
   END IF;
+  -- This transaction's own changes of the old table would be decoded after the
+  -- activation changed the relation's OID (they commit with it, past the position
+  -- recorded below), matched no relation and blocked the stream (unknown_relation):
+  -- they must commit first (TestRegistryRebindAfterWritingTheOldTable, found by review
+  -- 2026-12-05). The fence records its transaction on the row's reservation; a
+  -- transaction with no xid wrote nothing. Other transactions' changes of the old table
+  -- committed before its DROP, so before the position recorded below.
+  IF pg_current_xact_id_if_assigned() IS NOT NULL
+     AND EXISTS (SELECT 1 FROM synchro.row_version v
+                  WHERE v.relation_id = r.relation_id AND v.fence_txid = pg_current_xact_id_if_assigned()) THEN
+    RAISE EXCEPTION 'rebind refused: this transaction changed the registered relation before it was dropped; commit those changes first'
+      USING ERRCODE = 'SY400';
+  END IF;
   chk := synchro._check_relation(relation);
   IF chk.key_column <> r.key_column OR chk.key_pg_type <> r.key_pg_type THEN
     RAISE EXCEPTION 'rebind refused: the new relation''s primary key differs from the registered key' USING ERRCODE = 'SY400';
@@ -7932,7 +7970,14 @@ BEGIN
   -- rows were never projected (TestBaselineRacesActivation). The runner compares the
   -- generation seen here with the latest one, read on another connection, before it
   -- commits, and starts over with a new slot when they differ.
-  PERFORM pg_advisory_xact_lock(hashtextextended('synchro.registry', synchro._lock_seed()));
+  -- Through synchro._registry_lock, which also writes the registry clock: an activation
+  -- at REPEATABLE READ whose snapshot predates this commit read "no stream yet" and
+  -- requested no projection bootstrap, its table's rows in neither the baseline nor a
+  -- bootstrap (TestRegistryRepeatableReadActivationAfterFirstStart, found by review
+  -- 2026-12-05); it fails with 40001 now and is retried whole. The baseline itself
+  -- fails so (and the runner starts over) when a registry change committed after its
+  -- snapshot, which the check above would have sent back anyway if it was an activation.
+  PERFORM synchro._registry_lock();
   RETURN 1;
 END
 $$;

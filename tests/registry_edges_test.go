@@ -738,3 +738,156 @@ func TestRegistryStaleSnapshotRegistration(t *testing.T) {
 		require.Len(t, p.Rows, 1, "docs3's row in team3:t1")
 	}
 }
+
+// A table swap (drop, recreate, rebind) in a transaction that also changed the old
+// table: those changes commit with the swap, past the position rebind_relation records,
+// so the activation's guard (the runner processed past that position) passed while they
+// were still to decode, and once the relation named the new OID they matched no
+// relation: unknown_relation, the stream blocked for every scope. Found by review
+// 2026-12-05, in both the one-transaction flow (swap, rebind, activation together) and
+// the runbook's two (the swap committed while the runner had a backlog). Now
+// rebind_relation refuses (SY400) in a transaction that changed the relation; the
+// changes committed first, the same swap goes through and the stream goes on.
+func TestRegistryRebindAfterWritingTheOldTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newSyncEnv(t, "")
+	db := e.db
+	write(t, db, `INSERT INTO notes VALUES ('n1', 'o1', 'one'), ('n2', 'o1', 'two')`)
+	notes := relationID(t, db, "notes")
+	const swap = `
+		CREATE TABLE notes_new (LIKE notes INCLUDING ALL);
+		INSERT INTO notes_new SELECT * FROM notes;
+		DROP TABLE notes;
+		ALTER TABLE notes_new RENAME TO notes;
+		GRANT SELECT ON notes TO synchro_operator;
+		GRANT ALL ON notes TO synchro_app;`
+
+	for _, before := range []string{
+		`UPDATE notes SET body = 'last words' WHERE id = 'n2';`,
+		// In a released subtransaction: the reservation names the top-level one.
+		`SAVEPOINT s; INSERT INTO notes VALUES ('n3', 'o1', 'three'); RELEASE SAVEPOINT s;`,
+	} {
+		tx, err := db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, before+swap)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, `SELECT synchro.rebind_relation($1, 'public.notes')`, notes)
+		pe := requireSQLState(t, err, "SY400")
+		require.Contains(t, pe.Message, "commit those changes first")
+		require.NoError(t, tx.Rollback(ctx))
+	}
+
+	// The changes committed first; the swap, rebind and activation in one transaction.
+	write(t, db, `UPDATE notes SET body = 'last words' WHERE id = 'n2'`)
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, swap)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `SELECT synchro.rebind_relation($1, 'public.notes')`, notes)
+	require.NoError(t, err)
+	var g int64
+	eventually(t, 30*time.Second, "the activation accepted", func() bool {
+		write(t, db, `INSERT INTO tasks (id, owner, title) VALUES ((random()*1e9)::int8, 'x', 'tick')`)
+		_, err := tx.Exec(ctx, `SAVEPOINT a`)
+		require.NoError(t, err)
+		if err := tx.QueryRow(ctx, `SELECT synchro.activate_registry()`).Scan(&g); err != nil {
+			requireSQLState(t, err, "SY400") // the runner has not processed up to the rebind yet
+			_, err = tx.Exec(ctx, `ROLLBACK TO SAVEPOINT a`)
+			require.NoError(t, err)
+			return false
+		}
+		return true
+	})
+	require.NoError(t, tx.Commit(ctx))
+	waitRegistry(t, db, g)
+	write(t, db, `UPDATE notes SET body = 'after' WHERE id = 'n1'`)
+	requireNoQuarantine(t, db)
+	rep, _ := startScope(t, db, "c", "owner:o1")
+	requireReplica(t, liveScope(t, db, liveScopeSQL, "owner:o1"), rep, "rebuild after the rebind")
+	requireNoQuarantine(t, db)
+}
+
+// Unregistering a registered table that was renamed (the fence refuses its writes:
+// "rename it back, or rebind it"): the activation dropped the leaving relation's
+// triggers by its registered name, found none, and failed to drop the fence function
+// they depended on (2BP01). Found by review 2026-12-05. Triggers go by OID now; a table
+// that took the old name keeps its own.
+func TestRegistryUnregisterRenamedTable(t *testing.T) {
+	t.Parallel()
+	e := newSyncEnv(t, "")
+	db := e.db
+	write(t, db, `INSERT INTO notes VALUES ('n1', 'o1', 'one')`)
+	notes := relationID(t, db, "notes")
+	mustExec(t, db, `ALTER TABLE notes RENAME TO notes_renamed;
+		CREATE TABLE notes (id text PRIMARY KEY, owner text, body text);
+		CREATE FUNCTION public.keep_me() RETURNS trigger LANGUAGE plpgsql AS $f$ BEGIN RETURN NEW; END $f$;
+		CREATE TRIGGER synchro_fence_insert AFTER INSERT ON notes FOR EACH ROW EXECUTE FUNCTION public.keep_me();`)
+	op := newOperator(t, db)
+	require.NoError(t, op.exec(`SELECT synchro.unregister_relation($1)`, notes))
+	require.NoError(t, op.exec(`SELECT synchro.activate_registry()`), "unregistering a renamed registered table")
+	require.Zero(t, countOf(t, db, `SELECT count(*) FROM pg_trigger WHERE tgrelid = 'notes_renamed'::regclass AND tgname LIKE 'synchro%'`),
+		"triggers left on the unregistered table")
+	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM pg_trigger WHERE tgrelid = 'notes'::regclass AND tgname = 'synchro_fence_insert'`),
+		"the trigger of the table that took the name")
+	write(t, db, `INSERT INTO notes_renamed VALUES ('n2', 'o1', 'not captured'); INSERT INTO tasks (id, owner, title) VALUES (1, 'o1', 'after')`)
+	rep, _ := startScope(t, db, "c", "owner:o1")
+	require.Len(t, rep, 1, "only the task is left in owner:o1: %v", rep)
+	requireNoQuarantine(t, db)
+}
+
+// An operator's migration at REPEATABLE READ took its snapshot before the runner's first
+// start committed its baseline, then registered a table holding rows and activated:
+// activate_registry read "no stream yet" under that snapshot and requested no projection
+// bootstrap, and the baseline (an older snapshot) held nothing of the table: its rows
+// never reached a scope (CONTRACT.md: rows already in a newly registered relation are
+// projected before that relation serves pulls). Found by review 2026-12-05. The
+// baseline writes the registry clock now: the activation fails with 40001, and retried
+// whole it requests the bootstrap.
+func TestRegistryRepeatableReadActivationAfterFirstStart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	mustExec(t, db, syncSchema+`
+		CREATE TABLE docs (id int8 PRIMARY KEY, team text, body text);
+		INSERT INTO docs SELECT i, 't' || (i % 2), 'doc ' || i FROM generate_series(1, 10) i;
+		GRANT SELECT ON docs TO synchro_operator;`)
+	op := newOperator(t, db)
+	migrate := func(before func()) (int64, error) {
+		tx, err := op.conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		var n int
+		require.NoError(t, tx.QueryRow(ctx, `SELECT count(*) FROM synchro.registry`).Scan(&n)) // the snapshot
+		before()
+		var g int64
+		for _, q := range []string{`SELECT synchro.register_table('docs', 'docs')`, `SELECT synchro.add_scope_rule('docs', 'team:', 'team')`} {
+			if _, err := tx.Exec(ctx, q); err != nil {
+				return 0, err
+			}
+		}
+		if err := tx.QueryRow(ctx, `SELECT synchro.activate_registry()`).Scan(&g); err != nil {
+			return 0, err
+		}
+		return g, tx.Commit(ctx)
+	}
+	_, err := migrate(func() {
+		cfg := testRunnerConfig(t, db)
+		cfg.PollInterval = 5 * time.Millisecond
+		startRunner(t, cfg)
+		waitStream(t, db)
+	})
+	requireSQLState(t, err, "40001")
+	require.Zero(t, countOf(t, db, `SELECT count(*) FROM synchro.relation WHERE table_id = 'docs'`))
+
+	g, err := migrate(func() {})
+	require.NoError(t, err, "retried whole")
+	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.bootstrap WHERE generation = $1`, g))
+	waitRegistry(t, db, g)
+	write(t, db, `INSERT INTO tasks (id, owner, title) VALUES (1, 'o1', 'x')`)
+	p := rebuildWhenMaterialized(t, db, "c", "team:t1", 1000)
+	rep := replica{}
+	rep.applyRebuild(t, p.Rows)
+	requireReplica(t, liveScope(t, db, liveDocsSQL, "team:t1"), rep, "team:t1 after a REPEATABLE READ activation")
+}

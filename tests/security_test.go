@@ -525,6 +525,73 @@ func TestScopeAuthorizerRunsWithoutOwnerRights(t *testing.T) {
 	require.Empty(t, h.takeNotices())
 }
 
+// An authorizer's owner must not be able to write the pack's tables either (a grant,
+// pg_write_all_data, UPDATE on a pack sequence), nor hold rights that amount to the pack
+// owner's (CREATEROLE, the server's program and file roles), nor be a member of the
+// runner's role (docs/security.md, "Writing a scope authorizer",
+// rule 4). Found by review 2026-12-05: an owner in pg_write_all_data was accepted, and
+// one call of its body deleted the setting naming the authorizer: every scope open.
+// The rules hold again before every call.
+func TestScopeAuthorizerOwnerThatCanWriteThePack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	h := newHostileApp(t, db, true)
+	suffix := randomSuffix()
+	owners := map[string]string{
+		"write_all":  `IN ROLE pg_write_all_data`,
+		"grant":      ``,
+		"sequence":   ``,
+		"createrole": `CREATEROLE`,
+		"program":    `IN ROLE pg_execute_server_program`,
+		"files":      `IN ROLE pg_write_server_files`,
+		"runner":     `IN ROLE synchro_runner`,
+		"plain":      ``,
+	}
+	for name, opts := range owners {
+		role := pgx.Identifier{"authz_" + name + "_" + suffix}.Sanitize()
+		fn := "public.authz_" + name + "_" + suffix
+		mustExec(t, db, `CREATE ROLE `+role+` NOLOGIN `+opts+`;
+			CREATE FUNCTION `+fn+`(client_id text, scope text) RETURNS boolean LANGUAGE plpgsql
+			  SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f$
+			  BEGIN
+			    DELETE FROM synchro.setting; -- a flawed or hostile body
+			    RETURN scope = 'user:' || client_id;
+			  EXCEPTION WHEN insufficient_privilege THEN
+			    RETURN scope = 'user:' || client_id;
+			  END $f$;
+			ALTER FUNCTION `+fn+`(text, text) OWNER TO `+role)
+		t.Cleanup(func() {
+			_, _ = db.Pool.Exec(context.Background(), `DROP FUNCTION `+fn+`(text, text); DROP OWNED BY `+role+`; DROP ROLE `+role)
+		})
+	}
+	mustExec(t, db, `GRANT DELETE ON synchro.setting TO `+pgx.Identifier{"authz_grant_" + suffix}.Sanitize())
+	mustExec(t, db, `GRANT UPDATE ON SEQUENCE synchro.fence_ordinal TO `+pgx.Identifier{"authz_sequence_" + suffix}.Sanitize())
+	set := func(name string) error {
+		_, err := db.Pool.Exec(ctx, `SELECT synchro.set_scope_authorizer($1::regprocedure)`,
+			"public.authz_"+name+"_"+suffix+"(text, text)")
+		return err
+	}
+	for name := range owners {
+		if name == "plain" {
+			continue
+		}
+		requireSQLState(t, set(name), "SY400")
+	}
+
+	// A plain owner is accepted (its body's DELETE is refused); given
+	// pg_write_all_data afterwards, the authorizer is not called and the scope is
+	// refused.
+	require.NoError(t, set("plain"))
+	pull := func() error {
+		_, err := h.conn.Exec(h.ctx, `SELECT synchro.pull('a', 'user:a', NULL)`)
+		return err
+	}
+	requireSQLState(t, pull(), "SY409") // authorized, then no cursor
+	mustExec(t, db, `GRANT pg_write_all_data TO `+pgx.Identifier{"authz_plain_" + suffix}.Sanitize())
+	requireSQLState(t, pull(), "SY403")
+}
+
 // Registration requires that the calling operator may SELECT the relation.
 func TestRegistrationRequiresSelect(t *testing.T) {
 	t.Parallel()

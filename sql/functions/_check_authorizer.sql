@@ -29,6 +29,28 @@ AS $$
     -- hand them to any flaw of the function's body.
     WHEN pg_catalog.has_table_privilege(p.proowner, 'synchro.server_key', 'SELECT')
       THEN 'the function must not be owned by a role that can read synchro''s tables'
+    -- Nor write them (a grant, pg_write_all_data): one call of a flawed body removed
+    -- the setting that names the authorizer, and every scope was open
+    -- (TestRegistryAuthorizerOwnerThatCanWriteThePack, found by review 2026-12-05).
+    WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+                  WHERE c.relnamespace = n.oid
+                    AND ((c.relkind IN ('r', 'p', 'v')
+                          AND pg_catalog.has_table_privilege(p.proowner, c.oid, 'INSERT, UPDATE, DELETE, TRUNCATE'))
+                      OR (c.relkind = 'S' AND pg_catalog.has_sequence_privilege(p.proowner, c.oid, 'UPDATE'))))
+      THEN 'the function must not be owned by a role that can write synchro''s tables'
+    -- Roles that reach the server's files or programs, or can grant themselves any
+    -- role (the pack's included), hold the pack owner's rights in effect.
+    WHEN r.rolcreaterole
+      OR pg_catalog.pg_has_role(p.proowner, 'pg_execute_server_program', 'MEMBER')
+      OR pg_catalog.pg_has_role(p.proowner, 'pg_write_server_files', 'MEMBER')
+      OR pg_catalog.pg_has_role(p.proowner, 'pg_read_server_files', 'MEMBER')
+      THEN 'the function must not be owned by a role with CREATEROLE or the server''s file and program roles'
+    -- Nor by a member of the runner's role, whose functions write the stream. (The
+    -- operator's role stays allowed: deployments own authorizers by it, and its
+    -- functions check their own arguments.)
+    WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_roles pr
+                  WHERE pr.rolname = 'synchro_runner' AND pg_catalog.pg_has_role(p.proowner, pr.oid, 'MEMBER'))
+      THEN 'the function must not be owned by a member of synchro_runner'
     END
     FROM (SELECT fn) f
     LEFT JOIN pg_catalog.pg_proc p ON p.oid = f.fn

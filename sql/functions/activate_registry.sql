@@ -224,10 +224,13 @@ BEGIN
        AND NOT EXISTS (SELECT 1 FROM synchro.registration q WHERE q.generation = g AND q.relation_id = p.relation_id)
      ORDER BY rel.relation_id
   LOOP
+    -- By OID, not by the registered name: a renamed table keeps its triggers (and the
+    -- fence function could not be dropped: 2BP01, TestRegistryUnregisterRenamedTable),
+    -- and another table that took the name would lose its own.
     IF EXISTS (SELECT 1 FROM pg_class c WHERE c.oid = r.relid) THEN
       FOREACH trg IN ARRAY ARRAY['synchro_guard_key', 'synchro_guard_truncate', 'synchro_fence_insert',
                                    'synchro_fence_update', 'synchro_fence_delete'] LOOP
-        EXECUTE format('DROP TRIGGER IF EXISTS %I ON %I.%I', trg, r.schema_name, r.table_name);
+        EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', trg, r.relid::regclass);
       END LOOP;
     END IF;
     EXECUTE format('DROP FUNCTION IF EXISTS synchro.%I()', '_fence_' || r.relation_id);

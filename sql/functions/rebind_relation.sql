@@ -41,6 +41,19 @@ BEGIN
               WHERE b.generation = g AND b.relid = relation AND b.relation_id <> rebind_relation.relation_id) THEN
     RAISE EXCEPTION 'rebind refused: relation is the new table of another relation''s rebind' USING ERRCODE = 'SY400';
   END IF;
+  -- This transaction's own changes of the old table would be decoded after the
+  -- activation changed the relation's OID (they commit with it, past the position
+  -- recorded below), matched no relation and blocked the stream (unknown_relation):
+  -- they must commit first (TestRegistryRebindAfterWritingTheOldTable, found by review
+  -- 2026-12-05). The fence records its transaction on the row's reservation; a
+  -- transaction with no xid wrote nothing. Other transactions' changes of the old table
+  -- committed before its DROP, so before the position recorded below.
+  IF pg_current_xact_id_if_assigned() IS NOT NULL
+     AND EXISTS (SELECT 1 FROM synchro.row_version v
+                  WHERE v.relation_id = r.relation_id AND v.fence_txid = pg_current_xact_id_if_assigned()) THEN
+    RAISE EXCEPTION 'rebind refused: this transaction changed the registered relation before it was dropped; commit those changes first'
+      USING ERRCODE = 'SY400';
+  END IF;
   chk := synchro._check_relation(relation);
   IF chk.key_column <> r.key_column OR chk.key_pg_type <> r.key_pg_type THEN
     RAISE EXCEPTION 'rebind refused: the new relation''s primary key differs from the registered key' USING ERRCODE = 'SY400';

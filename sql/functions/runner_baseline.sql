@@ -55,7 +55,14 @@ BEGIN
   -- rows were never projected (TestBaselineRacesActivation). The runner compares the
   -- generation seen here with the latest one, read on another connection, before it
   -- commits, and starts over with a new slot when they differ.
-  PERFORM pg_advisory_xact_lock(hashtextextended('synchro.registry', synchro._lock_seed()));
+  -- Through synchro._registry_lock, which also writes the registry clock: an activation
+  -- at REPEATABLE READ whose snapshot predates this commit read "no stream yet" and
+  -- requested no projection bootstrap, its table's rows in neither the baseline nor a
+  -- bootstrap (TestRegistryRepeatableReadActivationAfterFirstStart, found by review
+  -- 2026-12-05); it fails with 40001 now and is retried whole. The baseline itself
+  -- fails so (and the runner starts over) when a registry change committed after its
+  -- snapshot, which the check above would have sent back anyway if it was an activation.
+  PERFORM synchro._registry_lock();
   RETURN 1;
 END
 $$;

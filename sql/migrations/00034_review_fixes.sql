@@ -16,6 +16,26 @@
 -- a transaction, which it was then handed split
 -- (TestConsumerGroupCreateRefusedOutsideReadCommitted).
 --
+-- The registry (found by review 2026-12-05):
+--
+-- synchro.rebind_relation refuses (SY400) in a transaction that changed the registered
+-- table before dropping it: those changes committed with the swap, past the position it
+-- records, were decoded after the relation named the new OID, matched no relation and
+-- blocked the stream (TestRegistryRebindAfterWritingTheOldTable).
+--
+-- synchro.activate_registry drops a leaving relation's triggers by OID, not by its
+-- registered name: a renamed table could not be unregistered (2BP01), and a table that
+-- took the name lost its own triggers (TestRegistryUnregisterRenamedTable).
+--
+-- synchro.runner_baseline writes the registry clock (synchro._registry_lock): an
+-- activation at REPEATABLE READ whose snapshot predates the first start's baseline
+-- requested no projection bootstrap, and the new table's rows were never projected; it
+-- fails with 40001 now (TestRegistryRepeatableReadActivationAfterFirstStart).
+--
+-- synchro._check_authorizer refuses an owner that can write the pack's tables or
+-- sequences, has CREATEROLE, is a member of the server's program and file roles or of
+-- synchro_runner (TestScopeAuthorizerOwnerThatCanWriteThePack).
+--
 -- And synchro._activation_lock_tables retries a deadlock reported to its side (40P01,
 -- a server whose deadlock_timeout is below its 100 ms lock wait) as it retries a lock
 -- timeout.
