@@ -115,6 +115,16 @@ BEGIN
     END IF;
   END IF;
 
+  -- The stream generation again, after the read, for the same reason: a reset activated
+  -- after the check above retires this generation, and a compaction that committed
+  -- after it deletes the retired generation's changes whatever the groups acknowledged
+  -- (synchro._consumer_compact), so the read may have seen part of them. The group
+  -- reads SY409 from now on anyway; this read does too, rather than hand out a split
+  -- transaction (found by reading, review 2026-12-05; no test forces the interleaving).
+  IF (SELECT p.stream_generation FROM synchro.progress p) IS DISTINCT FROM gen THEN
+    RAISE EXCEPTION 'rebuild_required: the consumer group''s checkpoint belongs to another stream generation; recreate the group'
+      USING ERRCODE = 'SY409';
+  END IF;
   -- The outstanding batch ends at this read's last transaction.
   UPDATE synchro.consumer_group_state cg SET handed_through = last_lsn WHERE cg.name = g.name;
   RETURN jsonb_build_object('transactions', coalesce(txns, '[]'::jsonb), 'has_more', more);

@@ -10,6 +10,10 @@
 -- floor, even one below the recorded horizon
 -- (TestConsumerGroupCompactKeepsAGroupBelowTheHorizon).
 --
+-- synchro.read_changes checks the stream generation again after its read: a reset
+-- activated and a compaction committed between its check and its read could have left
+-- it part of a retired generation's transaction (SY409 now, as the group's next read).
+--
 -- synchro.create_consumer_group runs at READ COMMITTED only (SY400 otherwise), as
 -- synchro.compact does: a REPEATABLE READ snapshot taken before its compaction lock read
 -- an older horizon, and the group started below changes a batch had deleted, in part of
