@@ -68,8 +68,11 @@
 // Client). Each transfer stages its pages under sequence numbers of its own (a random
 // base) and applies them only if all are still there and the scope's cursor is still
 // the one it started from: the Client that applies first wins, the other drops its
-// pages (a Sync that lost its staged pages to the other returns an error and the next
-// one fetches them again). Never a cursor past changes that were not applied.
+// pages and pulls again from the cursor the first saved, which may be older than its
+// own transfer's (so a Sync never ends with less than it fetched: a push accepted
+// before it started is in). A Sync that lost its staged pages to the other returns an
+// error and the next one fetches them again. Never a cursor past changes that were not
+// applied.
 //
 // An upsert writes the scope's hold with its image (added, or replaced); a delete
 // removes the scope's hold. Each scope converges to the server's state when it syncs

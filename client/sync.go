@@ -79,6 +79,14 @@ func (c *Client) Sync(ctx context.Context, scope string) error {
 			}
 			rebuilds++
 			err := c.rebuild(ctx, scope)
+			if errors.Is(err, errMovedOn) {
+				// Another Client of this store applied a rebuild or pull first. Not
+				// necessarily a newer one: pull again from the cursor it saved, so
+				// this Sync ends no older than its own start (a push this Client saw
+				// accepted before it is in).
+				c.log.Info("synchro client: another Sync of this store moved the scope first; pulling from its cursor", "scope", scopeRef(scope))
+				continue
+			}
 			if sqlState(err) == codeRebuildRequired {
 				c.log.Warn("synchro client: rebuild session stale, rebuilding again", "scope", scopeRef(scope), "rebuilds", rebuilds)
 				last409 = err
@@ -88,12 +96,21 @@ func (c *Client) Sync(ctx context.Context, scope string) error {
 			return err
 		}
 		err = c.pull(ctx, scope, cursor)
+		if errors.Is(err, errMovedOn) {
+			// As above: the other Client's transfer may be older than this one's
+			// (TestClientTwoInstancesMovedOnKeepsReadYourWrites); the loop pulls from
+			// the cursor it saved.
+			c.log.Info("synchro client: another Sync of this store moved the scope first; pulling from its cursor", "scope", scopeRef(scope))
+			continue
+		}
 		if sqlState(err) == codeRebuildRequired {
 			c.log.Info("synchro client: rebuild required", "scope", scopeRef(scope))
 			last409 = err
 			// Drop the cursor durably: a crash from here on resumes with a rebuild.
-			// Rows and holds stay readable until the rebuild replaces them.
-			if _, err := c.store.ExecContext(ctx, `UPDATE scopes SET cursor = NULL WHERE scope = ?`, scope); err != nil {
+			// Rows and holds stay readable until the rebuild replaces them. Only the
+			// cursor that was refused: another Client of this store may have saved a
+			// newer one meanwhile.
+			if _, err := c.store.ExecContext(ctx, `UPDATE scopes SET cursor = NULL WHERE scope = ? AND cursor IS ?`, scope, cursor); err != nil {
 				return err
 			}
 			continue
@@ -178,11 +195,7 @@ func (c *Client) rebuild(ctx context.Context, scope string) (err error) {
 			return err
 		}
 		if err := c.applyRebuild(ctx, tr, rowsEnd, cursor, *page.Checksum); err != nil {
-			if errors.Is(err, errMovedOn) {
-				c.log.Info("synchro client: another Sync of this store brought the scope up to date first; this rebuild is dropped", "scope", scopeRef(scope))
-				return nil
-			}
-			return err
+			return err // errMovedOn: Sync pulls from the cursor the other Client saved
 		}
 		c.log.Info("synchro client: scope rebuilt", "scope", scopeRef(scope), "rows", rowsEnd-tr.base, "pages", pages,
 			"caught_up", tr.next-rowsEnd, "took", time.Since(start))
@@ -200,11 +213,7 @@ func (c *Client) pull(ctx context.Context, scope, cursor string) error {
 		return err
 	}
 	if err := c.applyPull(ctx, tr, next); err != nil {
-		if errors.Is(err, errMovedOn) {
-			c.log.Info("synchro client: another Sync of this store brought the scope up to date first; this pull is dropped", "scope", scopeRef(scope))
-			return nil
-		}
-		return err
+		return err // errMovedOn: Sync pulls again from the cursor the other Client saved
 	}
 	if n := tr.next - tr.base; n > 0 {
 		c.log.Debug("synchro client: pulled", "scope", scopeRef(scope), "changes", n)
