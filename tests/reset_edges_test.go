@@ -804,6 +804,14 @@ func TestResetEdgeBeginTwiceRepeatableRead(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, r2Exec(b, `SELECT synchro.begin_reset('third')`))
 	_, err = txr.Exec(ctx, `SELECT synchro.begin_reset('fourth')`)
+	// 40001 since begin_reset takes the registry lock (TestResetRacesRegistryActivation):
+	// the other reset wrote the registry clock after this snapshot. Retried whole, the
+	// call reads the open reset: SY400.
+	requireSQLState(t, err, "40001")
+	require.NoError(t, txr.Rollback(ctx))
+	txr, err = a.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	require.NoError(t, err)
+	_, err = txr.Exec(ctx, `SELECT synchro.begin_reset('fourth')`)
 	requireSQLState(t, err, "SY400")
 	require.NoError(t, txr.Rollback(ctx))
 	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.reset WHERE phase = 'requested'`))
@@ -1231,4 +1239,106 @@ func TestResetEdgeActivateRacesAbort(t *testing.T) {
 	write(t, db, `INSERT INTO notes VALUES ('n2', 'o1', 'after')`)
 	rows, _ := fullRebuild(t, db, "c", "owner:o1", 100)
 	require.ElementsMatch(t, []string{"notes/n1", "notes/n2"}, rowKeys(rows))
+}
+
+const resetRaceDocsLive = `
+SELECT 'docs', d.id, rv.version, to_jsonb(d)::text
+  FROM docs d JOIN synchro.row_version rv
+    ON rv.relation_id = (SELECT relation_id FROM synchro.relation WHERE table_id = 'docs') AND rv.pk = d.id
+ WHERE 'doc:' || d.owner = $1`
+
+// A registry activation and a stream reset race (docs/bootstrap.md: no activation while
+// a reset is open; any isolation level). Found by review 2026-12-05: begin_reset took no
+// registry lock, so (a) an activation at REPEATABLE READ whose snapshot predated the
+// reset read "no reset open" and went through, and its new table's 20 rows were in
+// neither stream (a rebuild after the reset held 1 of 21, readiness green, nothing
+// quarantined); (b) an activation still uncommitted when the reset began failed the
+// reset's staging (23502). Now (a) fails with 40001 and goes through once the reset is
+// over, and (b)'s begin_reset waits for the activation's commit; both end with every
+// live row in the scope.
+func TestResetRacesRegistryActivation(t *testing.T) {
+	// Not parallel: a reset's exported snapshot waits for every xid-holding transaction.
+	ctx := context.Background()
+	const docs = `CREATE TABLE docs (id text PRIMARY KEY, owner text, body text);
+		INSERT INTO docs SELECT 'd' || i, 'o1', 'pre' FROM generate_series(1, 20) i;
+		GRANT SELECT ON docs TO synchro_operator;`
+	requireAllDocs := func(t *testing.T, db *testdb.DB) {
+		mustExec(t, db, `INSERT INTO docs VALUES ('late', 'o1', 'after')`)
+		var got replica
+		eventually(t, 60*time.Second, "a rebuild of doc:o1 with the late row", func() bool {
+			p, err := rebuildRaw(db, "c1", "doc:o1", "", 10000)
+			if err != nil {
+				return false
+			}
+			got = replica{}
+			got.applyRebuild(t, p.Rows)
+			_, ok := got["docs/late"]
+			return ok
+		})
+		require.Equal(t, 21, len(got), "every live row of docs")
+		requireReplica(t, liveScope(t, db, resetRaceDocsLive, "doc:o1"), got, "after the reset")
+		requireNoQuarantine(t, db)
+	}
+
+	t.Run("repeatable read activation", func(t *testing.T) {
+		e := newSyncEnv(t, docs+`
+			SELECT synchro.register_table('docs', 'docs');
+			SELECT synchro.add_scope_rule('docs', 'doc:', 'owner');`)
+		db := e.db
+		late := newOperator(t, db)
+		tx, err := late.conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		var one int
+		require.NoError(t, tx.QueryRow(ctx, `SELECT 1`).Scan(&one)) // the snapshot
+
+		op := newOperator(t, db)
+		id := op.begin(t, "race")
+		op.waitPhase(t, id, "ready")
+		_, err = tx.Exec(ctx, `SELECT synchro.activate_registry()`)
+		requireSQLState(t, err, "40001")
+		require.NoError(t, tx.Rollback(ctx))
+
+		require.NoError(t, op.exec(`SELECT synchro.activate_reset($1)`, id))
+		require.NoError(t, op.exec(`SELECT synchro.activate_registry()`), "retried once the reset is over")
+		requireAllDocs(t, db)
+	})
+
+	t.Run("activation in flight", func(t *testing.T) {
+		e := newSyncEnv(t, docs)
+		db := e.db
+		tx, err := db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		_, err = tx.Exec(ctx, `SELECT synchro.register_table('docs', 'docs');
+			SELECT synchro.add_scope_rule('docs', 'doc:', 'owner');
+			SELECT synchro.activate_registry();`)
+		require.NoError(t, err)
+
+		op := newOperator(t, db)
+		begun := make(chan string, 1)
+		go func() {
+			var id string
+			if err := op.conn.QueryRow(ctx, `SELECT synchro.begin_reset('race')::text`).Scan(&id); err != nil {
+				id = "error: " + err.Error()
+			}
+			begun <- id
+		}()
+		select {
+		case id := <-begun:
+			t.Fatalf("begin_reset returned while an activation was in flight: %s", id)
+		case <-time.After(2 * time.Second):
+		}
+		require.NoError(t, tx.Commit(ctx))
+		var id string
+		select {
+		case id = <-begun:
+		case <-time.After(30 * time.Second):
+			t.Fatal("begin_reset did not return after the activation committed")
+		}
+		require.NotContains(t, id, "error")
+		op.waitPhase(t, id, "ready")
+		require.NoError(t, op.exec(`SELECT synchro.activate_reset($1)`, id))
+		requireAllDocs(t, db)
+	})
 }

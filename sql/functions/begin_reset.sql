@@ -19,6 +19,14 @@ BEGIN
   IF reason IS NULL OR length(reason) < 1 OR length(reason) > 200 THEN
     RAISE EXCEPTION 'begin_reset: reason must be 1 to 200 characters' USING ERRCODE = 'SY400';
   END IF;
+  -- The registry lock first (synchro._registry_lock; activate_registry takes it
+  -- first too, so the two never wait on each other in the other order): a registry
+  -- activation in flight commits before the reset exists, and one whose snapshot
+  -- predates this commit fails with 40001 instead of reading "no reset open". Without
+  -- it an activation at REPEATABLE READ went through while this reset was open and its
+  -- new table's rows were in neither stream, and one still uncommitted here failed the
+  -- reset's staging (TestResetRacesRegistryActivation, found by review 2026-12-05).
+  PERFORM synchro._registry_lock();
   -- The progress row lock waits for a materialization in flight: the old stream's
   -- last batch commits before the reset exists, or sees it and refuses.
   SELECT pr.stream_generation, g.slot_name INTO p

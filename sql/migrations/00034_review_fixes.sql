@@ -36,6 +36,12 @@
 -- requested no projection bootstrap, and the new table's rows were never projected; it
 -- fails with 40001 now (TestRegistryRepeatableReadActivationAfterFirstStart).
 --
+-- synchro.begin_reset takes the registry lock (synchro._registry_lock, which writes the
+-- registry clock): an activation at REPEATABLE READ whose snapshot predated the reset
+-- went through while it was open, its new table's rows in neither stream, and one still
+-- uncommitted when the reset began failed the reset's staging
+-- (TestResetRacesRegistryActivation).
+--
 -- synchro._check_authorizer refuses an owner that can write the pack's tables or
 -- sequences, has CREATEROLE, is a member of the server's program and file roles or of
 -- synchro_runner (TestScopeAuthorizerOwnerThatCanWriteThePack).
