@@ -1,7 +1,7 @@
 # Synchro developer tasks. `make` (or `make help`) lists them.
 
 GO         ?= go
-TEST_FLAGS ?= -count=1 -timeout 25m
+TEST_FLAGS ?= -count=1 -timeout 45m
 BENCH_ARGS ?=
 FUZZTIME   ?= 5m
 PG_MAJORS  ?= 16 17 18
