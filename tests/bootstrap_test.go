@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -642,4 +643,62 @@ func TestBootstrapMergeProbesProjection(t *testing.T) {
 	t.Logf("sequential tuple reads of synchro.projection during the merge of %d rows: %d", rows, seq1-seq0)
 	require.Less(t, seq1-seq0, int64(20*rows),
 		"the merge scanned the projection once per merged row (a plan cached while it was nearly empty)")
+}
+
+// A filled table registered on a running stream; before the runner versioned its rows
+// (runner down), a client pushes an update of a row that was there before with a wrong
+// base_version: the conflict carries the row's current version and row (CONTRACT.md,
+// Push: both present when the row is), and an update with that version is accepted;
+// then an insert. After the merge the client's gate opens and its rebuild holds exactly
+// the live rows and versions. Found by review 2026-12-05: the conflict carried a null
+// version with the row present, which no base_version could match until the bootstrap.
+func TestPushToUnversionedRowDuringBootstrap(t *testing.T) {
+	t.Parallel()
+	e := newSyncEnv(t, "")
+	db := e.db
+	ctx := context.Background()
+	write(t, db, `INSERT INTO notes VALUES ('n1', 'o1', 'first')`)
+	_, cur := startScope(t, db, "pusher", "owner:o1")
+	e.stopRunner(t)
+	mustExec(t, db, `CREATE TABLE docs (id text PRIMARY KEY, owner text, body text);
+		INSERT INTO docs SELECT 'd' || i, 'o1', 'pre' FROM generate_series(1, 20) i;
+		SELECT synchro.register_table('docs', 'docs');
+		SELECT synchro.add_scope_rule('docs', 'doc:', 'owner');
+		SELECT synchro.activate_registry();`)
+	raw, err := pushRawOn(ctx, db.Pool, "pusher", pushJSON(t, pushUpd(pushID(), "docs", "d1", "bogus", pm{"body": "x"})))
+	require.NoError(t, err)
+	var out struct {
+		Results []struct {
+			Status  string          `json:"status"`
+			Version *string         `json:"version"`
+			Row     json.RawMessage `json:"row"`
+		} `json:"results"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(raw), &out))
+	require.Equal(t, "conflict", out.Results[0].Status)
+	require.NotNil(t, out.Results[0].Version, "conflict on a present row carries its current version")
+	raw, err = pushRawOn(ctx, db.Pool, "pusher", pushJSON(t, pushUpd(pushID(), "docs", "d1", *out.Results[0].Version, pm{"body": "pushed"})))
+	require.NoError(t, err)
+	require.Contains(t, raw, `"accepted"`)
+	raw, err = pushRawOn(ctx, db.Pool, "pusher", pushJSON(t, pushIns(pushID(), "docs", "new1", pm{"owner": "o1", "body": "ins"})))
+	require.NoError(t, err)
+	require.Contains(t, raw, `"accepted"`)
+	_, err = pullRaw(db, "pusher", "owner:o1", cur, 100)
+	requireSQLState(t, err, "SY503")
+	e.startRunner(t)
+	waitBootstraps(t, db)
+	var got replica
+	eventually(t, 60*time.Second, "rebuild served", func() bool {
+		p, err := rebuildRaw(db, "pusher", "doc:o1", "", 10000)
+		if err != nil {
+			return false
+		}
+		got = replica{}
+		got.applyRebuild(t, p.Rows)
+		return true
+	})
+	require.Equal(t, 21, len(got))
+	requireReplica(t, liveScope(t, db, docsByOwnerLive, "doc:o1"), got, "after the merge")
+	_, err = pullRaw(db, "pusher", "owner:o1", cur, 100)
+	require.NoError(t, err)
 }

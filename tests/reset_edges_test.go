@@ -1241,7 +1241,7 @@ func TestResetEdgeActivateRacesAbort(t *testing.T) {
 	require.ElementsMatch(t, []string{"notes/n1", "notes/n2"}, rowKeys(rows))
 }
 
-const resetRaceDocsLive = `
+const docsByOwnerLive = `
 SELECT 'docs', d.id, rv.version, to_jsonb(d)::text
   FROM docs d JOIN synchro.row_version rv
     ON rv.relation_id = (SELECT relation_id FROM synchro.relation WHERE table_id = 'docs') AND rv.pk = d.id
@@ -1276,7 +1276,7 @@ func TestResetRacesRegistryActivation(t *testing.T) {
 			return ok
 		})
 		require.Equal(t, 21, len(got), "every live row of docs")
-		requireReplica(t, liveScope(t, db, resetRaceDocsLive, "doc:o1"), got, "after the reset")
+		requireReplica(t, liveScope(t, db, docsByOwnerLive, "doc:o1"), got, "after the reset")
 		requireNoQuarantine(t, db)
 	}
 

@@ -53,6 +53,22 @@ BEGIN
       FROM synchro.row_version r
      WHERE r.relation_id = _push_enter.relation_id AND r.pk = _push_enter.pk
        FOR UPDATE;
+    IF NOT FOUND THEN
+      -- A row push could read has no reservation yet: a table holding rows was
+      -- registered on a running stream and its projection bootstrap has not versioned
+      -- them (synchro.runner_bootstrap_versions). A conflict carried a null version
+      -- with the row present, which no base_version can ever match
+      -- (TestPushToUnversionedRowDuringBootstrap, found by review 2026-12-05). It gets
+      -- its version here, as the bootstrap would give it (which keeps a version that
+      -- exists: ON CONFLICT DO NOTHING), and the reservation is locked as for any row.
+      INSERT INTO synchro.row_version AS r (relation_id, pk, version)
+      VALUES (_push_enter.relation_id, _push_enter.pk, synchro._new_version())
+      ON CONFLICT ON CONSTRAINT row_version_pkey DO NOTHING;
+      SELECT r.version, r.deleted INTO version, deleted
+        FROM synchro.row_version r
+       WHERE r.relation_id = _push_enter.relation_id AND r.pk = _push_enter.pk
+         FOR UPDATE;
+    END IF;
   END IF;
   -- A hint for the fence trigger that a push context may exist in this transaction
   -- (the row below is what counts; the setting only spares direct writes the lookup).

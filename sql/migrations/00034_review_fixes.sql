@@ -42,6 +42,11 @@
 -- uncommitted when the reset began failed the reset's staging
 -- (TestResetRacesRegistryActivation).
 --
+-- synchro._push_enter gives a row push can read but that has no reservation yet (a
+-- table holding rows registered on a running stream, before its bootstrap versioned
+-- them) its version, as the bootstrap would: a conflict carried a null version with the
+-- row present, which no base_version could match (TestPushToUnversionedRowDuringBootstrap).
+--
 -- synchro._check_authorizer refuses an owner that can write the pack's tables or
 -- sequences, has CREATEROLE, is a member of the server's program and file roles or of
 -- synchro_runner (TestScopeAuthorizerOwnerThatCanWriteThePack).
