@@ -600,3 +600,22 @@ func (q *Queries) SlotRetention(ctx context.Context, slotName string) (SlotReten
 	)
 	return i, err
 }
+
+const walsenderDecoding = `-- name: WalsenderDecoding :one
+SELECT coalesce((SELECT a.state = 'active' AND (a.wait_event IS NULL OR a.wait_event_type = 'IO')
+                   FROM pg_catalog.pg_stat_activity a
+                  WHERE a.pid = $1::int AND a.backend_type = 'walsender'), false)::boolean AS decoding
+`
+
+// Session (runner/session.go): whether the walsender serving this session's
+// replication connection is decoding (on CPU or reading WAL or spilled changes) when
+// the connection has been silent for the receive timeout. A walsender replaying a
+// transaction it sends nothing of (a bulk write to an unregistered table) answers
+// only every wal_sender_timeout / 2; one waiting for WAL or blocked on its socket
+// would have answered, so that silence is a dead path.
+func (q *Queries) WalsenderDecoding(ctx context.Context, pid int32) (bool, error) {
+	row := q.db.QueryRow(ctx, walsenderDecoding, pid)
+	var decoding bool
+	err := row.Scan(&decoding)
+	return decoding, err
+}

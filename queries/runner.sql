@@ -179,3 +179,14 @@ LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND N
 LEFT JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
 WHERE c.oid = ANY (sqlc.arg(relids)::bigint[]::oid[])
 GROUP BY c.oid, n.nspname, c.relname, c.relreplident, i.indkey;
+
+-- Session (runner/session.go): whether the walsender serving this session's
+-- replication connection is decoding (on CPU or reading WAL or spilled changes) when
+-- the connection has been silent for the receive timeout. A walsender replaying a
+-- transaction it sends nothing of (a bulk write to an unregistered table) answers
+-- only every wal_sender_timeout / 2; one waiting for WAL or blocked on its socket
+-- would have answered, so that silence is a dead path.
+-- name: WalsenderDecoding :one
+SELECT coalesce((SELECT a.state = 'active' AND (a.wait_event IS NULL OR a.wait_event_type = 'IO')
+                   FROM pg_catalog.pg_stat_activity a
+                  WHERE a.pid = sqlc.arg(pid)::int AND a.backend_type = 'walsender'), false)::boolean AS decoding;

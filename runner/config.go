@@ -36,7 +36,8 @@ type Config struct {
 	// wal_sender_timeout.
 	StandbyInterval time.Duration
 	// ReceiveTimeout: a replication connection that delivers nothing for this
-	// long is dead (default 3 × StandbyInterval).
+	// long is dead (default 3 × StandbyInterval), unless the server says its
+	// walsender is decoding (reader.decoding).
 	ReceiveTimeout time.Duration
 	// IdleInterval is the least time between two idle acknowledgements
 	// (default 1s): recording one writes WAL, which brings another keepalive.

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/synchro/synchro/gen"
 )
 
 // sessionParams are pinned on every session the runner opens, the replication
@@ -200,4 +202,22 @@ func closeReplication(ctx context.Context, conn *pgconn.PgConn) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
 	defer cancel()
 	_ = conn.Close(cctx)
+}
+
+// walsenderDecoding returns the reader's question to the server (reader.decoding):
+// whether the walsender with pid is decoding, asked on a connection of its own,
+// opened for the question and closed after it (a silent session is rare), within
+// timeout. No answer (the server or the path down) is no.
+func walsenderDecoding(dbURL string, pid uint32, timeout time.Duration) func(context.Context) bool {
+	return func(ctx context.Context) bool {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		conn, err := connect(ctx, dbURL, "synchro-runner-probe")
+		if err != nil {
+			return false
+		}
+		defer closeQuietly(ctx, conn)
+		busy, err := gen.New(conn).WalsenderDecoding(ctx, int32(pid))
+		return err == nil && busy
+	}
 }

@@ -105,6 +105,7 @@ func (r *Runner) session(work, stop context.Context) error {
 	budget := newByteBudget(r.cfg.BufferBytes, r.cfg.Metrics)
 	rd := newReader(&r.cfg, repl, frontier, items, budget, stop, &r.received)
 	rd.boundary = dec.Boundary
+	rd.decoding = walsenderDecoding(r.cfg.DatabaseURL, repl.PID(), r.cfg.ReceiveTimeout)
 	ap := newApplier(&r.cfg, r.log, apply, st.StreamGeneration, frontier, rd.wake, r.serialUntil, key)
 	pipelined := r.cfg.ApplySessions > 1
 	if pipelined {

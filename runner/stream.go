@@ -96,6 +96,14 @@ type reader struct {
 	// reading after the applier held it back: the receive timeout measures only
 	// time spent waiting for the server.
 	lastRecv time.Time
+	// decoding asks the server, on a connection of its own, whether the walsender
+	// of this session is busy decoding (nil: never asked). A walsender that replays
+	// a transaction it sends nothing of (a bulk write to an unregistered table)
+	// answers only every wal_sender_timeout / 2: the receive timeout ended such a
+	// session, the next one replayed the same transaction from the start, and
+	// capture never passed it (TestRunnerSilentReplayOfUnregisteredBulkWrite, found
+	// by review 2026-12-05).
+	decoding func(context.Context) bool
 }
 
 func newReader(cfg *Config, conn *pgconn.PgConn, f *Frontier, items chan<- item, budget *byteBudget,
@@ -197,7 +205,11 @@ func (r *reader) run(ctx context.Context) error {
 			}
 		}
 		if now.Sub(r.lastRecv) > r.cfg.ReceiveTimeout {
-			return errDeadConnection
+			if r.decoding == nil || !r.decoding(ctx) {
+				return errDeadConnection
+			}
+			// Silent but alive: the server says its walsender is decoding.
+			r.lastRecv = now
 		}
 		deadline := nextStatus
 		if d := r.lastRecv.Add(r.cfg.ReceiveTimeout); d.Before(deadline) {

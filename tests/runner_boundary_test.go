@@ -607,3 +607,35 @@ func TestBoundaryMessageAuthentication(t *testing.T) {
 	_, err = app.conn.Exec(ctx, `SELECT * FROM synchro.runner_message_key()`)
 	requireSQLState(t, err, "42501")
 }
+
+// A bulk write to a table the pack does not capture: the walsender replays the whole
+// transaction at its commit and sends nothing of it, and while it does it answers only
+// every wal_sender_timeout / 2 (30 s by default). The runner took that silence for a
+// dead connection after its receive timeout, the walsender it left kept the slot busy
+// ("replication slot is still active") until it finished, and the next session replayed
+// the same transaction from the start: capture never passed it, under both decoders,
+// with no quarantine (found by review 2026-12-05, with 4,000,000 rows and the tests'
+// 5 s receive timeout). The reader now asks the server, on a connection of its own,
+// whether its walsender is decoding before it gives the session up.
+func TestRunnerSilentReplayOfUnregisteredBulkWrite(t *testing.T) {
+	t.Parallel()
+	e := newAppEnv(t, appItemsDDL+`; CREATE TABLE app.bulk (id int8, v int8)`, appItemsRegistry, func(c *runner.Config) {
+		c.StandbyInterval = 500 * time.Millisecond
+		c.ReceiveTimeout = time.Second
+	})
+	e.appExec(t, `INSERT INTO app.items (id, owner) VALUES (1, 'a')`)
+	waitEffects(t, e.db, 1)
+
+	e.appExec(t, `INSERT INTO app.bulk SELECT g, g FROM generate_series(1, 1000000) g`)
+	e.appExec(t, `INSERT INTO app.items (id, owner) VALUES (2, 'a')`)
+	materialized := pollFor(120*time.Second, func() bool {
+		return countOf(t, e.db, `SELECT count(*) FROM synchro.effect WHERE pk = '2'`) > 0
+	})
+	logs := e.logs.String()
+	dead := strings.Count(logs, "delivered nothing within the receive timeout")
+	require.True(t, materialized, "capture stalled behind a bulk write to an unregistered table (%d sessions, %d ended as dead connections)",
+		strings.Count(logs, "replication started"), dead)
+	require.Zero(t, dead, "sessions ended as dead connections while the walsender decoded")
+	require.Equal(t, 1, strings.Count(logs, "replication started"), "one session throughout")
+	requireNoQuarantine(t, e.db)
+}
