@@ -3797,6 +3797,18 @@ BEGIN
   IF NOT synchro._called_from_push() THEN
     RAISE EXCEPTION 'push helpers are called by synchro.push only' USING ERRCODE = 'insufficient_privilege';
   END IF;
+  -- At REPEATABLE READ or SERIALIZABLE every read below sees the registry of the
+  -- caller's snapshot: after an activation committed, such a push checked and wrote
+  -- the columns of the generation that activation retired, and returned a column no
+  -- longer registered (TestPushRepeatableReadAfterActivation). Locking the active
+  -- generation's row fails with 40001 when an activation updated it after the snapshot
+  -- (waiting for one in flight first): the caller retries the whole transaction, as for
+  -- any stale REPEATABLE READ snapshot, and the retry sees the new registry. READ
+  -- COMMITTED takes a new snapshot per statement and skips the lock: concurrent pushes
+  -- would otherwise share (multixact) locks on this one row.
+  IF current_setting('transaction_isolation') <> 'read committed' THEN
+    PERFORM FROM synchro.registry_generation g WHERE g.state = 'active' FOR SHARE;
+  END IF;
   IF client_id IS NULL OR length(client_id) NOT BETWEEN 1 AND 256 THEN
     RAISE EXCEPTION 'push: client_id must be 1 to 256 characters' USING ERRCODE = 'SY400';
   END IF;

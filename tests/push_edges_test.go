@@ -655,3 +655,72 @@ func TestPushEdgeCapturePendingAfterUnregister(t *testing.T) {
 	t.Logf("write fence coverage: %s", cov)
 	require.NoError(t, last, "the pushing client is served once the stream caught up")
 }
+
+// A push at REPEATABLE READ whose snapshot predates an activation read the registry of
+// its snapshot: after set_columns removed a column and the activation committed, such
+// a push wrote the removed column and returned it (found by review 2026-12-05). It
+// fails with 40001 now and is retried whole, as every REPEATABLE READ transaction that
+// a concurrent commit made stale; the retry sees the new registry. Also when the
+// activation is still in flight at the push: the push waits for it, then fails.
+func TestPushRepeatableReadAfterActivation(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newSyncEnv(t, "")
+	db := e.db
+	narrow := `SELECT synchro.set_columns((SELECT relation_id FROM synchro.relation WHERE table_id = 'tasks'),
+	             ARRAY[%s]::name[]); SELECT synchro.activate_registry();`
+	withTitle := func(id int) []map[string]any {
+		return []map[string]any{{"id": mutationID(9, id), "table": "tasks", "op": "insert", "pk": id,
+			"row": map[string]any{"owner": "a", "title": "t"}}}
+	}
+
+	t.Run("committed", func(t *testing.T) {
+		tx, err := db.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		_, err = tx.Exec(ctx, `SELECT 1`) // the snapshot
+		require.NoError(t, err)
+		mustExec(t, db, fmt.Sprintf(narrow, `'id', 'project_id', 'owner', 'reviewer', 'v'`))
+
+		_, err = pushRaw(ctx, tx, "rr", withTitle(1))
+		requireSQLState(t, err, "40001")
+		require.NoError(t, tx.Rollback(ctx))
+
+		// Retried whole: the column is no longer registered.
+		_, err = pushRaw(ctx, db.Pool, "rr", withTitle(1))
+		requireSQLState(t, err, "SY400")
+		_, err = pushRaw(ctx, db.Pool, "rr", []map[string]any{{"id": mutationID(9, 1), "table": "tasks", "op": "insert", "pk": 1,
+			"row": map[string]any{"owner": "a"}}})
+		require.NoError(t, err)
+		require.Zero(t, countOf(t, db, `SELECT count(*) FROM tasks WHERE title IS NOT NULL`))
+	})
+
+	t.Run("in-flight", func(t *testing.T) {
+		tx, err := db.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		_, err = tx.Exec(ctx, `SELECT 1`)
+		require.NoError(t, err)
+
+		act, err := db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = act.Rollback(ctx) }()
+		_, err = act.Exec(ctx, fmt.Sprintf(narrow, `'id', 'project_id', 'owner', 'v'`))
+		require.NoError(t, err)
+
+		done := make(chan error, 1)
+		go func() {
+			_, err := pushRaw(ctx, tx, "rr2", []map[string]any{{"id": mutationID(9, 2), "table": "tasks", "op": "insert", "pk": 2,
+				"row": map[string]any{"owner": "a", "reviewer": "r"}}})
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			t.Fatalf("the push did not wait for the activation in flight: %v", err)
+		case <-time.After(500 * time.Millisecond):
+		}
+		require.NoError(t, act.Commit(ctx))
+		requireSQLState(t, <-done, "40001")
+		require.Zero(t, countOf(t, db, `SELECT count(*) FROM tasks WHERE reviewer IS NOT NULL`))
+	})
+}

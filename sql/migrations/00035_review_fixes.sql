@@ -1,0 +1,14 @@
+-- +goose Up
+-- Push (found by review 2026-12-05, twenty-fourth session):
+--
+-- synchro._push_prepare locks the active registry generation's row (FOR SHARE) in a
+-- REPEATABLE READ or SERIALIZABLE transaction: such a push read the registry of its
+-- snapshot, and after an activation that removed a column committed it wrote that
+-- column and returned it. It fails with 40001 now, and its retry sees the new registry
+-- (TestPushRepeatableReadAfterActivation).
+--
+-- The function files of this release ride on this migration (goose.go,
+-- finalMigration), which ends with synchro._refresh_fences(): every registered
+-- relation's fence is regenerated.
+
+-- +goose Down
