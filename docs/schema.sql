@@ -3805,8 +3805,11 @@ BEGIN
   -- (waiting for one in flight first): the caller retries the whole transaction, as for
   -- any stale REPEATABLE READ snapshot, and the retry sees the new registry. READ
   -- COMMITTED takes a new snapshot per statement and skips the lock: concurrent pushes
-  -- would otherwise share (multixact) locks on this one row.
-  IF current_setting('transaction_isolation') <> 'read committed' THEN
+  -- would otherwise share (multixact) locks on this one row. A read-only transaction
+  -- writes nothing a stale registry could shape (its replays return recorded outcomes),
+  -- and may not lock rows (25006).
+  IF current_setting('transaction_isolation') <> 'read committed'
+     AND current_setting('transaction_read_only') = 'off' THEN
     PERFORM FROM synchro.registry_generation g WHERE g.state = 'active' FOR SHARE;
   END IF;
   IF client_id IS NULL OR length(client_id) NOT BETWEEN 1 AND 256 THEN

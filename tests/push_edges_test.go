@@ -695,6 +695,21 @@ func TestPushRepeatableReadAfterActivation(t *testing.T) {
 		require.Zero(t, countOf(t, db, `SELECT count(*) FROM tasks WHERE title IS NOT NULL`))
 	})
 
+	// A read-only transaction takes no lock (25006 otherwise): its replay of a decided
+	// mutation returns the recorded outcome.
+	t.Run("read-only-replay", func(t *testing.T) {
+		m := []map[string]any{{"id": mutationID(9, 3), "table": "tasks", "op": "insert", "pk": 3,
+			"row": map[string]any{"owner": "a"}}}
+		first, err := pushRaw(ctx, db.Pool, "rr3", m)
+		require.NoError(t, err)
+		tx, err := db.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		again, err := pushRaw(ctx, tx, "rr3", m)
+		require.NoError(t, err)
+		require.JSONEq(t, first, again)
+	})
+
 	t.Run("in-flight", func(t *testing.T) {
 		tx, err := db.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
 		require.NoError(t, err)
