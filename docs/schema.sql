@@ -7936,7 +7936,7 @@ CREATE FUNCTION synchro.retry_poison() RETURNS void
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
-  UPDATE synchro.quarantine SET retry_requested = true WHERE resolved_at IS NULL;
+  UPDATE synchro.quarantine SET retry_requested = true, retry_seq = retry_seq + 1 WHERE resolved_at IS NULL;
   IF NOT FOUND THEN
     RAISE EXCEPTION 'retry_poison: no blocking poison exists' USING ERRCODE = 'SY400';
   END IF;
@@ -8367,10 +8367,10 @@ $$;
 ALTER FUNCTION synchro.runner_message_key() OWNER TO postgres;
 
 --
--- Name: runner_poison(bigint, pg_lsn, text, bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
+-- Name: runner_poison(bigint, pg_lsn, text, bigint, bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
-CREATE FUNCTION synchro.runner_poison(stream_generation bigint, commit_lsn pg_lsn, failure_class text, relation_id bigint) RETURNS void
+CREATE FUNCTION synchro.runner_poison(stream_generation bigint, commit_lsn pg_lsn, failure_class text, relation_id bigint, attempt_seq bigint DEFAULT NULL::bigint) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -8379,12 +8379,17 @@ BEGIN
   VALUES (stream_generation, commit_lsn, failure_class, relation_id)
   ON CONFLICT ON CONSTRAINT quarantine_pkey DO UPDATE
     SET attempts = q.attempts + 1, last_seen = now(), failure_class = excluded.failure_class,
-        relation_id = excluded.relation_id, retry_requested = false, resolved_at = NULL;
+        relation_id = excluded.relation_id,
+        -- A record resolved before (and poisoned again) starts over: its old requests
+        -- were served.
+        retry_requested = q.resolved_at IS NULL AND runner_poison.attempt_seq IS NOT NULL
+                          AND q.retry_seq > runner_poison.attempt_seq,
+        resolved_at = NULL;
 END
 $$;
 
 
-ALTER FUNCTION synchro.runner_poison(stream_generation bigint, commit_lsn pg_lsn, failure_class text, relation_id bigint) OWNER TO postgres;
+ALTER FUNCTION synchro.runner_poison(stream_generation bigint, commit_lsn pg_lsn, failure_class text, relation_id bigint, attempt_seq bigint) OWNER TO postgres;
 
 --
 -- Name: runner_release(); Type: FUNCTION; Schema: synchro; Owner: postgres
@@ -8968,17 +8973,17 @@ ALTER FUNCTION synchro.runner_stage_open() OWNER TO postgres;
 -- Name: runner_state(); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
-CREATE FUNCTION synchro.runner_state() RETURNS TABLE(stream_generation bigint, slot_name text, generation_start_lsn pg_lsn, materialized_commit_lsn pg_lsn, processed_end_lsn pg_lsn, acknowledged_end_lsn pg_lsn, registry_generation bigint, poison_commit_lsn pg_lsn, poison_class text, retry_requested boolean, plugin text)
+CREATE FUNCTION synchro.runner_state() RETURNS TABLE(stream_generation bigint, slot_name text, generation_start_lsn pg_lsn, materialized_commit_lsn pg_lsn, processed_end_lsn pg_lsn, acknowledged_end_lsn pg_lsn, registry_generation bigint, poison_commit_lsn pg_lsn, poison_class text, retry_requested boolean, plugin text, retry_seq bigint)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
   SELECT p.stream_generation, g.slot_name, p.generation_start_lsn, p.materialized_commit_lsn,
          p.processed_end_lsn, p.acknowledged_end_lsn, p.registry_generation,
-         q.commit_lsn, q.failure_class, q.retry_requested, g.plugin
+         q.commit_lsn, q.failure_class, q.retry_requested, g.plugin, q.retry_seq
     FROM synchro.progress p
     JOIN synchro.stream_generation g ON g.stream_generation = p.stream_generation
     LEFT JOIN LATERAL (
-      SELECT q.commit_lsn, q.failure_class, q.retry_requested
+      SELECT q.commit_lsn, q.failure_class, q.retry_requested, q.retry_seq
         FROM synchro.quarantine q
        WHERE q.stream_generation = p.stream_generation AND q.resolved_at IS NULL
        ORDER BY q.commit_lsn
@@ -9465,6 +9470,7 @@ CREATE TABLE synchro.quarantine (
     last_seen timestamp with time zone DEFAULT now() NOT NULL,
     retry_requested boolean DEFAULT false NOT NULL,
     resolved_at timestamp with time zone,
+    retry_seq bigint DEFAULT 0 NOT NULL,
     CONSTRAINT quarantine_failure_class_bounded CHECK ((failure_class ~ '^[a-z0-9_]{1,48}$'::text))
 );
 
@@ -11641,11 +11647,11 @@ GRANT ALL ON FUNCTION synchro.runner_message_key() TO synchro_runner;
 
 
 --
--- Name: FUNCTION runner_poison(stream_generation bigint, commit_lsn pg_lsn, failure_class text, relation_id bigint); Type: ACL; Schema: synchro; Owner: postgres
+-- Name: FUNCTION runner_poison(stream_generation bigint, commit_lsn pg_lsn, failure_class text, relation_id bigint, attempt_seq bigint); Type: ACL; Schema: synchro; Owner: postgres
 --
 
-REVOKE ALL ON FUNCTION synchro.runner_poison(stream_generation bigint, commit_lsn pg_lsn, failure_class text, relation_id bigint) FROM PUBLIC;
-GRANT ALL ON FUNCTION synchro.runner_poison(stream_generation bigint, commit_lsn pg_lsn, failure_class text, relation_id bigint) TO synchro_runner;
+REVOKE ALL ON FUNCTION synchro.runner_poison(stream_generation bigint, commit_lsn pg_lsn, failure_class text, relation_id bigint, attempt_seq bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.runner_poison(stream_generation bigint, commit_lsn pg_lsn, failure_class text, relation_id bigint, attempt_seq bigint) TO synchro_runner;
 
 
 --

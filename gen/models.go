@@ -211,6 +211,7 @@ type SynchroQuarantine struct {
 	LastSeen         time.Time
 	RetryRequested   bool
 	ResolvedAt       *time.Time
+	RetrySeq         int64
 }
 
 type SynchroReadinessLimit struct {

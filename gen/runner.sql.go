@@ -378,7 +378,8 @@ func (q *Queries) RunnerMessageKey(ctx context.Context) (RunnerMessageKeyRow, er
 
 const runnerPoison = `-- name: RunnerPoison :exec
 SELECT synchro.runner_poison($1::bigint, $2::text::pg_lsn,
-                             $3::text, $4::bigint)
+                             $3::text, $4::bigint,
+                             $5::bigint)
 `
 
 type RunnerPoisonParams struct {
@@ -386,15 +387,18 @@ type RunnerPoisonParams struct {
 	CommitLsn        string
 	FailureClass     string
 	RelationID       *int64
+	AttemptSeq       int64
 }
 
-// Applier (runner/apply.go): quarantine a poison source transaction (relation_id NULL when unknown).
+// Applier (runner/apply.go): quarantine a poison source transaction (relation_id NULL when
+// unknown; attempt_seq: the retry request the session ran under, runner_state's retry_seq).
 func (q *Queries) RunnerPoison(ctx context.Context, arg RunnerPoisonParams) error {
 	_, err := q.db.Exec(ctx, runnerPoison,
 		arg.StreamGeneration,
 		arg.CommitLsn,
 		arg.FailureClass,
 		arg.RelationID,
+		arg.AttemptSeq,
 	)
 	return err
 }
@@ -430,10 +434,11 @@ SELECT s.stream_generation::bigint                     AS stream_generation,
        coalesce(s.poison_commit_lsn::text, '')::text   AS poison_commit_lsn,
        coalesce(s.poison_class, '')::text              AS poison_class,
        coalesce(s.retry_requested, false)::boolean     AS retry_requested,
-       coalesce(s.plugin, '')::text                    AS plugin
+       coalesce(s.plugin, '')::text                    AS plugin,
+       coalesce(s.retry_seq, 0)::bigint                AS retry_seq
 FROM synchro.runner_state() AS s(stream_generation, slot_name, generation_start_lsn, materialized_commit_lsn,
                                  processed_end_lsn, acknowledged_end_lsn, registry_generation,
-                                 poison_commit_lsn, poison_class, retry_requested, plugin)
+                                 poison_commit_lsn, poison_class, retry_requested, plugin, retry_seq)
 `
 
 type RunnerStateRow struct {
@@ -448,6 +453,7 @@ type RunnerStateRow struct {
 	PoisonClass           string
 	RetryRequested        bool
 	Plugin                string
+	RetrySeq              int64
 }
 
 // readState (runner/control.go, session.go): the active stream's durable progress and blocking
@@ -467,6 +473,7 @@ func (q *Queries) RunnerState(ctx context.Context) (RunnerStateRow, error) {
 		&i.PoisonClass,
 		&i.RetryRequested,
 		&i.Plugin,
+		&i.RetrySeq,
 	)
 	return i, err
 }

@@ -34,10 +34,11 @@ SELECT s.stream_generation::bigint                     AS stream_generation,
        coalesce(s.poison_commit_lsn::text, '')::text   AS poison_commit_lsn,
        coalesce(s.poison_class, '')::text              AS poison_class,
        coalesce(s.retry_requested, false)::boolean     AS retry_requested,
-       coalesce(s.plugin, '')::text                    AS plugin
+       coalesce(s.plugin, '')::text                    AS plugin,
+       coalesce(s.retry_seq, 0)::bigint                AS retry_seq
 FROM synchro.runner_state() AS s(stream_generation, slot_name, generation_start_lsn, materialized_commit_lsn,
                                  processed_end_lsn, acknowledged_end_lsn, registry_generation,
-                                 poison_commit_lsn, poison_class, retry_requested, plugin);
+                                 poison_commit_lsn, poison_class, retry_requested, plugin, retry_seq);
 
 -- slotPosition (runner/control.go): the slot as pg_replication_slots shows it, for reconciliation
 -- and for recording acknowledgements; no row when it does not exist. '' stands for NULL.
@@ -103,10 +104,12 @@ SELECT synchro.runner_idle(sqlc.arg(boundary)::text::pg_lsn)::text AS processed_
 -- name: RunnerAck :exec
 SELECT synchro.runner_ack(sqlc.arg(lsn)::text::pg_lsn);
 
--- Applier (runner/apply.go): quarantine a poison source transaction (relation_id NULL when unknown).
+-- Applier (runner/apply.go): quarantine a poison source transaction (relation_id NULL when
+-- unknown; attempt_seq: the retry request the session ran under, runner_state's retry_seq).
 -- name: RunnerPoison :exec
 SELECT synchro.runner_poison(sqlc.arg(stream_generation)::bigint, sqlc.arg(commit_lsn)::text::pg_lsn,
-                             sqlc.arg(failure_class)::text, sqlc.narg(relation_id)::bigint);
+                             sqlc.arg(failure_class)::text, sqlc.narg(relation_id)::bigint,
+                             sqlc.arg(attempt_seq)::bigint);
 
 -- Applier (runner/apply.go, stage.go): the registered columns of every relation (union over
 -- the generations from from_generation on, NULL: the stream's; key included), after the

@@ -63,6 +63,10 @@ type applier struct {
 	gen      int64
 	frontier *Frontier
 	wake     func() // tells the reader that the durable boundary moved
+	// retrySeq: the retry requests counted for the blocking poison when the session
+	// started (runner_state): a failed attempt records it (runner_poison), so a
+	// request made while the attempt ran is not cleared.
+	retrySeq int64
 
 	budget *byteBudget // the reader's; the applier releases what it takes
 	slot   string      // the stream's slot (the active-slot pointer); "" is Config.Slot
@@ -936,6 +940,7 @@ func (a *applier) recordPoison(ctx context.Context, commitLSN pglogrepl.LSN, v V
 		CommitLsn:        commitLSN.String(),
 		FailureClass:     v.Class,
 		RelationID:       v.RelationID,
+		AttemptSeq:       a.retrySeq,
 	})
 	if err != nil {
 		return fmt.Errorf("synchro: runner_poison: %w", err)

@@ -22,7 +22,13 @@ var snapshotName = regexp.MustCompile(`^[0-9A-Fa-f]+(-[0-9A-Fa-f]+)+$`)
 // while its creating connection stays open and idle, materialize the baseline of
 // the rows already there under that snapshot. The slot's consistent point
 // becomes generation_start of stream generation 1.
-func (r *Runner) bootstrap(ctx context.Context) (err error) {
+//
+// A stop while the slot's creation waits for the transactions running in the
+// cluster (one idle application transaction holds it for as long as it stays
+// open) ends the wait: nothing is created then (the server drops a slot still
+// being created), and the next start begins again. Once the slot exists the
+// baseline is the transaction in hand, finished after a stop.
+func (r *Runner) bootstrap(ctx, stop context.Context) (err error) {
 	r.setState(stateBaseline)
 	conn, err := connect(ctx, r.cfg.DatabaseURL, "synchro-runner-baseline")
 	if err != nil {
@@ -60,8 +66,18 @@ func (r *Runner) bootstrap(ctx context.Context) (err error) {
 	// as long as they run: not watched by /livez.
 	r.live.idle(LoopSession)
 	plugin := r.plugin.Name()
-	res, err := decode.CreateSlot(ctx, repl, r.plugin, r.cfg.Slot)
+	sctx, cancel := context.WithCancel(ctx)
+	unhook := context.AfterFunc(stop, cancel)
+	res, err := decode.CreateSlot(sctx, repl, r.plugin, r.cfg.Slot)
+	unhook()
+	cancel()
 	if err != nil {
+		if stop.Err() != nil && ctx.Err() == nil {
+			// A clean stop (the session loop returns nil on a canceled context
+			// after a stop), not a failure of the first start.
+			r.log.Info("stopped while the first start's slot waited for running transactions")
+			return fmt.Errorf("synchro: create replication slot: %w", context.Canceled)
+		}
 		return fmt.Errorf("synchro: create replication slot: %w", err)
 	}
 	defer func() {

@@ -42,7 +42,11 @@ const bootstrapVersionChunk = 2000
 // serveBootstrap stages the requested projection bootstraps, if any. With a stream
 // reset open it only allocates the row versions (the reset's baseline needs them;
 // its activation subsumes the bootstrap).
-func (r *Runner) serveBootstrap(work context.Context, resetOpen bool) (err error) {
+//
+// A stop while the temporary slot's creation waits for the transactions running in
+// the cluster ends the wait, as in a stream reset: nothing was staged, and the next
+// start stages the bootstrap again.
+func (r *Runner) serveBootstrap(work, stop context.Context, resetOpen bool) (err error) {
 	conn, err := connect(work, r.cfg.DatabaseURL, "synchro-runner-bootstrap", applyParams[:]...)
 	if err != nil {
 		return err
@@ -58,7 +62,7 @@ func (r *Runner) serveBootstrap(work context.Context, resetOpen bool) (err error
 	r.setState(stateBootstrapping)
 	log := r.log.With("bootstrap_generation", todo[len(todo)-1].Generation, "relations", len(todo))
 	defer func() {
-		if err != nil && work.Err() == nil {
+		if err != nil && work.Err() == nil && stop.Err() == nil {
 			// A session that could not be opened says nothing about the stage: a
 			// fatal refusal stops the runner, and the stage is retried after it.
 			if v := Classify(err); v.Disposition != Transient && !isConnectFailure(err) {
@@ -100,10 +104,18 @@ func (r *Runner) serveBootstrap(work context.Context, resetOpen bool) (err error
 	slot := fmt.Sprintf("synchro_bootstrap_%d", repl.PID())
 	// Creating the slot waits for every transaction running in the cluster.
 	r.live.idle(LoopSession)
-	res, err := pglogrepl.CreateReplicationSlot(work, repl, slot, r.plugin.Name(),
+	sctx, cancel := context.WithCancel(work)
+	unhook := context.AfterFunc(stop, cancel)
+	res, err := pglogrepl.CreateReplicationSlot(sctx, repl, slot, r.plugin.Name(),
 		pglogrepl.CreateReplicationSlotOptions{Temporary: true, SnapshotAction: "EXPORT_SNAPSHOT", Mode: pglogrepl.LogicalReplication})
+	unhook()
+	cancel()
 	r.live.beat(LoopSession)
 	if err != nil {
+		if stop.Err() != nil && work.Err() == nil {
+			log.Info("stopped while the bootstrap slot waited for running transactions: staged at the next start")
+			return fmt.Errorf("synchro: create bootstrap slot: %w", context.Canceled)
+		}
 		return fmt.Errorf("synchro: create bootstrap slot: %w", err)
 	}
 	cp, err := pglogrepl.ParseLSN(res.ConsistentPoint)

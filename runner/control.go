@@ -131,6 +131,7 @@ func readState(ctx context.Context, db gen.DBTX) (Progress, bool, error) {
 	p.RegistryGeneration = row.RegistryGeneration
 	p.PoisonClass = row.PoisonClass
 	p.RetryRequested = row.RetryRequested
+	p.RetrySeq = row.RetrySeq
 	p.Plugin = row.Plugin
 	return p, true, nil
 }

@@ -23,6 +23,7 @@ type Progress struct {
 	PoisonCommit       pglogrepl.LSN // 0 = no active poison
 	PoisonClass        string
 	RetryRequested     bool
+	RetrySeq           int64  // retry requests made for the poison: runner_poison's attempt_seq
 	Plugin             string // the output plugin the stream records
 }
 

@@ -71,6 +71,10 @@ func (r *Runner) setState(s heartbeatState) {
 
 func (r *Runner) getState() heartbeatState { return r.state.Load().(heartbeatState) }
 
+// ErrShutdownTimeout: a stop's drain (finishing the transaction in hand) took
+// longer than Config.ShutdownTimeout (synchro run --shutdown-timeout).
+var ErrShutdownTimeout = errors.New("synchro: stop: the drain exceeded the shutdown timeout")
+
 // errControlLost: the control session (and with it the runner claim) is gone,
 // typically because PostgreSQL restarted or the network dropped. The runner
 // stops the session in hand, connects again with backoff, claims again and
@@ -83,16 +87,40 @@ var errControlLost = errors.New("synchro: control session lost, and with it the 
 // control session (a PostgreSQL restart, a network drop) by claiming again; a
 // poison transaction blocks the stream until synchro.retry_poison() is called.
 // ErrAlreadyRunning when another runner holds the database.
-func (r *Runner) Run(ctx context.Context) error {
+func (r *Runner) Run(ctx context.Context) (err error) {
 	// work outlives ctx by at most ShutdownTimeout, so the transaction in hand
-	// can finish after a stop.
+	// can finish after a stop. Past it the work in hand is abandoned (rolled back;
+	// the next start replays it from the slot) and Run says so, rather than
+	// returning the bare cancellation (which exited 1 with "context canceled").
 	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
+	var (
+		drainMu    sync.Mutex
+		drain      *time.Timer
+		returned   bool
+		drainFired atomic.Bool
+	)
 	stopAfter := context.AfterFunc(ctx, func() {
 		r.setState(stateStopping)
-		time.AfterFunc(r.cfg.ShutdownTimeout, cancelWork)
+		drainMu.Lock()
+		defer drainMu.Unlock()
+		if !returned {
+			drain = time.AfterFunc(r.cfg.ShutdownTimeout, func() { drainFired.Store(true); cancelWork() })
+		}
 	})
-	defer stopAfter()
+	defer func() {
+		stopAfter()
+		drainMu.Lock()
+		returned = true
+		if drain != nil {
+			drain.Stop()
+		}
+		drainMu.Unlock()
+		if err != nil && drainFired.Load() {
+			err = fmt.Errorf("%w (%s): the work in hand was abandoned and the next start replays it: %w",
+				ErrShutdownTimeout, r.cfg.ShutdownTimeout, err)
+		}
+	}()
 	defer r.live.idle(LoopSession)
 
 	r.live.beat(LoopSession)
@@ -356,7 +384,7 @@ func (r *Runner) step(work, stop context.Context) error {
 		// under another decoder than the stream's nothing is staged (refused below).
 		resetOpen := r.resetOpen(work)
 		if resetOpen || st.Plugin == r.plugin.Name() {
-			if err := r.serveBootstrap(work, resetOpen); err != nil {
+			if err := r.serveBootstrap(work, stop, resetOpen); err != nil {
 				if r.ctl.lost() {
 					return fmt.Errorf("%w: %w", errControlLost, err)
 				}
@@ -376,7 +404,7 @@ func (r *Runner) step(work, stop context.Context) error {
 				"switching decoders needs a stream reset (docs/decoders.md)", st.Plugin, r.plugin.Name())}
 	}
 	if !ok {
-		if err := r.bootstrap(work); err != nil {
+		if err := r.bootstrap(work, stop); err != nil {
 			if v := Classify(err); v.Disposition != Transient {
 				return &fatalError{err: err}
 			}

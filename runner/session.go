@@ -107,6 +107,7 @@ func (r *Runner) session(work, stop context.Context) error {
 	rd.boundary = dec.Boundary
 	rd.decoding = walsenderDecoding(r.cfg.DatabaseURL, repl.PID(), r.cfg.ReceiveTimeout)
 	ap := newApplier(&r.cfg, r.log, apply, st.StreamGeneration, frontier, rd.wake, r.serialUntil, key)
+	ap.retrySeq = st.RetrySeq
 	pipelined := r.cfg.ApplySessions > 1
 	if pipelined {
 		// A pack older than this runner (not migrated yet) has no pipelined halves:

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -40,6 +41,9 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	if fs.NArg() > 0 {
 		fs.Usage()
 		return fmt.Errorf("dev: unexpected arguments %s", shownArgs(fs.Args()))
+	}
+	if !hostPort(*listen) {
+		return errors.New("dev: --listen: want host:port with a host (0.0.0.0:8080 or [::]:8080 for every interface)")
 	}
 	if *existing != "" {
 		if err := migrateUp(ctx, e, *existing); err != nil {

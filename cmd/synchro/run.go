@@ -34,6 +34,7 @@ const (
 	envBufferBytes = "SYNCHRO_BUFFER_BYTES"
 	envBatchBytes  = "SYNCHRO_BATCH_BYTES"
 	envApplySess   = "SYNCHRO_APPLY_SESSIONS"
+	envShutdown    = "SYNCHRO_SHUTDOWN_TIMEOUT"
 )
 
 func runRun(ctx context.Context, e *env, args []string) error {
@@ -69,6 +70,8 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		"bytes of replication payloads buffered ahead of materialization (a larger payload passes alone) (default $"+envBufferBytes+")")
 	batchBytes := fs.Int64("batch-bytes", 8<<20,
 		"bytes of staged rows per COPY batch (a larger row goes alone) (default $"+envBatchBytes+")")
+	shutdown := fs.Duration("shutdown-timeout", 60*time.Second,
+		"after SIGTERM or SIGINT, how long the transaction in hand may take to finish; past it, it is abandoned (the next start replays it) and the exit status is 1 (default $"+envShutdown+")")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -85,6 +88,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		{"liveness-timeout", envLiveness}, {"backoff-max", envBackoffMax}, {"metrics-interval", envMetricsIntv},
 		{"batch-txns", envBatchTxns}, {"batch-events", envBatchEvents}, {"batch-delay", envBatchDelay},
 		{"apply-sessions", envApplySess}, {"buffer-bytes", envBufferBytes}, {"batch-bytes", envBatchBytes},
+		{"shutdown-timeout", envShutdown},
 	})
 	if err != nil {
 		return err
@@ -107,6 +111,14 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		{"apply-sessions", *applySessions != 1 && *applySessions != 2, "1 or 2"},
 		{"buffer-bytes", *bufferBytes <= 0, "a positive integer"},
 		{"batch-bytes", *batchBytes <= 0, "a positive integer"},
+		{"shutdown-timeout", *shutdown <= 0, "a positive duration"},
+		// An empty value (a template's unset "$SLOT") fell back to the default:
+		// another slot or publication than meant, or the probes on every interface
+		// at a random port (net.Listen("tcp", "")).
+		{"slot", *slot == "", "^[a-z0-9_]{1,63}$"},
+		{"publication", *publication == "", "a publication name"},
+		{"decoder", *decoder == "", "pgoutput or wal2json"},
+		{"listen", !hostPort(*listen), "host:port with a host (0.0.0.0:8080 or [::]:8080 for every interface)"},
 	} {
 		if c.bad {
 			return fmt.Errorf("run: %s: want %s", source[c.name], c.want)
@@ -132,6 +144,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		ApplySessions:     *applySessions,
 		BufferBytes:       *bufferBytes,
 		BatchBytes:        *batchBytes,
+		ShutdownTimeout:   *shutdown,
 	}, *listen)
 }
 
@@ -184,6 +197,13 @@ func serveRunnerOn(ctx context.Context, e *env, cfg runner.Config, ln net.Listen
 		return fmt.Errorf("%w: %w", errReported, runErr)
 	}
 	return runErr
+}
+
+// hostPort reports whether addr is host:port with a host: an empty host listens
+// on every interface, which must be asked for by name.
+func hostPort(addr string) bool {
+	host, port, err := net.SplitHostPort(addr)
+	return err == nil && host != "" && port != ""
 }
 
 // errReported marks an error already logged: the command exits 1 without

@@ -229,9 +229,11 @@ func (c *Cluster) prepareDir(dir, tempRoot string) error {
 	})
 }
 
-// clusterEntries are the names a cluster directory holds: the data directory and the
-// server's log (and its Unix socket, .s.PGSQL.<port>, with its lock file).
-var clusterEntries = map[string]bool{"data": true, "postgres.log": true}
+// clusterEntries are the names a cluster directory holds: the data directory, an
+// initdb's directory until it is renamed to it (left by an interrupted first start,
+// and removed by the next), and the server's log (and its Unix socket,
+// .s.PGSQL.<port>, with its lock file).
+var clusterEntries = map[string]bool{"data": true, "data.initdb": true, "postgres.log": true}
 
 // ownEntriesOnly refuses a directory that holds anything a cluster does not make: as
 // root, the whole directory is handed to the postgres OS user, and `synchro dev --dir
@@ -273,15 +275,32 @@ func (c *Cluster) checkReachable(dir string) error {
 
 func (c *Cluster) initdb(ctx context.Context) error {
 	if _, err := os.Stat(filepath.Join(c.dataDir, "PG_VERSION")); err == nil {
+		if _, err := os.Stat(filepath.Join(c.dataDir, "global", "pg_control")); err != nil {
+			// Left by an initdb killed halfway before initdb ran in a directory of
+			// its own: not a cluster, and not ours to delete.
+			return fmt.Errorf("pgcluster: %s holds no cluster (no global/pg_control: an interrupted initdb?): remove it and start again", c.dataDir)
+		}
 		c.logger.Info("pgcluster: reusing data directory", "dir", c.dataDir)
 		return nil
 	}
 	start := time.Now()
+	// Into a directory of its own, renamed to the data directory once it succeeded:
+	// an initdb killed halfway (a Ctrl-C during synchro dev's first start kills it,
+	// and it cannot clean up) left PG_VERSION behind, and every later start reused
+	// a cluster without pg_control (TestDevInterruptedInitdbThenRerun).
+	tmp := c.dataDir + ".initdb"
+	if err := os.RemoveAll(tmp); err != nil {
+		return fmt.Errorf("pgcluster: remove an unfinished initdb: %w", err)
+	}
 	cmd := c.command(ctx, "initdb",
-		"-D", c.dataDir, "-U", "postgres", "-A", "trust", "--no-sync",
+		"-D", tmp, "-U", "postgres", "-A", "trust", "--no-sync",
 		"-E", "UTF8", "--locale=C", "--no-instructions")
 	if out, err := cmd.CombinedOutput(); err != nil {
+		_ = os.RemoveAll(tmp)
 		return fmt.Errorf("pgcluster: initdb: %w\n%s", err, out)
+	}
+	if err := os.Rename(tmp, c.dataDir); err != nil {
+		return fmt.Errorf("pgcluster: initdb: %w", err)
 	}
 	c.logger.Info("pgcluster: initdb done", "dir", c.dataDir, "took", time.Since(start))
 	return nil

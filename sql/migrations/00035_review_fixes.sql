@@ -7,6 +7,18 @@
 -- column and returned it. It fails with 40001 now, and its retry sees the new registry
 -- (TestPushRepeatableReadAfterActivation).
 --
+-- Poison retries (found by review 2026-12-05, twenty-fourth session): a retry request
+-- made while an attempt ran was cleared when that attempt failed, and the stream stayed
+-- blocked after the repair (TestRetryRequestDuringFailingAttempt). Requests are counted
+-- (quarantine.retry_seq, by synchro.retry_poison); synchro.runner_state returns the
+-- count and synchro.runner_poison takes the one its attempt ran under (attempt_seq),
+-- keeping a later request asked for. runner_state's result gains a column and
+-- runner_poison an argument (a runner of an earlier release passes none: its request
+-- is cleared, as before), so both are dropped here and created again by their files.
+ALTER TABLE synchro.quarantine ADD COLUMN retry_seq bigint NOT NULL DEFAULT 0;
+DROP FUNCTION IF EXISTS synchro.runner_state();
+DROP FUNCTION IF EXISTS synchro.runner_poison(bigint, pg_lsn, text, bigint);
+
 -- The function files of this release ride on this migration (goose.go,
 -- finalMigration), which ends with synchro._refresh_fences(): every registered
 -- relation's fence is regenerated.
