@@ -739,3 +739,156 @@ func TestPushRepeatableReadAfterActivation(t *testing.T) {
 		require.Zero(t, countOf(t, db, `SELECT count(*) FROM tasks WHERE reviewer IS NOT NULL`))
 	})
 }
+
+// Found by an independent review of push (2026-12-05, twenty-fourth session); the first
+// four were red before their fix (a plain INSERT in a block of its own instead of ON
+// CONFLICT DO NOTHING RETURNING; messages of whole-call failures replaced).
+
+// An insert whose key exists but is hidden from the caller (row-level
+// security) is answered "conflict"; push ran the INSERT first (ON CONFLICT DO NOTHING)
+// and kept what the application's BEFORE INSERT trigger did for that proposed row: a
+// conflicted mutation left writes behind (here a registered row, fenced and so
+// pull-visible). The same INSERT run by the application fails 23505 and its trigger's
+// writes roll back with it; push's does now too.
+func TestPushConflictUndoesTriggerWrites(t *testing.T) {
+	t.Parallel()
+	e := pushSetup(t)
+	e.exec(`
+		CREATE FUNCTION public.owned_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+		  INSERT INTO public.tags (name, n) VALUES ('audit-' || NEW.id, NEW.id);
+		  RETURN NEW;
+		END $$;
+		CREATE TRIGGER owned_audit BEFORE INSERT ON public.owned FOR EACH ROW EXECUTE FUNCTION public.owned_audit();`)
+	_, ident := rp2Role(t, e, "rv_hidden")
+	e.exec(`GRANT SELECT, INSERT, UPDATE, DELETE ON public.owned TO ` + ident)
+	e.exec(`GRANT SELECT, INSERT ON public.tags TO ` + ident)
+	e.exec(`INSERT INTO public.owned (id, owner, body) VALUES (50, 'someone_else', 'theirs')`)
+	e.exec(`DELETE FROM public.tags`)
+	conn := rp2As(t, e, ident)
+
+	// The application's own INSERT of that key: 23505, nothing of it stays.
+	_, err := conn.Exec(e.ctx, `INSERT INTO public.owned (id, body) VALUES (50, 'mine')`)
+	require.Error(t, err)
+	require.Zero(t, e.count(`SELECT count(*) FROM public.tags`))
+
+	id := pushID()
+	raw, err := pushRawOn(e.ctx, conn, "c1", pushJSON(t, pushIns(id, "owned", 50, pm{"body": "mine"})))
+	require.NoError(t, err)
+	t.Logf("push: %s", raw)
+	res := pushParse(t, raw)
+	require.Equal(t, "conflict", rp2Status(t, res[0]))
+	require.Zero(t, e.count(`SELECT count(*) FROM public.tags`),
+		"a conflicted mutation must write nothing: the trigger's row of the proposed insert stayed (fenced: %d row_version)",
+		e.count(`SELECT count(*) FROM synchro.row_version rv JOIN synchro.relation r USING (relation_id) WHERE r.table_id = 'tags'`))
+}
+
+// The same without row-level security: two writers insert one key at once (READ
+// COMMITTED). The push that loses the race is answered "conflict", and its BEFORE
+// INSERT trigger's writes for the proposed row (which committed with the call) are
+// undone.
+func TestPushInsertRaceConflictUndoesTriggerWrites(t *testing.T) {
+	t.Parallel()
+	e := pushSetup(t)
+	e.exec(`
+		CREATE TABLE public.labels (name text PRIMARY KEY, color text);
+		CREATE FUNCTION public.labels_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+		  INSERT INTO public.tags (name, n) VALUES ('created-' || NEW.name || '-' || NEW.color, 1);
+		  RETURN NEW;
+		END $$;
+		CREATE TRIGGER labels_audit BEFORE INSERT ON public.labels FOR EACH ROW EXECUTE FUNCTION public.labels_audit();
+		SELECT synchro.register_table('public.labels', 'labels');
+		SELECT synchro.activate_registry();`)
+
+	// Another writer inserts the key and has not committed yet.
+	tx, err := e.db.Pool.Begin(e.ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	_, err = tx.Exec(e.ctx, `INSERT INTO public.labels (name, color) VALUES ('urgent', 'red')`)
+	require.NoError(t, err)
+
+	pid, ch := e.pushInBackground("c1", pushJSON(t, pushIns(pushID(), "labels", "urgent", pm{"color": "blue"})))
+	pushWaitForLock(t, e.ctx, e.db.Pool, pid)
+	time.Sleep(50 * time.Millisecond)
+	require.NoError(t, tx.Commit(e.ctx))
+	raw := pushAwait(t, ch)
+	t.Logf("push: %s", raw)
+	res := pushParse(t, raw)
+	require.Equal(t, "conflict", rp2Status(t, res[0]))
+	require.Zero(t, e.count(`SELECT count(*) FROM public.tags WHERE name = 'created-urgent-blue'`),
+		"the conflicted insert's trigger row committed (and was fenced for pull): %d write fences of client c1",
+		e.count(`SELECT count(*) FROM synchro.write_fence WHERE client_id = 'c1'`))
+}
+
+// Errors never carry row values (CONTRACT.md, Error codes). Push replaced the message
+// of a whole-call failure only outside classes 27, 0A, 40, 53, 54, 55, 57 and SY; an
+// application trigger that refuses a write with one of those classes (55000
+// object_not_in_prerequisite_state and 40001 are common "try later" choices) had its
+// message, with the row's value, passed to the push caller. Only SY keeps its message.
+func TestPushPassThroughErrorCarriesNoValue(t *testing.T) {
+	t.Parallel()
+	e := pushSetup(t)
+	e.exec(`
+		CREATE TABLE public.cards (id int4 PRIMARY KEY, number text);
+		CREATE FUNCTION public.cards_check() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+		  RAISE EXCEPTION 'card % is being processed, try later', NEW.number USING ERRCODE = '55000';
+		END $$;
+		CREATE TRIGGER cards_check BEFORE INSERT ON public.cards FOR EACH ROW EXECUTE FUNCTION public.cards_check();
+		SELECT synchro.register_table('public.cards', 'cards');
+		SELECT synchro.activate_registry();`)
+	_, err := pushRawOn(e.ctx, e.db.Pool, "c1", pushJSON(t, pushIns(pushID(), "cards", 1, pm{"number": "4111-1111-1111-1111"})))
+	pgErr := pushRequireCode(t, err, "55000")
+	t.Logf("error: %s", pgErr.Message)
+	require.NotContains(t, pgErr.Message, "4111-1111-1111-1111", "a push error carries the row's value")
+}
+
+// A "drop box" table whose row-level security lets the caller insert rows it may not
+// read back (INSERT WITH CHECK true, SELECT only its own). The application's INSERT
+// succeeds; push's INSERT ... ON CONFLICT DO NOTHING RETURNING made PostgreSQL apply the
+// SELECT policies to the new row as well (either clause does) and failed 42501, so push
+// rejected, for ever, a write the caller's privileges and policies allow.
+func TestPushInsertIntoWriteOnlyRows(t *testing.T) {
+	t.Parallel()
+	e := pushSetup(t)
+	e.exec(`
+		CREATE TABLE public.inbox (id int4 PRIMARY KEY, recipient text NOT NULL, body text);
+		ALTER TABLE public.inbox ENABLE ROW LEVEL SECURITY;
+		CREATE POLICY inbox_send ON public.inbox FOR INSERT WITH CHECK (true);
+		CREATE POLICY inbox_read ON public.inbox FOR SELECT USING (recipient = current_user);
+		SELECT synchro.register_table('public.inbox', 'inbox');
+		SELECT synchro.activate_registry();`)
+	_, ident := rp2Role(t, e, "rv_sender")
+	e.exec(`GRANT SELECT, INSERT ON public.inbox TO ` + ident)
+	conn := rp2As(t, e, ident)
+
+	// The application's own write is allowed.
+	_, err := conn.Exec(e.ctx, `INSERT INTO public.inbox (id, recipient, body) VALUES (1, 'someone_else', 'hello')`)
+	require.NoError(t, err)
+	_, err = conn.Exec(e.ctx, `INSERT INTO public.inbox (id, recipient, body) VALUES (3, 'someone_else', 'hello') ON CONFLICT (id) DO NOTHING`)
+	t.Logf("direct ON CONFLICT DO NOTHING: %v", err)
+
+	raw, err := pushRawOn(e.ctx, conn, "c1", pushJSON(t, pushIns(pushID(), "inbox", 2, pm{"recipient": "someone_else", "body": "hello"})))
+	require.NoError(t, err)
+	t.Logf("push: %s", raw)
+	res := pushParse(t, raw)
+	require.Equal(t, "accepted", rp2Status(t, res[0]), "the caller's policies allow this insert: %s", raw)
+}
+
+// A BEFORE INSERT trigger that skips the row (RETURN NULL): the mutation still gets an
+// outcome (conflict, as before the plain INSERT), never a whole-call failure.
+func TestPushInsertSkippedByTrigger(t *testing.T) {
+	t.Parallel()
+	e := pushSetup(t)
+	e.exec(`
+		CREATE TABLE public.sink (id int4 PRIMARY KEY, v text);
+		CREATE FUNCTION public.sink_skip() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;
+		CREATE TRIGGER sink_skip BEFORE INSERT ON public.sink FOR EACH ROW EXECUTE FUNCTION public.sink_skip();
+		SELECT synchro.register_table('public.sink', 'sink');
+		SELECT synchro.activate_registry();`)
+	raw, err := pushRawOn(e.ctx, e.db.Pool, "c1", pushJSON(t, pushIns(pushID(), "sink", 1, pm{"v": "x"})))
+	require.NoError(t, err)
+	t.Logf("push: %s", raw)
+	require.Equal(t, "conflict", rp2Status(t, pushParse(t, raw)[0]))
+}

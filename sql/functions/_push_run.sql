@@ -65,6 +65,7 @@ DECLARE
   -- is NOT NULL failed the write (23502) that plain SQL accepted
   -- (TestPushNotNullDomainColumn).
   col_defs text;
+  n_written bigint;
 BEGIN
   plan := synchro._push_prepare(client_id, mutations);
   -- Deferred constraints are checked at the end of each statement from here on, so a
@@ -178,13 +179,48 @@ BEGIN
                                         'version', ent.version, 'row', (SELECT coalesce(jsonb_object_agg(e.key, e.value), '{}')
                                           FROM jsonb_each(cur) e WHERE e.key = ANY (cols::text[])));
         ELSE
+          -- A plain INSERT, as the application's own: no ON CONFLICT and no RETURNING,
+          -- which both apply the SELECT policies to the new row (a row the caller may
+          -- insert but not read back was rejected 42501), and a key that exists fails
+          -- it, so whatever its BEFORE INSERT triggers wrote for the proposed row is
+          -- undone with this block (it stayed behind a conflict). Review 2026-12-05.
           stmt := format(
-            'INSERT INTO %s AS t (%s) SELECT %s FROM pg_catalog.jsonb_to_record($1) AS x(%s) '
-            'ON CONFLICT (%I) DO NOTHING RETURNING pg_catalog.to_jsonb(t.*)',
-            tgt, col_list, col_list, col_defs, m ->> 'key_column');
-          PERFORM pg_catalog.set_config('search_path', caller_search_path, true);
-          EXECUTE stmt INTO written USING row_in;
-          PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+            'INSERT INTO %s AS t (%s) SELECT %s FROM pg_catalog.jsonb_to_record($1) AS x(%s)',
+            tgt, col_list, col_list, col_defs);
+          BEGIN
+            PERFORM pg_catalog.set_config('search_path', caller_search_path, true);
+            EXECUTE stmt USING row_in;
+            GET DIAGNOSTICS n_written = ROW_COUNT;
+            PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+            IF n_written = 0 THEN
+              -- A BEFORE INSERT trigger skipped the row (returned NULL): nothing was
+              -- written; undo what the triggers did and answer as before (conflict).
+              RAISE EXCEPTION 'push: the proposed row was skipped' USING ERRCODE = 'SYC00';
+            END IF;
+            written := '{}'::jsonb;
+          EXCEPTION WHEN SQLSTATE 'SYC00' THEN
+            written := NULL;
+          WHEN unique_violation THEN
+            GET STACKED DIAGNOSTICS con = CONSTRAINT_NAME;
+            IF NOT EXISTS (
+                 SELECT 1 FROM pg_catalog.pg_index i
+                   JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
+                   JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+                  WHERE i.indrelid = tgt::pg_catalog.regclass AND i.indisunique AND i.indnatts = 1
+                    AND i.indpred IS NULL AND ic.relname = con AND a.attname = m ->> 'key_column') THEN
+              RAISE; -- another unique constraint: this mutation's rejection
+            END IF;
+            -- (The block's rollback restored the pinned search_path: what runs here is
+            -- the pack's.) At REPEATABLE READ or SERIALIZABLE a key that no snapshot
+            -- row holds and no policy hides was inserted by a transaction this snapshot
+            -- does not see: 40001, as ON CONFLICT answered, and the retry sees the row.
+            IF pg_catalog.current_setting('transaction_isolation') <> 'read committed'
+               AND NOT pg_catalog.row_security_active(tgt::pg_catalog.regclass) THEN
+              RAISE EXCEPTION 'push: the key of mutation % was inserted by a transaction this snapshot does not see', m ->> 'id'
+                USING ERRCODE = 'serialization_failure';
+            END IF;
+            written := NULL;
+          END;
           IF written IS NULL THEN
             -- The key exists after all (inserted concurrently, or hidden from this
             -- caller by row-level security): a conflict, with what the caller may see.
@@ -293,11 +329,26 @@ BEGIN
                     WHEN nullif(colname, '') IS NOT NULL THEN ' (column ' || colname || ')'
                     ELSE '' END;
         outcome := jsonb_build_object('id', m ->> 'id', 'status', 'rejected', 'code', st, 'reason', left(reason, 200));
-      ELSIF left(st, 2) IN ('27', '0A', '40', '53', '54', '55', '57', 'SY') THEN
-        -- Not this mutation's fault (serialization, deadlock, timeout, fence order,
-        -- unsupported operation, ...): the whole call fails, nothing is written. These
-        -- classes' messages (PostgreSQL's and the pack's own) name no value.
+      ELSIF left(st, 2) = 'SY' THEN
+        -- The pack's own refusals: the whole call fails; their messages name no value.
         RAISE;
+      ELSIF left(st, 2) IN ('27', '0A', '40', '53', '54', '55', '57') THEN
+        -- Not this mutation's fault (serialization, deadlock, timeout, fence order,
+        -- unsupported operation, ...): the whole call fails with its SQLSTATE, nothing is
+        -- written. Not with its message: PostgreSQL's name no value, but an application
+        -- trigger may raise these codes too ("try later", 55000) with the row's values in
+        -- the text, its detail or hint (TestPushPassThroughErrorCarriesNoValue, found by
+        -- review 2026-12-05). The condition's name stands in for it.
+        RAISE EXCEPTION 'push: the write of mutation % failed with SQLSTATE % (%): the call wrote nothing; retry it',
+          m ->> 'id', st,
+          CASE st WHEN '40001' THEN 'serialization_failure' WHEN '40P01' THEN 'deadlock_detected'
+                  WHEN '55P03' THEN 'lock_not_available' WHEN '57014' THEN 'query_canceled'
+                  WHEN '0A000' THEN 'feature_not_supported' WHEN '27000' THEN 'triggered_data_change_violation (fence order)'
+                  WHEN '55000' THEN 'object_not_in_prerequisite_state' WHEN '55006' THEN 'object_in_use'
+                  WHEN '53100' THEN 'disk_full' WHEN '53200' THEN 'out_of_memory' WHEN '53300' THEN 'too_many_connections'
+                  WHEN '54001' THEN 'statement_too_complex' WHEN '57P01' THEN 'admin_shutdown'
+                  ELSE 'class ' || left(st, 2) END
+          USING ERRCODE = st;
       ELSE
         -- Any other class fails the whole call too, with its SQLSTATE (CONTRACT.md), but
         -- not its message: a type's input function may quote the value it refused

@@ -7,6 +7,15 @@
 -- column and returned it. It fails with 40001 now, and its retry sees the new registry
 -- (TestPushRepeatableReadAfterActivation).
 --
+-- synchro._push_run inserts with a plain INSERT in a block of its own, no longer ON
+-- CONFLICT DO NOTHING RETURNING: a conflicting insert kept what the application's BEFORE
+-- INSERT triggers wrote for the proposed row (pull-visible when they wrote a registered
+-- table), and a row the caller may insert but not read back was rejected 42501 for ever
+-- (TestPushConflictUndoesTriggerWrites, TestPushInsertRaceConflictUndoesTriggerWrites,
+-- TestPushInsertIntoWriteOnlyRows). And a whole-call failure outside the pack's SY codes
+-- never keeps its message: an application trigger raising 55000 or 40001 passed the row's
+-- values to the caller (TestPushPassThroughErrorCarriesNoValue).
+--
 -- Poison retries (found by review 2026-12-05, twenty-fourth session): a retry request
 -- made while an attempt ran was cleared when that attempt failed, and the stream stayed
 -- blocked after the repair (TestRetryRequestDuringFailingAttempt). Requests are counted
