@@ -285,7 +285,12 @@ func TestObserveEdgeIdleNotLagging(t *testing.T) {
 	waitReady(t, db)
 	mustExec(t, db, `UPDATE synchro.readiness_limit SET commit_lag = interval '15 seconds'`)
 	waitReady(t, db)
-	deadline := time.Now().Add(30 * time.Second)
+	// Three standby intervals; -short (CI) two.
+	watch := 30 * time.Second
+	if testing.Short() {
+		watch = 20 * time.Second
+	}
+	deadline := time.Now().Add(watch)
 	maxLag := 0.0
 	for time.Now().Before(deadline) {
 		rows, ready := readinessOf(t, db)
