@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/synchro/synchro/tests/runproc"
-	"github.com/synchro/synchro/tests/testdb"
 )
 
 // A retry asked for after the repair, while an earlier attempt (started before the
@@ -25,14 +24,7 @@ import (
 func TestRetryRequestDuringFailingAttempt(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db, _, q := blockedStream(t, func(db *testdb.DB) {
-		mustExec(t, db, `
-			CREATE FUNCTION public.break_effects() RETURNS trigger LANGUAGE plpgsql AS
-			  $$ BEGIN RAISE EXCEPTION 'broken'; END $$;
-			CREATE TRIGGER break_effects BEFORE INSERT ON synchro.effect
-			  FOR EACH ROW EXECUTE FUNCTION public.break_effects();`)
-		mustExec(t, db, `INSERT INTO items (id, owner) VALUES (9, 'a')`)
-	})
+	db, _, q := blockedStream(t, breakEffects(t))
 	require.Equal(t, "materialize_p0001", q.Class)
 
 	// The operator's first retry (the cause not repaired yet). The quarantine row is

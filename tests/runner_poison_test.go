@@ -156,21 +156,27 @@ func TestRunnerPoisonRenamedRelation(t *testing.T) {
 	})
 }
 
+// breakEffects blocks the stream on a poison whose cause is outside the WAL: the
+// materialization itself fails (a trigger on synchro.effect raises), for the row with
+// key 9 written after it. DROP TRIGGER break_effects ON synchro.effect repairs it.
+func breakEffects(t *testing.T) func(db *testdb.DB) {
+	return func(db *testdb.DB) {
+		mustExec(t, db, `
+			CREATE FUNCTION public.break_effects() RETURNS trigger LANGUAGE plpgsql AS
+			  $$ BEGIN RAISE EXCEPTION 'broken'; END $$;
+			CREATE TRIGGER break_effects BEFORE INSERT ON synchro.effect
+			  FOR EACH ROW EXECUTE FUNCTION public.break_effects();`)
+		mustExec(t, db, `INSERT INTO items (id, owner) VALUES (9, 'a')`)
+	}
+}
+
 // A poison whose cause is outside the WAL can be repaired: retry_poison then
 // materializes the same source transaction with the same identities, and the stream
 // resumes in order.
 func TestRunnerPoisonRepairAndRetry(t *testing.T) {
 	eachDecoder(t, func(t *testing.T) {
 		t.Parallel()
-		db, rr, q := blockedStream(t, func(db *testdb.DB) {
-			// The materialization itself fails: a broken trigger on the effect table.
-			mustExec(t, db, `
-			CREATE FUNCTION public.break_effects() RETURNS trigger LANGUAGE plpgsql AS
-			  $$ BEGIN RAISE EXCEPTION 'broken'; END $$;
-			CREATE TRIGGER break_effects BEFORE INSERT ON synchro.effect
-			  FOR EACH ROW EXECUTE FUNCTION public.break_effects();`)
-			mustExec(t, db, `INSERT INTO items (id, owner) VALUES (9, 'a')`)
-		})
+		db, rr, q := blockedStream(t, breakEffects(t))
 		require.Equal(t, "materialize_p0001", q.Class)
 		require.Nil(t, q.RelationID)
 		require.Equal(t, float64(1), rr.counter(t, "synchro_runner_poison_total", "class", "materialize_p0001"))
