@@ -151,6 +151,22 @@ func (q *Queries) MaterializeWrite(ctx context.Context, arg MaterializeWritePara
 	return i, err
 }
 
+const publicEmitsMessages = `-- name: PublicEmitsMessages :one
+SELECT (has_function_privilege('public', 'pg_catalog.pg_logical_emit_message(boolean,text,text)', 'EXECUTE')
+        OR has_function_privilege('public', 'pg_catalog.pg_logical_emit_message(boolean,text,bytea)', 'EXECUTE'))::boolean
+       AS public_emits
+`
+
+// Control session (runner/control.go): whether every role may emit logical messages
+// (PUBLIC keeps EXECUTE on either pg_logical_emit_message): under wal2json a stranger's
+// huge message stops capture (docs/decoders.md), which the runner warns of at start.
+func (q *Queries) PublicEmitsMessages(ctx context.Context) (bool, error) {
+	row := q.db.QueryRow(ctx, publicEmitsMessages)
+	var public_emits bool
+	err := row.Scan(&public_emits)
+	return public_emits, err
+}
+
 const publicationExists = `-- name: PublicationExists :one
 SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = $1::name)::boolean AS found
 `

@@ -13,6 +13,14 @@ SELECT synchro.runner_claim(sqlc.arg(owner)::text, sqlc.arg(pid)::int, sqlc.arg(
 -- name: ServerVersionNum :one
 SELECT current_setting('server_version_num')::int AS server_version_num;
 
+-- Control session (runner/control.go): whether every role may emit logical messages
+-- (PUBLIC keeps EXECUTE on either pg_logical_emit_message): under wal2json a stranger's
+-- huge message stops capture (docs/decoders.md), which the runner warns of at start.
+-- name: PublicEmitsMessages :one
+SELECT (has_function_privilege('public', 'pg_catalog.pg_logical_emit_message(boolean,text,text)', 'EXECUTE')
+        OR has_function_privilege('public', 'pg_catalog.pg_logical_emit_message(boolean,text,bytea)', 'EXECUTE'))::boolean
+       AS public_emits;
+
 -- Control session (runner/control.go): periodic liveness, last received LSN (NULL before any) and state.
 -- name: RunnerHeartbeat :exec
 SELECT synchro.runner_heartbeat(sqlc.narg(received_lsn)::text::pg_lsn, sqlc.arg(state)::text);

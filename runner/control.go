@@ -77,6 +77,13 @@ func (c *control) serverVersion(ctx context.Context) (int, error) {
 	return int(v), err
 }
 
+// publicEmitsMessages reports whether every role may call pg_logical_emit_message.
+func (c *control) publicEmitsMessages(ctx context.Context) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return gen.New(c.conn).PublicEmitsMessages(ctx)
+}
+
 // state reads synchro.runner_state(); ok is false before the first stream.
 func (c *control) state(ctx context.Context) (Progress, bool, error) {
 	c.mu.Lock()

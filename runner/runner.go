@@ -148,6 +148,15 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	}
 	bo.Reset()
 	r.log.Info("runner claimed the database", "owner", r.cfg.Owner, "publication", r.cfg.Publication)
+	if r.plugin.Name() == "wal2json" {
+		// Known, not fixed: wal2json escapes a logical message into its JSON, and a
+		// stranger's message of about 180 MiB of control characters passes 1 GB there:
+		// the walsender fails at that record at every restart. Said once, at start,
+		// while every role may emit messages (docs/decoders.md has the remedy).
+		if public, err := r.ctl.publicEmitsMessages(work); err == nil && public {
+			r.log.Warn("wal2json: every role may call pg_logical_emit_message, and one huge message from any of them stops capture under this decoder: revoke it from PUBLIC or use pgoutput (docs/decoders.md)")
+		}
+	}
 
 	if r.cfg.Metrics != nil {
 		var obs sync.WaitGroup
