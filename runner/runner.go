@@ -116,7 +116,12 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 			drain.Stop()
 		}
 		drainMu.Unlock()
-		if err != nil && drainFired.Load() {
+		// Whatever the return says: the bound's cancellation can also end the run as
+		// a lost control session, which returns nil after a stop (review 2026-12-05).
+		if drainFired.Load() {
+			if err == nil {
+				err = context.Canceled
+			}
 			err = fmt.Errorf("%w (%s): the work in hand was abandoned and the next start replays it: %w",
 				ErrShutdownTimeout, r.cfg.ShutdownTimeout, err)
 		}

@@ -79,7 +79,7 @@ func TestRunnerStopWhileFirstStartWaitsForSlot(t *testing.T) {
 	eventually(t, 20*time.Second, "the first start to wait for the open transaction", func() bool {
 		return countOf(t, db, `SELECT count(*) FROM pg_stat_activity
 			WHERE backend_type = 'walsender' AND application_name = 'synchro-runner-replication'
-			  AND datname = current_database() AND wait_event IS NOT NULL AND wait_event_type <> 'Client'`) > 0
+			  AND datname = current_database() AND wait_event_type = 'Lock'`) > 0
 	})
 	start := time.Now()
 	err = p.Stop(50 * time.Second)

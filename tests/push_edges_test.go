@@ -892,3 +892,164 @@ func TestPushInsertSkippedByTrigger(t *testing.T) {
 	t.Logf("push: %s", raw)
 	require.Equal(t, "conflict", rp2Status(t, pushParse(t, raw)[0]))
 }
+
+// Found by a review of the fixes above (2026-12-05); each was red on their first form.
+
+// A primary key with INCLUDE columns: registration accepts it (one key column), and a
+// lost insert race on it is a conflict, as with ON CONFLICT (the first plain-INSERT
+// handler counted the INCLUDE columns and rejected it 23505, for good).
+func TestPushInsertRaceCoveringPrimaryKey(t *testing.T) {
+	t.Parallel()
+	e := pushSetup(t)
+	e.exec(`
+		CREATE TABLE public.labels2 (name text, color text, PRIMARY KEY (name) INCLUDE (color));
+		SELECT synchro.register_table('public.labels2', 'labels2');
+		SELECT synchro.activate_registry();`)
+	tx, err := e.db.Pool.Begin(e.ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	_, err = tx.Exec(e.ctx, `INSERT INTO public.labels2 (name, color) VALUES ('urgent', 'red')`)
+	require.NoError(t, err)
+	pid, ch := e.pushInBackground("c1", pushJSON(t, pushIns(pushID(), "labels2", "urgent", pm{"color": "blue"})))
+	pushWaitForLock(t, e.ctx, e.db.Pool, pid)
+	time.Sleep(50 * time.Millisecond)
+	require.NoError(t, tx.Commit(e.ctx))
+	raw := pushAwait(t, ch)
+	t.Logf("push: %s", raw)
+	require.Equal(t, "conflict", rp2Status(t, pushParse(t, raw)[0]))
+}
+
+// An application trigger raising one of the pack's SY codes with a value in its text:
+// only the pack's own SY messages are kept (it kept its message before).
+func TestPushTriggerSYMessageCarriesNoValue(t *testing.T) {
+	t.Parallel()
+	e := pushSetup(t)
+	e.exec(`
+		CREATE TABLE public.cards2 (id int4 PRIMARY KEY, number text);
+		CREATE FUNCTION public.cards2_check() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+		  RAISE EXCEPTION 'card % refused', NEW.number USING ERRCODE = 'SY400';
+		END $$;
+		CREATE TRIGGER cards2_check BEFORE INSERT ON public.cards2 FOR EACH ROW EXECUTE FUNCTION public.cards2_check();
+		SELECT synchro.register_table('public.cards2', 'cards2');
+		SELECT synchro.activate_registry();`)
+	_, err := pushRawOn(e.ctx, e.db.Pool, "c1", pushJSON(t, pushIns(pushID(), "cards2", 1, pm{"number": "4111-1111-1111-1111"})))
+	pgErr := pushRequireCode(t, err, "SY400")
+	t.Logf("error: %s", pgErr.Message)
+	require.NotContains(t, pgErr.Message, "4111-1111-1111-1111", "a push error carries the row's value")
+}
+
+// A trigger's unique violation on another table whose constraint has the key index's
+// name (another schema: CREATE TABLE audit.x (LIKE x INCLUDING ALL)) is that
+// mutation's rejection, not a conflict on the key (null at READ COMMITTED, 40001 for
+// ever at REPEATABLE READ with the first plain-INSERT handler).
+func TestPushForeignConstraintSameName(t *testing.T) {
+	t.Parallel()
+	e := pushSetup(t)
+	e.exec(`
+		CREATE SCHEMA audit;
+		CREATE TABLE audit.notes3 (id int4, CONSTRAINT notes3_pkey PRIMARY KEY (id));
+		INSERT INTO audit.notes3 VALUES (1);
+		CREATE TABLE public.notes3 (id int4 PRIMARY KEY, v text);
+		CREATE FUNCTION public.notes3_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN INSERT INTO audit.notes3 VALUES (1); RETURN NEW; END $$;
+		CREATE TRIGGER notes3_audit BEFORE INSERT ON public.notes3 FOR EACH ROW EXECUTE FUNCTION public.notes3_audit();
+		SELECT synchro.register_table('public.notes3', 'notes3');
+		SELECT synchro.activate_registry();`)
+	raw, err := pushRawOn(e.ctx, e.db.Pool, "c1", pushJSON(t, pushIns(pushID(), "notes3", 7, pm{"v": "x"})))
+	require.NoError(t, err)
+	require.Equal(t, "rejected", rp2Status(t, pushParse(t, raw)[0]), raw)
+	tx, err := e.db.Pool.Begin(e.ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	_, err = tx.Exec(e.ctx, `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`)
+	require.NoError(t, err)
+	raw, err = pushRawOn(e.ctx, tx, "c2", pushJSON(t, pushIns(pushID(), "notes3", 8, pm{"v": "x"})))
+	t.Logf("RR push: %s err=%v", raw, err)
+	require.NoError(t, err, "a unique_violation of audit.notes3 must be a rejection (as at RC), not 40001 for ever")
+	require.Equal(t, "rejected", rp2Status(t, pushParse(t, raw)[0]), raw)
+}
+
+// Row-level security on, with a policy that hides nothing: at REPEATABLE READ an insert
+// that lost a race to an insert committed after its snapshot is 40001, as with ON
+// CONFLICT (the first plain-INSERT handler answered a conflict with null version and
+// row whenever row-level security was active, recorded for good).
+func TestPushRepeatableReadRaceUnderPermissiveRLS(t *testing.T) {
+	t.Parallel()
+	e := pushSetup(t)
+	e.exec(`
+		CREATE TABLE public.open_rls (id int4 PRIMARY KEY, v text);
+		ALTER TABLE public.open_rls ENABLE ROW LEVEL SECURITY;
+		CREATE POLICY everything ON public.open_rls USING (true) WITH CHECK (true);
+		SELECT synchro.register_table('public.open_rls', 'open_rls');
+		SELECT synchro.activate_registry();`)
+	_, ident := rp2Role(t, e, "rv_open")
+	e.exec(`GRANT SELECT, INSERT, UPDATE, DELETE ON public.open_rls TO ` + ident)
+	conn := rp2As(t, e, ident)
+	_, err := conn.Exec(e.ctx, `BEGIN ISOLATION LEVEL REPEATABLE READ`)
+	require.NoError(t, err)
+	_, err = conn.Exec(e.ctx, `SELECT 1`) // the snapshot
+	require.NoError(t, err)
+	e.exec(`INSERT INTO public.open_rls VALUES (5, 'theirs')`)
+	raw, err := pushRawOn(e.ctx, conn, "c1", pushJSON(t, pushIns(pushID(), "open_rls", 5, pm{"v": "mine"})))
+	_, _ = conn.Exec(e.ctx, `ROLLBACK`)
+	t.Logf("push: %s err=%v", raw, err)
+	requireSQLState(t, err, "40001")
+}
+
+// A REPEATABLE READ transaction that pushed holds the active registry generation FOR
+// SHARE to its end (TestPushRepeatableReadAfterActivation). An activation meanwhile
+// waits for it holding no table's lock: it took every registered table's lock first
+// and then waited at its update of that row, so one idle transaction that had pushed
+// (here a replay, which writes nothing) stopped every writer of every registered table,
+// and deadlocked with the activation when it wrote one (found by review 2026-12-05).
+func TestActivationWaitsForRepeatableReadPushWithoutBlockingWriters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newSyncEnv(t, "")
+	db := e.db
+	m := []map[string]any{{"id": mutationID(9, 1), "table": "tasks", "op": "insert", "pk": 1,
+		"row": map[string]any{"owner": "a"}}}
+	_, err := pushRaw(ctx, db.Pool, "rr", m)
+	require.NoError(t, err)
+
+	tx, err := db.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = pushRaw(ctx, tx, "rr", m) // a replay: the recorded outcome, nothing written
+	require.NoError(t, err)
+
+	act := make(chan error, 1)
+	go func() {
+		_, err := db.Pool.Exec(ctx, `SELECT synchro.set_columns((SELECT relation_id FROM synchro.relation WHERE table_id = 'tasks'),
+		             ARRAY['id', 'project_id', 'owner', 'v']::name[]); SELECT synchro.activate_registry();`)
+		act <- err
+	}()
+	eventually(t, 10*time.Second, "the activation to wait", func() bool {
+		return countOf(t, db, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+			AND wait_event IS NOT NULL AND query LIKE '%activate_registry%'`) > 0
+	})
+	time.Sleep(time.Second)
+
+	conn, err := db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, `SET statement_timeout = '5s'`)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `INSERT INTO tasks (id, owner) VALUES (99, 'b')`)
+	require.NoError(t, err, "a READ COMMITTED writer waited behind an activation that waits for an idle push")
+	_, err = conn.Exec(ctx, `RESET statement_timeout`)
+	require.NoError(t, err)
+
+	// The same transaction goes on and writes a registered table: no deadlock.
+	_, err = pushRaw(ctx, tx, "rr", []map[string]any{{"id": mutationID(9, 2), "table": "tasks", "op": "insert", "pk": 2,
+		"row": map[string]any{"owner": "a"}}})
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	select {
+	case err := <-act:
+		require.NoError(t, err, "the activation, once the push's transaction ended")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the activation did not finish after the push's transaction ended")
+	}
+}

@@ -43,7 +43,7 @@ func runDev(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("dev: unexpected arguments %s", shownArgs(fs.Args()))
 	}
 	if !hostPort(*listen) {
-		return errors.New("dev: --listen: want host:port with a host (0.0.0.0:8080 or [::]:8080 for every interface)")
+		return errors.New("dev: --listen: want host:port (127.0.0.1:8080; :8080 for every interface)")
 	}
 	if *existing != "" {
 		if err := migrateUp(ctx, e, *existing); err != nil {

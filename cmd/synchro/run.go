@@ -118,7 +118,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		{"slot", *slot == "", "^[a-z0-9_]{1,63}$"},
 		{"publication", *publication == "", "a publication name"},
 		{"decoder", *decoder == "", "pgoutput or wal2json"},
-		{"listen", !hostPort(*listen), "host:port with a host (0.0.0.0:8080 or [::]:8080 for every interface)"},
+		{"listen", !hostPort(*listen), "host:port (127.0.0.1:8080; :8080 for every interface)"},
 	} {
 		if c.bad {
 			return fmt.Errorf("run: %s: want %s", source[c.name], c.want)
@@ -199,11 +199,12 @@ func serveRunnerOn(ctx context.Context, e *env, cfg runner.Config, ln net.Listen
 	return runErr
 }
 
-// hostPort reports whether addr is host:port with a host: an empty host listens
-// on every interface, which must be asked for by name.
+// hostPort reports whether addr is host:port with a port (the host may be empty:
+// every interface, asked for as ":8080"). An empty address listened on every
+// interface at a random port.
 func hostPort(addr string) bool {
-	host, port, err := net.SplitHostPort(addr)
-	return err == nil && host != "" && port != ""
+	_, port, err := net.SplitHostPort(addr)
+	return err == nil && port != ""
 }
 
 // errReported marks an error already logged: the command exits 1 without
@@ -222,7 +223,10 @@ func flagsFromEnv(fs *flag.FlagSet, pairs [][2]string) (map[string]string, error
 		if given[p[0]] {
 			continue
 		}
-		if v := os.Getenv(p[1]); v != "" {
+		// Set but empty counts as set (a template's unset "$SLOT"): an empty slot,
+		// publication, decoder or address is refused below, naming the variable, and
+		// an empty number or duration does not parse. It fell back to the default.
+		if v, ok := os.LookupEnv(p[1]); ok {
 			if err := fs.Set(p[0], v); err != nil {
 				return nil, fmt.Errorf("run: %s: invalid value (want the type of --%s)", p[1], p[0])
 			}

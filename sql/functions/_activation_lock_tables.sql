@@ -30,6 +30,15 @@ BEGIN
   LOOP
     BEGIN
       PERFORM set_config('lock_timeout', '100ms', true);
+      -- The active generation's row first, which the activation updates at its end: a
+      -- REPEATABLE READ push holds it FOR SHARE to its transaction's end
+      -- (synchro._push_prepare). Waited for here, under the same bound, the activation
+      -- holds no table's lock meanwhile: waited for at its update, with every
+      -- registered table locked, one idle transaction that had pushed stopped every
+      -- writer of every registered table, and deadlocked when it wrote one
+      -- (TestActivationWaitsForRepeatableReadPushWithoutBlockingWriters, found by
+      -- review 2026-12-05).
+      PERFORM 1 FROM synchro.registry_generation rg WHERE rg.generation = prev FOR UPDATE;
       FOR r IN
         SELECT rel.relid, q.generation IS NULL AS leaving
           FROM synchro.relation rel

@@ -66,6 +66,9 @@ DECLARE
   -- (TestPushNotNullDomainColumn).
   col_defs text;
   n_written bigint;
+  con_schema text;     -- the schema and table of a unique violation's constraint
+  con_table  text;
+  err_where  text;     -- a failure's context: who raised it (the pack, or the application)
 BEGIN
   plan := synchro._push_prepare(client_id, mutations);
   -- Deferred constraints are checked at the end of each statement from here on, so a
@@ -201,23 +204,39 @@ BEGIN
           EXCEPTION WHEN SQLSTATE 'SYC00' THEN
             written := NULL;
           WHEN unique_violation THEN
-            GET STACKED DIAGNOSTICS con = CONSTRAINT_NAME;
+            -- (The block's rollback restored the pinned search_path: what runs here is
+            -- the pack's.) The key's own unique index on this very table (key columns
+            -- only: a primary key may INCLUDE others), not a same-named constraint of
+            -- another table an application trigger wrote (review 2026-12-05).
+            GET STACKED DIAGNOSTICS con = CONSTRAINT_NAME, con_schema = SCHEMA_NAME, con_table = TABLE_NAME;
             IF NOT EXISTS (
                  SELECT 1 FROM pg_catalog.pg_index i
                    JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
+                   JOIN pg_catalog.pg_class tc ON tc.oid = i.indrelid
+                   JOIN pg_catalog.pg_namespace tn ON tn.oid = tc.relnamespace
                    JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
-                  WHERE i.indrelid = tgt::pg_catalog.regclass AND i.indisunique AND i.indnatts = 1
-                    AND i.indpred IS NULL AND ic.relname = con AND a.attname = m ->> 'key_column') THEN
+                  WHERE i.indrelid = tgt::pg_catalog.regclass AND i.indisunique AND i.indnkeyatts = 1
+                    AND i.indpred IS NULL AND ic.relname = con AND tc.relname = con_table AND tn.nspname = con_schema
+                    AND a.attname = m ->> 'key_column') THEN
               RAISE; -- another unique constraint: this mutation's rejection
             END IF;
-            -- (The block's rollback restored the pinned search_path: what runs here is
-            -- the pack's.) At REPEATABLE READ or SERIALIZABLE a key that no snapshot
-            -- row holds and no policy hides was inserted by a transaction this snapshot
-            -- does not see: 40001, as ON CONFLICT answered, and the retry sees the row.
-            IF pg_catalog.current_setting('transaction_isolation') <> 'read committed'
-               AND NOT pg_catalog.row_security_active(tgt::pg_catalog.regclass) THEN
-              RAISE EXCEPTION 'push: the key of mutation % was inserted by a transaction this snapshot does not see', m ->> 'id'
-                USING ERRCODE = 'serialization_failure';
+            IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+              -- At REPEATABLE READ or SERIALIZABLE the key may be a row this snapshot
+              -- does not see (inserted concurrently: 40001, and the retry sees it) or
+              -- one a policy hides from the caller (a conflict). ON CONFLICT tells the
+              -- two apart as before this block, whatever the policies: the same insert
+              -- with DO NOTHING, always rolled back, fails 40001 for a row outside the
+              -- snapshot; any other way it ends leaves the conflict.
+              BEGIN
+                PERFORM pg_catalog.set_config('search_path', caller_search_path, true);
+                EXECUTE stmt || format(' ON CONFLICT (%I) DO NOTHING', m ->> 'key_column') USING row_in;
+                RAISE EXCEPTION 'push: probe' USING ERRCODE = 'SYC01';
+              EXCEPTION WHEN serialization_failure THEN
+                RAISE EXCEPTION 'push: the key of mutation % was inserted by a transaction this snapshot does not see', m ->> 'id'
+                  USING ERRCODE = 'serialization_failure';
+              WHEN OTHERS THEN
+                NULL;
+              END;
             END IF;
             written := NULL;
           END;
@@ -329,25 +348,33 @@ BEGIN
                     WHEN nullif(colname, '') IS NOT NULL THEN ' (column ' || colname || ')'
                     ELSE '' END;
         outcome := jsonb_build_object('id', m ->> 'id', 'status', 'rejected', 'code', st, 'reason', left(reason, 200));
-      ELSIF left(st, 2) = 'SY' THEN
-        -- The pack's own refusals: the whole call fails; their messages name no value.
-        RAISE;
-      ELSIF left(st, 2) IN ('27', '0A', '40', '53', '54', '55', '57') THEN
-        -- Not this mutation's fault (serialization, deadlock, timeout, fence order,
-        -- unsupported operation, ...): the whole call fails with its SQLSTATE, nothing is
-        -- written. Not with its message: PostgreSQL's name no value, but an application
-        -- trigger may raise these codes too ("try later", 55000) with the row's values in
-        -- the text, its detail or hint (TestPushPassThroughErrorCarriesNoValue, found by
-        -- review 2026-12-05). The condition's name stands in for it.
-        RAISE EXCEPTION 'push: the write of mutation % failed with SQLSTATE % (%): the call wrote nothing; retry it',
+      ELSIF left(st, 2) IN ('SY', '27', '0A', '40', '53', '54', '55', '57') THEN
+        -- Not this mutation's fault (serialization, deadlock, timeout, fence order, an
+        -- unsupported operation, the pack's refusals): the whole call fails with its
+        -- SQLSTATE, nothing is written. Its message is kept only when the pack raised it
+        -- (the failure's innermost frame is a function of schema synchro, which no
+        -- caller can create functions in; any other name prints otherwise): those name
+        -- no value and say what to do ("rename it back, or rebind it"). An application
+        -- trigger may raise any of these codes with the row's values in its text
+        -- (a "try later" 55000, an SY400 of its own; found by review 2026-12-05): its
+        -- message, detail and hint are replaced by the condition's name
+        -- (TestPushPassThroughErrorCarriesNoValue).
+        GET STACKED DIAGNOSTICS err_where = PG_EXCEPTION_CONTEXT;
+        IF pg_catalog.starts_with(pg_catalog.split_part(err_where, E'\n', 1), 'PL/pgSQL function synchro.') THEN
+          RAISE;
+        END IF;
+        RAISE EXCEPTION 'push: the write of mutation % failed with SQLSTATE % (%)%',
           m ->> 'id', st,
           CASE st WHEN '40001' THEN 'serialization_failure' WHEN '40P01' THEN 'deadlock_detected'
                   WHEN '55P03' THEN 'lock_not_available' WHEN '57014' THEN 'query_canceled'
-                  WHEN '0A000' THEN 'feature_not_supported' WHEN '27000' THEN 'triggered_data_change_violation (fence order)'
+                  WHEN '0A000' THEN 'feature_not_supported' WHEN '27000' THEN 'triggered_data_change_violation'
                   WHEN '55000' THEN 'object_not_in_prerequisite_state' WHEN '55006' THEN 'object_in_use'
                   WHEN '53100' THEN 'disk_full' WHEN '53200' THEN 'out_of_memory' WHEN '53300' THEN 'too_many_connections'
                   WHEN '54001' THEN 'statement_too_complex' WHEN '57P01' THEN 'admin_shutdown'
-                  ELSE 'class ' || left(st, 2) END
+                  ELSE 'class ' || left(st, 2) END,
+          CASE WHEN left(st, 2) IN ('40', '57') OR st = '55P03'
+               THEN ': the call wrote nothing; retry it'
+               ELSE ': the call wrote nothing (the message is withheld: it may quote the row''s values)' END
           USING ERRCODE = st;
       ELSE
         -- Any other class fails the whole call too, with its SQLSTATE (CONTRACT.md), but
