@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/synchro/synchro/tests/runproc"
+	"github.com/synchro/synchro/tests/testdb"
 )
 
 // A retry asked for after the repair, while an earlier attempt (started before the
@@ -66,30 +67,15 @@ func TestRetryRequestDuringFailingAttempt(t *testing.T) {
 // creates the stream.
 func TestRunnerStopWhileFirstStartWaitsForSlot(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	bin := runproc.BuildT(t)
 	db := runnerSetup(t)
-	open, err := db.Pool.Begin(ctx)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = open.Rollback(ctx) })
-	_, err = open.Exec(ctx, `SELECT pg_current_xact_id()`)
-	require.NoError(t, err)
-
+	release := holdXid(t, db)
 	p := runproc.StartT(t, runproc.Options{Bin: bin, DatabaseURL: db.URL, Slot: runnerSlot(db)})
-	eventually(t, 20*time.Second, "the first start to wait for the open transaction", func() bool {
-		return countOf(t, db, `SELECT count(*) FROM pg_stat_activity
-			WHERE backend_type = 'walsender' AND application_name = 'synchro-runner-replication'
-			  AND datname = current_database() AND wait_event_type = 'Lock'`) > 0
-	})
-	start := time.Now()
-	err = p.Stop(50 * time.Second)
-	took := time.Since(start)
-	require.NoError(t, err, "SIGTERM while the first start waits for its slot: want exit 0\n%s", p.Logs())
-	require.Less(t, took, 20*time.Second, "the stop waited for the open transaction (%s)", took)
+	stopWhileSlotWaits(t, db, p, "the first start")
 	require.Zero(t, countOf(t, db, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = '`+runnerSlot(db)+`'`),
 		"a slot whose creation was stopped stays behind")
 
-	require.NoError(t, open.Rollback(ctx))
+	release()
 	p2 := runproc.StartT(t, runproc.Options{Bin: bin, DatabaseURL: db.URL, Slot: runnerSlot(db)})
 	waitStream(t, db)
 	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (5, 'a')`)
@@ -102,7 +88,6 @@ func TestRunnerStopWhileFirstStartWaitsForSlot(t *testing.T) {
 // start stages the bootstrap and materializes the table's rows.
 func TestRunnerStopWhileBootstrapWaitsForSlot(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	bin := runproc.BuildT(t)
 	db := runnerSetup(t)
 	p := runproc.StartT(t, runproc.Options{Bin: bin, DatabaseURL: db.URL, Slot: runnerSlot(db)})
@@ -110,29 +95,16 @@ func TestRunnerStopWhileBootstrapWaitsForSlot(t *testing.T) {
 	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (5, 'a')`)
 	waitEffects(t, db, 1)
 
-	open, err := db.Pool.Begin(ctx)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = open.Rollback(ctx) })
-	_, err = open.Exec(ctx, `SELECT pg_current_xact_id()`)
-	require.NoError(t, err)
+	release := holdXid(t, db)
 	mustExec(t, db, `
 		CREATE TABLE notes (id int8 PRIMARY KEY, owner text);
 		INSERT INTO notes VALUES (1, 'a'), (2, 'b');
 		SELECT synchro.register_table('notes', 'notes');
 		SELECT synchro.add_scope_rule('notes', 'owner:', 'owner');
 		SELECT synchro.activate_registry();`)
-	eventually(t, 20*time.Second, "the bootstrap slot's creation to wait for the open transaction", func() bool {
-		return countOf(t, db, `SELECT count(*) FROM pg_stat_activity
-			WHERE backend_type = 'walsender' AND application_name = 'synchro-runner-replication'
-			  AND datname = current_database() AND wait_event_type = 'Lock'`) > 0
-	})
-	start := time.Now()
-	err = p.Stop(50 * time.Second)
-	took := time.Since(start)
-	require.NoError(t, err, "SIGTERM while a projection bootstrap waits for its slot: want exit 0\n%s", p.Logs())
-	require.Less(t, took, 20*time.Second, "the stop waited for the open transaction (%s)", took)
+	stopWhileSlotWaits(t, db, p, "a projection bootstrap")
 
-	require.NoError(t, open.Rollback(ctx))
+	release()
 	p2 := runproc.StartT(t, runproc.Options{Bin: bin, DatabaseURL: db.URL, Slot: runnerSlot(db)})
 	eventually(t, 60*time.Second, "the bootstrap's rows after the restart", func() bool {
 		return countOf(t, db, `SELECT count(*) FROM synchro.projection
@@ -168,4 +140,33 @@ func TestRunnerShutdownTimeoutAbandonsTheTransactionInHand(t *testing.T) {
 	p2 := runproc.StartT(t, runproc.Options{Bin: bin, DatabaseURL: db.URL, Slot: runnerSlot(db)})
 	waitEffects(t, db, 2)
 	require.NoError(t, p2.Stop(30*time.Second), p2.Logs())
+}
+
+// holdXid opens a transaction that holds a transaction id, as an idle application
+// transaction does: creating a logical slot waits for it. release ends it.
+func holdXid(t *testing.T, db *testdb.DB) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	open, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = open.Rollback(ctx) })
+	_, err = open.Exec(ctx, `SELECT pg_current_xact_id()`)
+	require.NoError(t, err)
+	return func() { require.NoError(t, open.Rollback(ctx)) }
+}
+
+// stopWhileSlotWaits waits until the runner's replication connection waits for a
+// transaction (a slot's creation), then stops the process: it must exit 0 at once.
+func stopWhileSlotWaits(t *testing.T, db *testdb.DB, p *runproc.Proc, what string) {
+	t.Helper()
+	eventually(t, 20*time.Second, what+" to wait for the open transaction", func() bool {
+		return countOf(t, db, `SELECT count(*) FROM pg_stat_activity
+			WHERE backend_type = 'walsender' AND application_name = 'synchro-runner-replication'
+			  AND datname = current_database() AND wait_event_type = 'Lock'`) > 0
+	})
+	start := time.Now()
+	err := p.Stop(50 * time.Second)
+	took := time.Since(start)
+	require.NoError(t, err, "SIGTERM while %s waits for its slot: want exit 0\n%s", what, p.Logs())
+	require.Less(t, took, 20*time.Second, "the stop waited for the open transaction (%s)", took)
 }
