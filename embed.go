@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io/fs"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/pressly/goose/v3"
@@ -470,4 +471,22 @@ func gooseUp(src string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// PackVersion is the newest migration this release ships: the version goose records in
+// synchro.goose_version once the pack is migrated to this release. The runner runs only
+// against a pack no newer than it (synchro.runner_pack_version).
+func PackVersion() int64 {
+	names, _ := fs.Glob(Migrations(), "*.sql")
+	var v int64
+	for _, n := range names {
+		num, _, ok := strings.Cut(n, "_")
+		if !ok {
+			continue
+		}
+		if x, err := strconv.ParseInt(num, 10, 64); err == nil && x > v {
+			v = x
+		}
+	}
+	return v
 }

@@ -8454,6 +8454,20 @@ $$;
 ALTER FUNCTION synchro.runner_message_key() OWNER TO postgres;
 
 --
+-- Name: runner_pack_version(); Type: FUNCTION; Schema: synchro; Owner: postgres
+--
+
+CREATE FUNCTION synchro.runner_pack_version() RETURNS bigint
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  SELECT pg_catalog.max(v.version_id) FROM synchro.goose_version v WHERE v.is_applied
+$$;
+
+
+ALTER FUNCTION synchro.runner_pack_version() OWNER TO postgres;
+
+--
 -- Name: runner_poison(bigint, pg_lsn, text, bigint, bigint); Type: FUNCTION; Schema: synchro; Owner: postgres
 --
 
@@ -11731,6 +11745,14 @@ GRANT ALL ON FUNCTION synchro.runner_idle(boundary pg_lsn) TO synchro_runner;
 
 REVOKE ALL ON FUNCTION synchro.runner_message_key() FROM PUBLIC;
 GRANT ALL ON FUNCTION synchro.runner_message_key() TO synchro_runner;
+
+
+--
+-- Name: FUNCTION runner_pack_version(); Type: ACL; Schema: synchro; Owner: postgres
+--
+
+REVOKE ALL ON FUNCTION synchro.runner_pack_version() FROM PUBLIC;
+GRANT ALL ON FUNCTION synchro.runner_pack_version() TO synchro_runner;
 
 
 --

@@ -392,6 +392,18 @@ func (q *Queries) RunnerMessageKey(ctx context.Context) (RunnerMessageKeyRow, er
 	return i, err
 }
 
+const runnerPackVersion = `-- name: RunnerPackVersion :one
+SELECT coalesce(synchro.runner_pack_version(), 0)::bigint AS version
+`
+
+// Runner (runner/pack.go): the newest migration installed (0: none recorded).
+func (q *Queries) RunnerPackVersion(ctx context.Context) (int64, error) {
+	row := q.db.QueryRow(ctx, runnerPackVersion)
+	var version int64
+	err := row.Scan(&version)
+	return version, err
+}
+
 const runnerPoison = `-- name: RunnerPoison :exec
 SELECT synchro.runner_poison($1::bigint, $2::text::pg_lsn,
                              $3::text, $4::bigint,

@@ -201,3 +201,7 @@ GROUP BY c.oid, n.nspname, c.relname, c.relreplident, i.indkey;
 SELECT coalesce((SELECT a.state = 'active' AND (a.wait_event IS NULL OR a.wait_event_type = 'IO')
                    FROM pg_catalog.pg_stat_activity a
                   WHERE a.pid = sqlc.arg(pid)::int AND a.backend_type = 'walsender'), false)::boolean AS decoding;
+
+-- Runner (runner/pack.go): the newest migration installed (0: none recorded).
+-- name: RunnerPackVersion :one
+SELECT coalesce(synchro.runner_pack_version(), 0)::bigint AS version;

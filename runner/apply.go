@@ -904,6 +904,16 @@ func (a *applier) fail(ctx context.Context, err error, walStart pglogrepl.LSN) e
 			"through_commit_lsn", through, "sqlstate", v.SQLState)
 		return &batchFallbackError{Through: through, Err: err}
 	}
+	if v.Disposition == Poison {
+		// A deploy that migrated the pack past this runner's release while it ran
+		// makes the functions it calls fail (42883, 42804, or anything else): the
+		// release mismatch's failure, not the source transaction's. Not filed as
+		// poison: the session ends and the runner waits for its replacement (pack.go,
+		// TestRunnerOlderThanThePack). The check's own failure is transient too.
+		if perr := checkPack(ctx, a.conn); perr != nil {
+			return fmt.Errorf("%w (a failure with SQLSTATE %s not filed as poison)", perr, v.SQLState)
+		}
+	}
 	switch v.Disposition {
 	case Poison:
 		a.frontier.Poisoned()

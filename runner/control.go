@@ -84,6 +84,13 @@ func (c *control) publicEmitsMessages(ctx context.Context) (bool, error) {
 	return gen.New(c.conn).PublicEmitsMessages(ctx)
 }
 
+// checkPack refuses a pack newer than this runner's release (pack.go).
+func (c *control) checkPack(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return checkPack(ctx, c.conn)
+}
+
 // state reads synchro.runner_state(); ok is false before the first stream.
 func (c *control) state(ctx context.Context) (Progress, bool, error) {
 	c.mu.Lock()

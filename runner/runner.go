@@ -384,6 +384,13 @@ func (r *Runner) loop(work, stop context.Context) error {
 // step makes sure a stream exists, then runs one session.
 func (r *Runner) step(work, stop context.Context) error {
 	// The control session answers first: a session starts only under a live claim.
+	// A pack migrated past this runner's release is not run at all (pack.go).
+	if err := r.ctl.checkPack(work); err != nil {
+		if r.ctl.lost() {
+			return fmt.Errorf("%w: %w", errControlLost, err)
+		}
+		return err
+	}
 	st, ok, err := r.ctl.state(work)
 	if err != nil {
 		if r.ctl.lost() {

@@ -888,6 +888,7 @@ func TestPrivilegeBoundary(t *testing.T) {
 		"synchro.runner_heartbeat(pg_lsn,text)",
 		"synchro.runner_idle(pg_lsn)",
 		"synchro.runner_message_key()",
+		"synchro.runner_pack_version()",
 		"synchro.runner_poison(bigint,pg_lsn,text,bigint,bigint)",
 		"synchro.runner_release()",
 		"synchro.runner_reset_baseline(uuid,text,pg_lsn)",

@@ -1,0 +1,111 @@
+package tests
+
+import (
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/synchro/synchro"
+)
+
+// materializeRenamed is what a deploy of a later release that changed the
+// materialization functions' signatures does to a runner of this release left running:
+// the functions it calls are gone under their names (renamed with the suffix _gone;
+// the reverse statement puts them back).
+const (
+	materializeGone = `DO $$
+		DECLARE r record;
+		BEGIN
+		  FOR r IN SELECT p.oid::regprocedure AS f, p.proname FROM pg_proc p
+		            WHERE p.pronamespace = 'synchro'::regnamespace
+		              AND p.proname IN ('materialize_batch', 'materialize_prepare', 'materialize_write') LOOP
+		    EXECUTE format('ALTER FUNCTION %s RENAME TO %I', r.f, r.proname || '_gone');
+		  END LOOP;
+		END $$`
+	materializeBack = `DO $$
+		DECLARE r record;
+		BEGIN
+		  FOR r IN SELECT p.oid::regprocedure AS f, p.proname FROM pg_proc p
+		            WHERE p.pronamespace = 'synchro'::regnamespace
+		              AND p.proname IN ('materialize_batch_gone', 'materialize_prepare_gone', 'materialize_write_gone') LOOP
+		    EXECUTE format('ALTER FUNCTION %s RENAME TO %I', r.f, left(r.proname, -5));
+		  END LOOP;
+		END $$`
+)
+
+// A runner runs only against the pack of its own release (docs/install.md). One whose
+// database records a newer migration than its release ships starts no stream; one
+// left running while a deploy migrated the pack past it takes the failures of the
+// functions that changed under it for what they are, the release mismatch, never a
+// poison of the source transaction (which blocked the stream until an operator's
+// retry, and the retry failed again): it waits, and once the pack matches a runner
+// (here: the same one) materializes everything exactly once.
+func TestRunnerOlderThanThePack(t *testing.T) {
+	// Batched, the failed batch is re-run one transaction at a time by the next session,
+	// and that session's start refuses the pack; materializing each transaction alone,
+	// the failure reaches the quarantine's path, which asks the pack first.
+	for _, perTxn := range []bool{false, true} {
+		t.Run(fmt.Sprintf("per_transaction=%v", perTxn), func(t *testing.T) {
+			t.Parallel()
+			olderThanThePack(t, perTxn)
+		})
+	}
+}
+
+func olderThanThePack(t *testing.T, perTxn bool) {
+	db := runnerSetup(t)
+	// A newer release's migration, as goose records it.
+	newer := synchro.PackVersion() + 1
+	markNewer := fmt.Sprintf(`INSERT INTO synchro.goose_version (version_id, is_applied) VALUES (%d, true)`, newer)
+	unmarkNewer := fmt.Sprintf(`DELETE FROM synchro.goose_version WHERE version_id = %d`, newer)
+	refusal := "newer than this runner's release"
+
+	// A first start on a newer pack: nothing is streamed, not even the baseline.
+	mustExec(t, db, markNewer)
+	logs := &syncLog{}
+	cfg := testRunnerConfig(t, db)
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	cfg.PerTransaction = perTxn
+	startRunner(t, cfg)
+	eventually(t, 10*time.Second, "the runner to refuse the newer pack twice", func() bool {
+		return len(logs.lines(refusal)) >= 2
+	})
+	_, streamed := runnerState(t, db)
+	require.False(t, streamed, "no stream on a pack newer than the runner")
+
+	// The pack at the runner's release: it goes on.
+	mustExec(t, db, unmarkNewer)
+	waitStream(t, db)
+	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (3, 'a')`)
+	waitEffects(t, db, 1)
+	waitAcked(t, db)
+	refused := len(logs.lines(refusal))
+
+	// A deploy migrates the pack past the running runner: the newer migration recorded
+	// and the functions it calls changed, in one transaction. The next source
+	// transaction's materialization fails.
+	mustExec(t, db, markNewer+`; `+materializeGone)
+	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (4, 'a')`)
+	failed := "re-running it one transaction at a time"
+	if perTxn {
+		failed = "not filed as poison"
+	}
+	eventually(t, 20*time.Second, "the materialization to fail, then the pack refused", func() bool {
+		return len(logs.lines(failed)) >= 1 && len(logs.lines(refusal)) > refused+1
+	}, func() { t.Log(logs.String()) })
+	require.Empty(t, quarantines(t, db), "a release mismatch is no poison")
+	st, _ := runnerState(t, db)
+	require.Nil(t, st.PoisonCmt, "the stream is not blocked")
+	require.Len(t, effects(t, db), 1, "row 4 waits")
+
+	// The matching release in place: row 4 is materialized, once.
+	mustExec(t, db, materializeBack+`; `+unmarkNewer)
+	got := waitEffects(t, db, 2)
+	require.Equal(t, "4", got[1].PK)
+	waitAcked(t, db)
+	require.Empty(t, quarantines(t, db))
+	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.event WHERE pk = '4'`))
+}
