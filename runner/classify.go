@@ -83,6 +83,11 @@ func IsTransientSQLState(code string) bool {
 		// A projection bootstrap in effect is not staged yet
 		// (synchro._bootstrap_catch_up): nothing was written; the loop stages it.
 		return true
+	case "SYW02":
+		// The pack refused this runner as older than itself
+		// (synchro.runner_stage_open): nothing was written; the next session's start
+		// finds the pack newer and waits (pack.go).
+		return true
 	case "SYR01":
 		// An open stream reset blocks the old stream (synchro._reset_guard):
 		// nothing was written; the loop serves the reset next.

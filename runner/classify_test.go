@@ -40,6 +40,8 @@ func TestRunnerClassify(t *testing.T) {
 		{"toast", pg("SYP07", "relation_id=9"), Verdict{Disposition: Poison, Class: "toast_missing", SQLState: "SYP07", RelationID: id(9)}},
 		{"other sql", pg("23505", "Key (id)=(5) already exists."), Verdict{Disposition: Poison, Class: "materialize_23505", SQLState: "23505"}},
 		{"statement timeout", pg("57014", ""), Verdict{Disposition: Transient, SQLState: "57014"}},
+		{"runner release refused by the pack", pg("SYW02", ""), Verdict{Disposition: Transient, SQLState: "SYW02"}},
+		{"reset in progress", pg("SYR01", ""), Verdict{Disposition: Transient, SQLState: "SYR01"}},
 		{"lock timeout", pg("55P03", ""), Verdict{Disposition: Transient, SQLState: "55P03"}},
 		{"raise", pg("P0001", "relation_id=x"), Verdict{Disposition: Poison, Class: "materialize_p0001", SQLState: "P0001"}},
 		{"decode", &decode.Error{Class: decode.ClassMalformed, Detail: "short"}, Verdict{Disposition: Poison, Class: "decode_malformed"}},

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/synchro/synchro"
 	"github.com/synchro/synchro/gen"
 )
 
@@ -66,6 +68,10 @@ func pinParams(p map[string]string, app string) {
 		p[kv[0]] = kv[1]
 	}
 	p["application_name"] = app
+	// The release this runner belongs to, by its newest migration: the pack refuses
+	// a runner older than itself (synchro.runner_stage_open, SYW02). Not a setting
+	// a URL can override.
+	p["synchro.runner_pack"] = strconv.FormatInt(synchro.PackVersion(), 10)
 }
 
 // defaultConnectTimeout bounds a connection attempt whose URL sets no

@@ -38,11 +38,12 @@ const (
 
 // A runner runs only against the pack of its own release (docs/install.md). One whose
 // database records a newer migration than its release ships starts no stream; one
-// left running while a deploy migrated the pack past it takes the failures of the
-// functions that changed under it for what they are, the release mismatch, never a
-// poison of the source transaction (which blocked the stream until an operator's
-// retry, and the retry failed again): it waits, and once the pack matches a runner
-// (here: the same one) materializes everything exactly once.
+// left running while a deploy migrated the pack past it is refused by the pack before
+// the new functions read what it staged (synchro.runner_stage_open, SYW02), and takes
+// the failures of functions that changed under it for what they are, the release
+// mismatch, never a poison of the source transaction (which blocked the stream until
+// an operator's retry, and the retry failed again): it waits, and once the pack
+// matches a runner (here: the same one) materializes everything exactly once.
 func TestRunnerOlderThanThePack(t *testing.T) {
 	// Batched, the failed batch is re-run one transaction at a time by the next session,
 	// and that session's start refuses the pack; materializing each transaction alone,
@@ -84,11 +85,27 @@ func olderThanThePack(t *testing.T, perTxn bool) {
 	waitAcked(t, db)
 	refused := len(logs.lines(refusal))
 
-	// A deploy migrates the pack past the running runner: the newer migration recorded
-	// and the functions it calls changed, in one transaction. The next source
-	// transaction's materialization fails.
-	mustExec(t, db, markNewer+`; `+materializeGone)
+	// A deploy migrates the pack past the running runner, and the functions it calls
+	// would still succeed: the pack refuses the session (SYW02) before it reads
+	// anything staged, and the runner waits.
+	refused = len(logs.lines(refusal))
+	mustExec(t, db, markNewer)
 	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (4, 'a')`)
+	eventually(t, 20*time.Second, "the pack to refuse the running runner", func() bool {
+		return len(logs.lines("runner_release")) >= 1 && len(logs.lines(refusal)) > refused+1
+	}, func() { t.Log(logs.String()) })
+	require.Empty(t, quarantines(t, db), "a release mismatch is no poison")
+	require.Len(t, effects(t, db), 1, "row 4 waits for a runner of the pack's release")
+	mustExec(t, db, unmarkNewer)
+	got := waitEffects(t, db, 2)
+	require.Equal(t, "4", got[1].PK)
+	waitAcked(t, db)
+	refused = len(logs.lines(refusal))
+
+	// A deploy that changed the functions it calls, in the same transaction: the next
+	// source transaction's materialization fails.
+	mustExec(t, db, markNewer+`; `+materializeGone)
+	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (5, 'a')`)
 	failed := "re-running it one transaction at a time"
 	if perTxn {
 		failed = "not filed as poison"
@@ -99,13 +116,15 @@ func olderThanThePack(t *testing.T, perTxn bool) {
 	require.Empty(t, quarantines(t, db), "a release mismatch is no poison")
 	st, _ := runnerState(t, db)
 	require.Nil(t, st.PoisonCmt, "the stream is not blocked")
-	require.Len(t, effects(t, db), 1, "row 4 waits")
+	require.Len(t, effects(t, db), 2, "row 5 waits")
 
-	// The matching release in place: row 4 is materialized, once.
+	// The matching release in place: row 5 is materialized, once.
 	mustExec(t, db, materializeBack+`; `+unmarkNewer)
-	got := waitEffects(t, db, 2)
-	require.Equal(t, "4", got[1].PK)
+	got = waitEffects(t, db, 3)
+	require.Equal(t, "5", got[2].PK)
 	waitAcked(t, db)
 	require.Empty(t, quarantines(t, db))
-	require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.event WHERE pk = '4'`))
+	for _, pk := range []string{"3", "4", "5"} {
+		require.Equal(t, 1, countOf(t, db, `SELECT count(*) FROM synchro.event WHERE pk = $1`, pk), "row %s", pk)
+	}
 }

@@ -12,7 +12,28 @@ LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+  declared  text := current_setting('synchro.runner_pack', true);
+  installed bigint;
 BEGIN
+  -- A runner declares its release's newest migration on every session it opens
+  -- (synchro.runner_pack, runner/conn.go). One older than the pack installed here was
+  -- left running while a deploy migrated the pack past it: it stages and calls as its
+  -- own release does, and the functions here are another release's, whose calls may
+  -- succeed and mean something else. Every function that takes what a runner staged
+  -- (materialize_batch, _prepare, _write, the baselines, the bootstrap stage and
+  -- runner_idle's merge) opens the session's tables here first, so such a runner is
+  -- refused here before anything it staged is read, in the statement that would use
+  -- the new functions: SYW02 (runner_release), transient for the runner, which waits
+  -- for its replacement (synchro.runner_pack_version, TestRunnerOlderThanThePack). A
+  -- session without the setting is not a runner's (psql, the tests' direct calls).
+  IF declared <> '' THEN
+    SELECT max(v.version_id) INTO installed FROM synchro.goose_version v WHERE v.is_applied;
+    IF declared !~ '^[0-9]{1,18}$' OR declared::bigint < installed THEN
+      RAISE EXCEPTION 'runner_release: the runner''s release is older than the pack installed (migration %)', installed
+        USING ERRCODE = 'SYW02';
+    END IF;
+  END IF;
   IF to_regclass('pg_temp.synchro_stage') IS NOT NULL THEN
     -- Made by an earlier call, unless the session made its own tables of these names
     -- first: materialize writes them with the owner's rights, so a table of the caller
