@@ -23,6 +23,12 @@ import (
 // clients, and at the end every client's replica of every scope equals that scope's
 // state computed from the live tables.
 //
+// Final states cannot show a change delivered twice (a client applies an upsert
+// again, or a delete of a row it lacks, without a trace), so a page audit also follows
+// every scope's cursor chain with raw pull pages of random sizes, rebuilding now and
+// then, and fails on a duplicate or phantom delivery the contract rules out
+// (delivery_helpers_test.go); its replica must equal the live state at every check.
+//
 //	go test ./tests/ -run Model -model.ops=20000 -model.seed=42
 
 var (
@@ -61,6 +67,21 @@ type model struct {
 	counts  map[string]int
 	tx      pgx.Tx // the open direct transaction, if any
 	txLeft  int
+	audit   *modelAudit
+}
+
+// modelAudit follows each scope's cursor chain with raw pull pages and checks every
+// change against deliveryChain's rules. Its own random source: the model's operations
+// for a seed stay the ones they were before the audit existed.
+type modelAudit struct {
+	rng    *rand.Rand
+	chains map[string]*modelAuditChain
+	pages  int
+}
+
+type modelAuditChain struct {
+	deliveryChain
+	cursor string
 }
 
 type decidedPush struct {
@@ -81,7 +102,8 @@ func TestModel(t *testing.T) {
 		INSERT INTO project_members VALUES (1, 1, 'u1'), (2, 2, 'u2'), (3, 3, 'u3'), (4, 1, 'u2');
 		INSERT INTO tasks (id, project_id, title) SELECT g, g % 4 + 1, 'seed ' || g FROM generate_series(1, 20) g;`)
 	m := &model{t: t, ctx: ctx, e: e, rng: rand.New(rand.NewSource(seed)), dir: t.TempDir(),
-		seen: map[int][]string{}, counts: map[string]int{}}
+		seen: map[int][]string{}, counts: map[string]int{},
+		audit: &modelAudit{rng: rand.New(rand.NewSource(seed + 1)), chains: map[string]*modelAuditChain{}}}
 	for i := 0; i < 3; i++ {
 		mc := &modelClient{id: fmt.Sprintf("m%d", i), scopes: modelScopes}
 		if !*modelShared {
@@ -136,7 +158,7 @@ func TestModel(t *testing.T) {
 	}
 	m.commitDirect()
 	m.check("at the end")
-	t.Logf("operations: %v", m.counts)
+	t.Logf("operations: %v; page audit: %d pull pages", m.counts, m.audit.pages)
 }
 
 func (m *model) open(mc *modelClient) {
@@ -156,6 +178,9 @@ func (m *model) restart() {
 	mc := m.clients[m.rng.Intn(len(m.clients))]
 	require.NoError(m.t, mc.c.Close())
 	m.open(mc)
+	// The audit drops its chain of one scope too: its next pull starts from a rebuild
+	// while writes are still being materialized (the rebuild window).
+	delete(m.audit.chains, modelScopes[m.audit.rng.Intn(len(modelScopes))])
 }
 
 func (m *model) sync() {
@@ -163,6 +188,47 @@ func (m *model) sync() {
 	mc := m.clients[m.rng.Intn(len(m.clients))]
 	s := mc.scopes[m.rng.Intn(len(mc.scopes))]
 	require.NoError(m.t, mc.c.Sync(m.ctx, s), "client %s sync %s", mc.id, s)
+	m.auditPull(s)
+}
+
+// auditPull brings the audit's chain of scope to the end of the stream: a rebuild
+// (random page size) when it has none, then pull pages of random sizes, each change
+// checked against the chain's replica.
+func (m *model) auditPull(scope string) *modelAuditChain {
+	t, a := m.t, m.audit
+	ch := a.chains[scope]
+	if ch == nil {
+		ch = &modelAuditChain{}
+		rows, last := fullRebuild(t, m.e.db, "model-audit", scope, 1+a.rng.Intn(12))
+		rep := replica{}
+		for _, x := range rows {
+			_, dup := rep[x.key()]
+			require.False(t, dup, "audit rebuild of %s delivered %s twice", scope, x.key())
+			rep[x.key()] = replicaRow{x.Version, canon(t, x.Row)}
+		}
+		ch.startFrom(rep)
+		ch.cursor = last.Cursor
+		a.chains[scope] = ch
+	}
+	for {
+		max := 1 + a.rng.Intn(12)
+		p := mustPull(t, m.e.db, "model-audit", scope, ch.cursor, max)
+		a.pages++
+		require.False(t, p.HasMore && len(p.Changes) == 0, "audit pull of %s: a has_more page without changes", scope)
+		for _, c := range p.Changes {
+			var img string
+			if c.Op == "upsert" {
+				img = canon(t, c.Row)
+			}
+			bad := ch.apply(c, img)
+			require.Empty(t, bad, "audit pull of %s (page of %d from cursor %s): %s", scope, max, ch.cursor, bad)
+		}
+		ch.pageEnd(p.HasMore)
+		ch.cursor = p.Cursor
+		if !p.HasMore {
+			return ch
+		}
+	}
 }
 
 func (m *model) project() any {
@@ -355,6 +421,7 @@ func (m *model) check(when string) {
 			}
 			requireReplica(t, live, got, fmt.Sprintf("%s: client %s scope %s", when, mc.id, s))
 		}
+		requireReplica(t, live, m.auditPull(s).rep, fmt.Sprintf("%s: the page audit's chain of scope %s", when, s))
 		t.Logf("%s: scope %s holds %d rows in every client", when, s, len(live))
 	}
 }
