@@ -33,11 +33,16 @@ import (
 // races, the same mutation id sent from two connections at once, replays), pull and
 // rebuild several scopes, compact in a loop with a tiny retention, while the runner
 // is stopped and started (in process) or SIGKILLed (a `synchro run` process). After
-// quiescing, every replica equals its scope computed from the live tables.
+// quiescing, every replica equals its scope computed from the live tables. Throughout,
+// every pulled change is checked against the reader's replica: a change delivered
+// twice or a delete of a row the chain never held fails (deliveryChain,
+// delivery_helpers_test.go, says which the contract allows).
 //
-//	go test ./tests/ -run TestChaos -chaos.seed=42 -chaos.dur=25s -chaos.full   (make chaos)
+//	go test ./tests/ -run TestChaos -chaos -chaos.seed=42 -chaos.dur=25s -chaos.full   (make chaos)
 //
 // make test skips them (their interleavings differ on every run); make chaos runs them.
+// TestChaosShort, a 4-second in-process run with a fixed seed, is the exception: it
+// runs in make test and CI.
 
 var (
 	chaosSeed = flag.Int64("chaos.seed", 0, "seed of TestChaos* (0: from the clock)")
@@ -46,8 +51,12 @@ var (
 	chaosOn   = flag.Bool("chaos", false, "run TestChaos* at all (make chaos)")
 )
 
-func rcSeed(t *testing.T) int64 {
+// rcSeed is -chaos.seed, else fixed, else one from the clock.
+func rcSeed(t *testing.T, fixed int64) int64 {
 	seed := *chaosSeed
+	if seed == 0 {
+		seed = fixed
+	}
 	if seed == 0 {
 		seed = time.Now().UnixNano()
 	}
@@ -536,10 +545,11 @@ func (c *rcChaos) pushLoop(ctx context.Context, rng *rand.Rand, client, rival st
 // ---------------------------------------------------------------- readers
 
 type rcScope struct {
-	scope    string
-	rep      replica
+	scope string
+	// deliveryChain: the replica, and whether a pull reached the end since the last
+	// rebuild (settled).
+	deliveryChain
 	cursor   string
-	strict   bool // a pull reached the end since the last rebuild
 	rebuilt  bool // the last thing that happened was a rebuild
 	loop409  int  // consecutive rebuilds whose first pull was SY409
 	rebuilds int
@@ -551,7 +561,6 @@ type rcReader struct {
 	scopes  []*rcScope
 	pending bool // the client pushes: SY503 is expected
 	rng     *rand.Rand
-	anomal  []string
 }
 
 // rebuild runs a whole rebuild session; false when the caller should retry later.
@@ -620,7 +629,8 @@ func (r *rcReader) rebuild(ctx context.Context, s *rcScope) bool {
 			}
 			rep[x.key()] = replicaRow{x.Version, img}
 		}
-		s.rep, s.cursor, s.strict, s.rebuilt = rep, last.Cursor, false, true
+		s.startFrom(rep)
+		s.cursor, s.rebuilt = last.Cursor, true
 		s.rebuilds++
 		r.c.count("rebuild", 1)
 		return true
@@ -658,34 +668,35 @@ func (r *rcReader) pullToEnd(ctx context.Context, s *rcScope) bool {
 		if len(p.Changes) > max || p.Cursor == "" || (p.HasMore && len(p.Changes) == 0) {
 			r.c.fail("%s %s: pull page of %d changes (max %d) has_more %v cursor %q", r.id, s.scope, len(p.Changes), max, p.HasMore, p.Cursor)
 		}
+		// A change delivered twice, or a delete of a row the chain never held, fails
+		// (deliveryChain: once the chain reached the end after its rebuild, the replica
+		// is the scope's state at the cursor, and the changes after it are the scope's
+		// effects, each once: ADR 001 "resume after the last delivered effect without
+		// replaying or skipping another effect", "net membership and pull effects").
+		// Before, inside the rebuild window, only keys a pulled change of the chain set
+		// are checked: CONTRACT.md "Rebuild": "a row changed after P may arrive in its
+		// newer state, and its effect after P arrives again by pull". Compaction, a
+		// rule change of the prefix and a lost cursor end the chain (SY409, rebuild),
+		// so their re-deliveries fall in a new window.
+		from := s.cursor
 		for _, ch := range p.Changes {
-			k := ch.key()
-			old, present := s.rep[k]
-			switch ch.Op {
-			case "upsert":
-				img, err := rcCanon(ch.Row)
+			var img string
+			if ch.Op == "upsert" {
+				var err error
+				img, err = rcCanon(ch.Row)
 				if err != nil || ch.Version == "" {
-					r.c.fail("%s %s: upsert %s without version or image", r.id, s.scope, k)
+					r.c.fail("%s %s: upsert %s without version or image", r.id, s.scope, ch.key())
 				}
-				if s.strict && present && old.Version == ch.Version {
-					r.anomal = append(r.anomal, fmt.Sprintf("%s %s: upsert %s again with its version", r.id, s.scope, k))
-					r.c.count("anomaly_same_version_upsert", 1)
-				}
-				s.rep[k] = replicaRow{ch.Version, img}
-			case "delete":
-				if s.strict && !present {
-					r.anomal = append(r.anomal, fmt.Sprintf("%s %s: delete of absent %s", r.id, s.scope, k))
-					r.c.count("anomaly_phantom_delete", 1)
-				}
-				delete(s.rep, k)
-			default:
-				r.c.fail("op %q", ch.Op)
+			}
+			if bad := s.apply(ch, img); bad != "" {
+				r.c.fail("%s %s: pull page of %d changes (max %d) from cursor %s, settled %v: %s", r.id, s.scope, len(p.Changes), max, from, s.settled, bad)
 			}
 		}
 		r.c.count("pulled_changes", len(p.Changes))
 		s.cursor = p.Cursor
+		s.pageEnd(p.HasMore)
 		if !p.HasMore {
-			s.strict, s.rebuilt, s.loop409 = true, false, 0
+			s.rebuilt, s.loop409 = false, 0
 			return true
 		}
 	}
@@ -799,7 +810,21 @@ type rcOptions struct {
 	// registry: a scope rule added and a table being written registered (a projection
 	// bootstrap) during the chaos.
 	registry bool
+	// short: TestChaosShort's form, run without -chaos: a chaos phase of rcShortDur
+	// and a fixed seed unless -chaos.seed names one.
+	short bool
 }
+
+// The short form's chaos phase and seed. The seed's runner schedule (the test
+// goroutine's draws) stops the runner at about 1.9 s and again at 3.5 to 4.6 s, so the
+// phase lasts about 5 s. Measured on the 2-core development machine under load: two
+// stops with a backlog to replay, 400 to 550 direct transactions, 50 to 100 accepted
+// pushes, about 60 compactions, and 2,700 to 3,900 pulled changes, most of them after
+// the phase from cursors that had reached the end (so every one is checked).
+const (
+	rcShortDur  = 4 * time.Second
+	rcShortSeed = 20261348
+)
 
 const rcCommentsSchema = `
 CREATE TABLE comments (id int8 PRIMARY KEY, owner text, body text);
@@ -841,12 +866,17 @@ func rcOperator(t *testing.T, pool *pgxpool.Pool, sql string) {
 }
 
 func reviewChaos(t *testing.T, opt rcOptions) {
-	if !*chaosOn {
+	if !*chaosOn && !opt.short {
 		// Not in make test: its interleavings differ on every run, and CI must not turn
-		// red on a schedule no one can replay. make chaos runs it.
+		// red on a schedule no one can replay. make chaos runs it (TestChaosShort is
+		// the exception, for its duplicate-delivery oracle: see there).
 		t.Skip("make chaos (-chaos)")
 	}
-	seed := rcSeed(t)
+	dur, fixed := *chaosDur, int64(0)
+	if opt.short {
+		dur, fixed = rcShortDur, rcShortSeed
+	}
+	seed := rcSeed(t, fixed)
 	rng := rand.New(rand.NewSource(seed))
 	extra := rcSeedData
 	live := liveScopeSQL
@@ -919,7 +949,7 @@ func reviewChaos(t *testing.T, opt rcOptions) {
 	// The runner chaos, in the test goroutine.
 	began := time.Now()
 	stops := 0
-	deadline := began.Add(*chaosDur)
+	deadline := began.Add(dur)
 	step := 0
 	for time.Now().Before(deadline) && !t.Failed() {
 		time.Sleep(time.Duration(700+rng.Intn(2000)) * time.Millisecond)
@@ -956,7 +986,6 @@ func reviewChaos(t *testing.T, opt rcOptions) {
 		write(t, db, `INSERT INTO project_members VALUES (999, 99, 'marker'); DELETE FROM project_members WHERE id = 999`)
 	}
 
-	var anomalies []string
 	check := func(when string, no409 bool) {
 		for _, r := range readers {
 			r.pending = false // nothing is pending any more
@@ -972,8 +1001,6 @@ func reviewChaos(t *testing.T, opt rcOptions) {
 				}
 				requireReplica(t, liveScope(t, db, live, s.scope), s.rep, fmt.Sprintf("seed %d %s: %s scope %s", seed, when, r.id, s.scope))
 			}
-			anomalies = append(anomalies, r.anomal...)
-			r.anomal = nil
 		}
 	}
 	check("after quiescing", false)
@@ -990,9 +1017,6 @@ func reviewChaos(t *testing.T, opt rcOptions) {
 	}
 
 	c.checkPushOutcomes()
-	for _, a := range anomalies {
-		t.Log("anomaly: " + a)
-	}
 	t.Logf("counts %v", c.counts)
 	require.Positive(t, c.counts["push_accepted"])
 	require.Positive(t, c.counts["pulled_changes"])
@@ -1093,6 +1117,26 @@ func TestChaosWal2json(t *testing.T) {
 		testdb.RequireLibrary(t, "wal2json")
 		reviewChaos(t, rcOptions{keep: "1 second", batchRows: "40", registry: true})
 	})
+}
+
+// TestChaosShort is TestChaosInProcess for 4 s, in make test and CI's -short run
+// (12 to 16 s alone on a loaded 2-core machine; skipped under -chaos, which runs the
+// full forms). It is there for what no deterministic test covers at once: a pull page
+// that delivers a change twice or a delete never owed (deliveryChain) while the runner
+// is stopped in mid-stream and replays (ADR 001: replay "must not create duplicate
+// versions, edges, or effects"), compaction passes live cursors (SY409, rebuild
+// windows) and pushes race. The writers' choices are the fixed seed's (-chaos.seed=N
+// for others); the threads' interleaving differs on every run, as the marquee's kill
+// timing does in CI. Its delivery, replica and push-outcome checks hold in every
+// interleaving, so their failure is a bug whatever the timing, named with its seed and
+// the rule it breaks. Compaction keeps 2 s, not 1 s: on CI's loaded machine a rebuild of
+// many small pages may take over a second, and its cursor must not be compacted away
+// 40 times in a row (the 409-loop check).
+func TestChaosShort(t *testing.T) {
+	if *chaosOn {
+		t.Skip("-chaos runs the full forms")
+	}
+	reviewChaos(t, rcOptions{keep: "2 seconds", batchRows: "40", short: true})
 }
 
 // Runner processes SIGKILLed at random moments, compaction keeping 300 ms.
