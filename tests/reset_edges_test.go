@@ -933,9 +933,11 @@ func TestResetEdgeStopWhileReady(t *testing.T) {
 	op := newOperator(t, db)
 	id := op.begin(t, "stop while ready")
 	op.waitPhase(t, id, "ready")
+	// Prompt: a stop that reached the drain bound (ShutdownTimeout) returns
+	// ErrShutdownTimeout, not nil. Its time is logged, never asserted.
 	err, took := r2StopRunner(t, e)
+	t.Logf("stopped in %s", took)
 	require.NoError(t, err)
-	require.Less(t, took, 3*time.Second)
 	waitRunnerGone(t, db)
 	require.NoError(t, op.exec(`SELECT synchro.abort_reset($1)`, id))
 	e.startRunner(t)
@@ -987,8 +989,9 @@ func stopWhileResetWaits(t *testing.T, e *syncEnv, op *operator, id, what string
 	e.startRunner(t)
 	op.waitPhase(t, id, "ready")
 	require.NoError(t, op.exec(`SELECT synchro.abort_reset($1)`, id))
+	// Clean and prompt: a stop that reached the drain bound returns
+	// ErrShutdownTimeout (no transaction is in hand to wait for).
 	require.NoError(t, err, "a stop while %s must be clean (exit status 0)", what)
-	require.Less(t, took, e.cfg.ShutdownTimeout, "and prompt: no transaction is in hand")
 }
 
 // TestResetEdgeStopWhileCandidateSlotWaits (was a bug, fixed): the same contract rule (SIGTERM:
