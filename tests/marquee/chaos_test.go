@@ -53,7 +53,17 @@ type conductor struct {
 
 	// quiet holds the writers back (true) or lets them go (false).
 	quiet func(bool)
+	// last is the last process started, for a report.
+	last *runproc.Proc
 }
+
+// killStall bounds the stream phase's wait for its next death at a fault point. Each
+// armed process is waited for a few seconds and then killed from outside, so a runner
+// that no longer reaches any fault point would make the phase loop until the package's
+// timeout; this turns that into a failure that says where it stopped. It is a hang
+// detector, not a budget: deaths come every few seconds, so minutes without one is no
+// slow machine.
+const killStall = 5 * time.Minute
 
 func newConductor(t *testing.T, bin, url, slot string, cluster *pgcluster.Cluster, seed uint64) *conductor {
 	return &conductor{t: t, bin: bin, url: url, slot: slot, cluster: cluster, rng: rand.New(rand.NewPCG(seed, 99)),
@@ -81,6 +91,7 @@ func (c *conductor) start(spec string) *runproc.Proc {
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	c.last = p
 	return p
 }
 
@@ -227,22 +238,49 @@ func (c *conductor) baselinePhase(ctx context.Context, rounds int) {
 func (c *conductor) streamPhase(ctx context.Context, kills, restarts int) {
 	next := 0
 	every := max(1, kills/max(1, restarts))
+	progress, progressAt := c.namedKills(), time.Now()
+	armed := map[fault.Point]int{} // armed since the last death at a fault point
 	for step := 1; ctx.Err() == nil && (c.namedKills() < kills || c.restarts < restarts); step++ {
+		var pt fault.Point
 		switch {
 		case c.restarts < restarts && step%every == 0:
 			c.crash(ctx)
 		case c.rng.IntN(6) == 0:
 			c.randomKill(ctx)
 		default:
-			pt := streamPoints[next%len(streamPoints)]
+			pt = streamPoints[next%len(streamPoints)]
 			wait := 8 * time.Second
 			if pt == fault.Reconcile {
 				wait = 3 * time.Second // reached at a start, or not at all
 			}
+			armed[pt]++
 			c.namedKill(ctx, pt, wait)
 			next++
 		}
+		if n := c.namedKills(); n > progress {
+			progress, progressAt = n, time.Now()
+			clear(armed)
+		} else if time.Since(progressAt) > killStall {
+			c.stalled("stream", pt, armed, kills, restarts)
+		}
 	}
+}
+
+// stalled fails the test: no runner died at a fault point for killStall.
+func (c *conductor) stalled(phase string, pt fault.Point, armed map[fault.Point]int, kills, restarts int) {
+	c.t.Helper()
+	tried := make([]string, 0, len(armed))
+	for p, n := range armed {
+		tried = append(tried, fmt.Sprintf("%s=%d", p, n))
+	}
+	sort.Strings(tried)
+	logs := "(no process)"
+	if c.last != nil {
+		logs = tailLines(c.last.Logs(), 30)
+	}
+	c.t.Fatalf("%s phase: no runner died at a fault point for %s (the last step armed %q; armed meanwhile, none reached: %s); "+
+		"so far %d of %d deaths at fault points, %d random kills, %d of %d PostgreSQL restarts; %s\nthe last runner's log:\n%s",
+		phase, killStall, pt, strings.Join(tried, " "), c.namedKills(), kills, c.random, c.restarts, restarts, c.summary(), logs)
 }
 
 func (c *conductor) summary() string {
