@@ -112,6 +112,19 @@ func TestMarquee(t *testing.T) {
 	bin := runproc.BuildT(t, runproc.FaultTag)
 	slot := slotName(db.Name)
 
+	// The oracle's own slot, for the commit order (commitLog): made before the first
+	// audited write, read throughout, dropped at the end (testdb drops it too when the
+	// test fails before).
+	orderSlot := slotName(db.Name + "_order")
+	commitLog, err := newCommitLog(ctx, db.URL, orderSlot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lctx, stopLog := context.WithCancel(ctx)
+	var logWG sync.WaitGroup
+	logWG.Go(func() { commitLog.run(lctx) })
+	defer func() { stopLog(); logWG.Wait() }()
+
 	sampler := &slotSampler{url: db.URL, slot: slot}
 	sctx, stopSampler := context.WithCancel(ctx)
 	var samplerWG sync.WaitGroup
@@ -231,11 +244,22 @@ func TestMarquee(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
+	// Every audited transaction committed before the catch-up: one last read of the
+	// oracle's slot decodes them all.
+	stopLog()
+	logWG.Wait()
+	if err := commitLog.read(ctx, conn); err != nil {
+		t.Fatalf("reading the oracle's slot: %v", err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, orderSlot); err != nil {
+		t.Errorf("dropping the oracle's slot: %v", err)
+	}
+	order := commitLog.commits()
 	audit, txns, events, effects, err := collect(ctx, conn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := judge(audit, txns, events, effects, initial)
+	v := judge(audit, txns, events, effects, order, initial)
 	var quarantined int
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM synchro.quarantine`).Scan(&quarantined); err != nil {
 		t.Fatal(err)
@@ -297,6 +321,7 @@ func TestMarquee(t *testing.T) {
 	t.Logf("marquee: %s", cond.summary())
 	t.Logf("marquee: source events %d, materialized transactions %d, effects %d; workload: %d direct transactions, %d pushes, %d registry activations, %d failed writes",
 		v.sourceEvents, len(txns), v.effects, w.txns.Load(), w.pushes.Load(), w.activations.Load(), w.errors.Load())
+	t.Logf("marquee: the oracle's slot decoded %d commits in %d reads (last failed read: %v)", len(order), commitLog.reads, commitLog.err)
 	t.Logf("marquee: slot samples %d; client syncs %d (%d failed during the chaos); chaos %s, catch-up %s, total %s",
 		sampler.samples, syncs, syncErrs, chaosEnd.Sub(began).Round(time.Second), caughtUp.Sub(chaosEnd).Round(time.Second),
 		time.Since(began).Round(time.Second))

@@ -26,26 +26,43 @@ func slotName(db string) string {
 	return s
 }
 
-// liveState reads the registered tables' rows as the model holds them.
-func liveState(t *testing.T, ctx context.Context, pool *pgxpool.Pool) map[string]map[string]map[string]any {
+// snapshot is the registered tables' rows as the model holds them (rel -> pk ->
+// image) and each row's version (rel/pk -> version).
+type snapshot struct {
+	rows     map[string]map[string]map[string]any
+	versions map[string]string
+}
+
+// liveState reads the registered tables' rows and their versions before the first
+// start: the baseline the stream starts from. The versions are those the fences gave
+// the seed rows (synchro.row_version, written in the seeding transaction), the ones a
+// row keeps until a change of its own.
+func liveState(t *testing.T, ctx context.Context, pool *pgxpool.Pool) snapshot {
 	t.Helper()
-	out := map[string]map[string]map[string]any{}
+	out := snapshot{rows: map[string]map[string]map[string]any{}, versions: map[string]string{}}
 	for _, rel := range []string{"project_members", "tasks", "notes"} {
-		out[rel] = map[string]map[string]any{}
-		rows, err := pool.Query(ctx, `SELECT id::text, to_jsonb(x)::text FROM `+rel+` x`)
+		out.rows[rel] = map[string]map[string]any{}
+		rows, err := pool.Query(ctx, `SELECT x.id::text, to_jsonb(x)::text, rv.version FROM `+rel+` x
+			JOIN synchro.relation r ON r.relid = '`+rel+`'::regclass
+			LEFT JOIN synchro.row_version rv ON rv.relation_id = r.relation_id AND rv.pk = x.id::text`)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for rows.Next() {
 			var pk, img string
-			if err := rows.Scan(&pk, &img); err != nil {
+			var version *string
+			if err := rows.Scan(&pk, &img, &version); err != nil {
 				t.Fatal(err)
+			}
+			if version == nil {
+				t.Fatalf("seed row %s/%s has no version", rel, pk)
 			}
 			m, err := decodeJSON([]byte(img))
 			if err != nil {
 				t.Fatal(err)
 			}
-			out[rel][pk] = m
+			out.rows[rel][pk] = m
+			out.versions[rel+"/"+pk] = *version
 		}
 		if err := rows.Err(); err != nil {
 			t.Fatal(err)

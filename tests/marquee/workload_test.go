@@ -19,9 +19,14 @@ import (
 // schema: two synced tables and a capture dependency (tasks reach user:<id> scopes
 // through project_members), every one audited. The audit trigger writes, in the same
 // source transaction, one row per row change of a registered relation: its xid, the
-// relation, key, operation and images. It is the oracle's independent record of what
-// committed: an audit row exists exactly when its source change committed, whatever
-// crashed in between.
+// relation, key, operation, new image and the version the change was given. It is the
+// oracle's independent record of what committed: an audit row exists exactly when its
+// source change committed, whatever crashed in between. The version is read from the
+// row's reservation (synchro.row_version), which the version fence of this very change
+// wrote moments before: AFTER ROW triggers of one event fire in name order, and
+// synchro_fence_* sorts before zz_marquee_audit. It is what the source transaction
+// committed for that change, so the stream's event and effect versions, which come
+// through the WAL, have something to be compared with.
 const schema = `
 CREATE TABLE project_members (id int8 PRIMARY KEY, project_id int8 NOT NULL, user_id text NOT NULL);
 CREATE TABLE tasks (id int8 PRIMARY KEY, project_id int8, owner text, title text, v int NOT NULL DEFAULT 0);
@@ -40,14 +45,20 @@ CREATE TABLE marquee_audit (
   rel text NOT NULL,
   pk  text NOT NULL,
   op  text NOT NULL,
-  new jsonb
+  new jsonb,
+  version text
 );
 CREATE FUNCTION marquee_audit() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path = public AS $$
+DECLARE
+  k text := CASE WHEN TG_OP = 'DELETE' THEN OLD.id::text ELSE NEW.id::text END;
+  ver text;
 BEGIN
+  SELECT rv.version INTO ver FROM synchro.row_version rv JOIN synchro.relation r USING (relation_id)
+   WHERE r.relid = TG_RELID AND rv.pk = k;
   IF TG_OP = 'DELETE' THEN
-    INSERT INTO marquee_audit (rel, pk, op) VALUES (TG_TABLE_NAME, OLD.id::text, 'delete');
+    INSERT INTO marquee_audit (rel, pk, op, version) VALUES (TG_TABLE_NAME, k, 'delete', ver);
   ELSE
-    INSERT INTO marquee_audit (rel, pk, op, new) VALUES (TG_TABLE_NAME, NEW.id::text, lower(TG_OP), to_jsonb(NEW));
+    INSERT INTO marquee_audit (rel, pk, op, new, version) VALUES (TG_TABLE_NAME, k, lower(TG_OP), to_jsonb(NEW), ver);
   END IF;
   RETURN NULL;
 END $$;
