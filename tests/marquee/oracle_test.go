@@ -61,10 +61,15 @@ type effectRow struct {
 	Image     string
 }
 
-// key is the effect's identity and position, which must be present exactly once;
-// version and image are its content, compared where the keys match (a wrong image is
-// then reported as one, not as a missing effect and an extra one).
+// key is the effect's identity, which must be present exactly once: scope, source
+// event, row and operation. Its effect ordinal, version and image are compared where
+// the keys match, so a wrong one is reported as such, not as a loss and a duplicate.
 func (e effectRow) key() string {
+	return fmt.Sprintf("%s|%s|%d|%s|%s|%s", e.Scope, e.CommitLSN, e.Event, e.Table, e.PK, e.Op)
+}
+
+// String is the effect with its ordinal, for the reports.
+func (e effectRow) String() string {
 	return fmt.Sprintf("%s|%s|%d.%d|%s|%s|%s", e.Scope, e.CommitLSN, e.Event, e.Effect, e.Table, e.PK, e.Op)
 }
 
@@ -569,6 +574,8 @@ func judge(audit map[int64][]auditRow, txns []txnRow, events map[pglogrepl.LSN][
 		g, ok := got[k]
 		switch {
 		case !ok:
+		case g.Effect != w.Effect:
+			v.fail("effect %s has ordinal %d, expected %d (the canonical order of its event's effects in its scope)", k, g.Effect, w.Effect)
 		case g.Version != w.Version:
 			v.fail("effect %s has version %q, expected %q (the fence of the row's last change)", k, g.Version, w.Version)
 		case g.Image != w.Image:
@@ -589,11 +596,11 @@ func judge(audit map[int64][]auditRow, txns []txnRow, events map[pglogrepl.LSN][
 	for _, e := range effects {
 		t, ok := txnAt[e.CommitLSN]
 		if !ok || e.Event < 0 || e.Event >= t.EventCount {
-			v.fail("effect %s outside any materialized event", e.key())
+			v.fail("effect %s outside any materialized event", e)
 			continue
 		}
 		if _, ok := rank[t.Xid]; !ok {
-			v.fail("effect %s: its transaction xid %d is not in the commit order the oracle's slot decoded", e.key(), t.Xid)
+			v.fail("effect %s: its transaction xid %d is not in the commit order the oracle's slot decoded", e, t.Xid)
 			continue
 		}
 		inOrder = append(inOrder, e)
@@ -616,7 +623,7 @@ func judge(audit map[int64][]auditRow, txns []txnRow, events map[pglogrepl.LSN][
 	for i, e := range inOrder {
 		if i == 0 || inOrder[i-1].Scope != e.Scope {
 			if e.Effect != 0 {
-				v.fail("effect %s: the first effect of its event in its scope has ordinal %d", e.key(), e.Effect)
+				v.fail("effect %s: the first effect of its event in its scope has ordinal %d", e, e.Effect)
 			}
 			continue
 		}
@@ -624,13 +631,13 @@ func judge(audit map[int64][]auditRow, txns []txnRow, events map[pglogrepl.LSN][
 		sameEvent := p.CommitLSN == e.CommitLSN && p.Event == e.Event
 		increasing := p.CommitLSN < e.CommitLSN || p.CommitLSN == e.CommitLSN && p.Event < e.Event || sameEvent && p.Effect < e.Effect
 		if !increasing {
-			v.fail("scope %s: positions not increasing in commit order: %s after %s", e.Scope, e.key(), p.key())
+			v.fail("scope %s: positions not increasing in commit order: %s after %s", e.Scope, e, p)
 		}
 		switch {
 		case sameEvent && e.Effect != p.Effect+1:
-			v.fail("effect %s: ordinal %d after %d", e.key(), e.Effect, p.Effect)
+			v.fail("effect %s: ordinal %d after %d", e, e.Effect, p.Effect)
 		case !sameEvent && e.Effect != 0:
-			v.fail("effect %s: the first effect of its event in its scope has ordinal %d", e.key(), e.Effect)
+			v.fail("effect %s: the first effect of its event in its scope has ordinal %d", e, e.Effect)
 		}
 	}
 
@@ -679,7 +686,7 @@ func judge(audit map[int64][]auditRow, txns []txnRow, events map[pglogrepl.LSN][
 		case !seen:
 		case p.rank == r:
 			if p.version != e.Version {
-				v.fail("row %s: versions %s and %s in one transaction (%s)", k, p.version, e.Version, e.key())
+				v.fail("row %s: versions %s and %s in one transaction (%s)", k, p.version, e.Version, e)
 			}
 		default:
 			// Changed since the previous upsert: a write in a transaction after it, up
@@ -688,10 +695,10 @@ func judge(audit map[int64][]auditRow, txns []txnRow, events map[pglogrepl.LSN][
 			i := sort.SearchInts(w, p.rank+1)
 			changed := i < len(w) && w[i] <= r
 			if changed && e.Version == p.version {
-				v.fail("row %s: version %s unchanged across a change of the row (%s)", k, e.Version, e.key())
+				v.fail("row %s: version %s unchanged across a change of the row (%s)", k, e.Version, e)
 			}
 			if !changed && e.Version != p.version {
-				v.fail("row %s: version %s became %s without a change of the row (%s)", k, p.version, e.Version, e.key())
+				v.fail("row %s: version %s became %s without a change of the row (%s)", k, p.version, e.Version, e)
 			}
 		}
 	}

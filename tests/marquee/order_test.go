@@ -149,6 +149,10 @@ func TestOracleChecksGoRed(t *testing.T) {
 			a, b := s.effect(t, "user:u1", 0x2000, "1"), s.effect(t, "user:u1", 0x2000, "2")
 			a.Effect, b.Effect = b.Effect, a.Effect
 		}, "positions not increasing in commit order"},
+		{"an event's effects in another order, as the model sees it", func(t *testing.T, s *scenario) {
+			a, b := s.effect(t, "user:u1", 0x2000, "1"), s.effect(t, "user:u1", 0x2000, "2")
+			a.Effect, b.Effect = b.Effect, a.Effect
+		}, "has ordinal 1, expected 0"},
 		{"an ordinal skipped", func(t *testing.T, s *scenario) {
 			s.effect(t, "user:u1", 0x2000, "2").Effect = 2
 		}, "ordinal 2 after 0"},
