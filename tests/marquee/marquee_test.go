@@ -321,7 +321,8 @@ func TestMarquee(t *testing.T) {
 	t.Logf("marquee: %s", cond.summary())
 	t.Logf("marquee: source events %d, materialized transactions %d, effects %d; workload: %d direct transactions, %d pushes, %d registry activations, %d failed writes",
 		v.sourceEvents, len(txns), v.effects, w.txns.Load(), w.pushes.Load(), w.activations.Load(), w.errors.Load())
-	t.Logf("marquee: the oracle's slot decoded %d commits in %d reads (last failed read: %v)", len(order), commitLog.reads, commitLog.err)
+	t.Logf("marquee: the oracle's slot decoded %d commits in %d reads, %s (last failed read: %v)",
+		len(order), commitLog.reads, commitLog.busy.Round(time.Millisecond), commitLog.err)
 	t.Logf("marquee: slot samples %d; client syncs %d (%d failed during the chaos); chaos %s, catch-up %s, total %s",
 		sampler.samples, syncs, syncErrs, chaosEnd.Sub(began).Round(time.Second), caughtUp.Sub(chaosEnd).Round(time.Second),
 		time.Since(began).Round(time.Second))

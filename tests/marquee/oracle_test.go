@@ -795,7 +795,8 @@ type commitLog struct {
 	seen  map[int64]bool
 	order []commitRow
 	reads int
-	err   error // the last failed read's error
+	busy  time.Duration // spent in reads
+	err   error         // the last failed read's error
 }
 
 // newCommitLog creates the slot. It waits for the transactions running at that moment,
@@ -842,10 +843,12 @@ func (l *commitLog) run(ctx context.Context) {
 // read records the commits decoded since the last read and advances the slot past
 // them. The lsn of a COMMIT line is the end of its commit record.
 func (l *commitLog) read(ctx context.Context, conn *pgx.Conn) (err error) {
+	began := time.Now()
 	defer func() {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		l.reads++
+		l.busy += time.Since(began)
 		if err != nil {
 			l.err = err
 		}
