@@ -92,10 +92,12 @@ func canonicalLess(a, b effectRow) bool {
 	return a.Op < b.Op
 }
 
-// commitRow is one commit as the oracle's own slot decoded it.
+// commitRow is one commit as the oracle's own slot decoded it: the start and end of
+// its commit record.
 type commitRow struct {
-	Xid    int64 // 32 bits, as the audit records it
-	EndLSN pglogrepl.LSN
+	Xid       int64 // 32 bits, as the audit records it
+	CommitLSN pglogrepl.LSN
+	EndLSN    pglogrepl.LSN
 }
 
 // verdict is the oracle's result.
@@ -447,14 +449,14 @@ func judge(audit map[int64][]auditRow, txns []txnRow, events map[pglogrepl.LSN][
 	}
 	v.effects = len(effects)
 
-	// Commit order: each transaction's rank in the slot's order, and the end of its
-	// commit record there.
+	// Commit order: each transaction's rank in the slot's order, and its commit record
+	// there.
 	rank := map[int64]int{}
-	ends := map[int64]pglogrepl.LSN{}
+	decoded := map[int64]commitRow{}
 	for _, c := range order {
 		if _, seen := rank[c.Xid]; !seen {
 			rank[c.Xid] = len(rank)
-			ends[c.Xid] = c.EndLSN
+			decoded[c.Xid] = c
 		}
 	}
 	// The source transactions in commit order; one the slot did not decode (the
@@ -490,8 +492,8 @@ func judge(audit map[int64][]auditRow, txns []txnRow, events map[pglogrepl.LSN][
 		}
 	}
 	// The stream's transactions follow the commit order: in the order their xids
-	// committed, commit LSNs strictly increase, and each ends where the slot saw its
-	// commit record end.
+	// committed, commit LSNs strictly increase, and each is at the commit record the
+	// slot decoded for its xid.
 	var ranked []txnRow
 	for _, t := range txns {
 		if _, ok := rank[t.Xid]; ok {
@@ -500,8 +502,9 @@ func judge(audit map[int64][]auditRow, txns []txnRow, events map[pglogrepl.LSN][
 	}
 	sort.SliceStable(ranked, func(i, j int) bool { return rank[ranked[i].Xid] < rank[ranked[j].Xid] })
 	for i, t := range ranked {
-		if t.EndLSN != ends[t.Xid] {
-			v.fail("txn %s (xid %d) ends at %s in the stream, at %s in the oracle's slot", t.CommitLSN, t.Xid, t.EndLSN, ends[t.Xid])
+		if d := decoded[t.Xid]; t.CommitLSN != d.CommitLSN || t.EndLSN != d.EndLSN {
+			v.fail("txn %s (xid %d) is at %s-%s in the stream, its commit record at %s-%s in the oracle's slot",
+				t.CommitLSN, t.Xid, t.CommitLSN, t.EndLSN, d.CommitLSN, d.EndLSN)
 		}
 		if p := ranked[max(i-1, 0)]; i > 0 && t.CommitLSN <= p.CommitLSN {
 			v.fail("commit order: xid %d committed after xid %d, but its commit LSN %s is not above %s", t.Xid, p.Xid, t.CommitLSN, p.CommitLSN)
@@ -779,15 +782,22 @@ func (s *slotSampler) sample(ctx context.Context, conn *pgx.Conn) error {
 }
 
 // commitLog is the oracle's own record of the order transactions committed in: a
-// logical slot of its own with test_decoding (PostgreSQL's example output plugin),
-// whose "COMMIT <xid>" lines come in commit order. It is created before any audited
-// write and read every few seconds during the run; each read advances the slot past
-// the commits it returned, so the slot holds back only a few seconds of WAL and
-// catalog rows (the server, and the stream's slot, run as without it). Peek, then
-// advance: a read that breaks off (PostgreSQL crashed) has consumed nothing. A crash
-// can also move the slot back to its last checkpointed position (the SQL interface's
-// progress is written out only then): the commits it returns again are the same, in the
-// same order, and are skipped.
+// logical slot of its own, decoded by PostgreSQL (pgoutput, through the SQL interface)
+// with a publication of marquee_audit alone, so it returns exactly the transactions
+// with an audited change, in commit order, each commit with its xid and commit record.
+// None of it comes from the stream's ledger or the runner; the order is the one
+// PostgreSQL's logical decoding replays transactions in, whatever the plugin.
+// (test_decoding would do too, but it renders every change of every table as text, the
+// pack's own materialization writes included, and gives only the end of a commit
+// record.)
+//
+// The slot is created before any audited write and read every 5 seconds during the
+// run; each read advances the slot past the commits it returned, so it holds back only
+// seconds of WAL and catalog rows (the server, and the stream's slot, run as without
+// it). Peek, then advance: a read that breaks off (PostgreSQL crashed) has consumed
+// nothing. A crash can also move the slot back to its last checkpointed position (the
+// SQL interface's progress is written out only then): the commits it returns again are
+// the same, in the same order, and are skipped.
 type commitLog struct {
 	url, slot string
 
@@ -799,15 +809,18 @@ type commitLog struct {
 	err   error         // the last failed read's error
 }
 
-// newCommitLog creates the slot. It waits for the transactions running at that moment,
-// like every logical slot creation.
+// newCommitLog creates the publication and the slot. The slot's creation waits for the
+// transactions running at that moment, like every logical slot creation.
 func newCommitLog(ctx context.Context, url, slot string) (*commitLog, error) {
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'test_decoding')`, slot); err != nil {
+	if _, err := conn.Exec(ctx, `CREATE PUBLICATION marquee_order FOR TABLE marquee_audit`); err != nil {
+		return nil, fmt.Errorf("the oracle's publication: %w", err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot); err != nil {
 		return nil, fmt.Errorf("the oracle's slot: %w", err)
 	}
 	return &commitLog{url: url, slot: slot, seen: map[int64]bool{}}, nil
@@ -836,12 +849,13 @@ func (l *commitLog) run(ctx context.Context) {
 			conn.Close(context.WithoutCancel(ctx))
 			conn = nil
 		}
-		sleep(ctx, 2*time.Second)
+		sleep(ctx, 5*time.Second)
 	}
 }
 
 // read records the commits decoded since the last read and advances the slot past
-// them. The lsn of a COMMIT line is the end of its commit record.
+// them. Only the commit messages ('C', 67) cross the wire; the xid column of a commit
+// message's row is its transaction's.
 func (l *commitLog) read(ctx context.Context, conn *pgx.Conn) (err error) {
 	began := time.Now()
 	defer func() {
@@ -855,27 +869,32 @@ func (l *commitLog) read(ctx context.Context, conn *pgx.Conn) (err error) {
 	}()
 	qctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	rows, err := conn.Query(qctx, `SELECT lsn::text, data FROM pg_logical_slot_peek_changes($1, NULL, NULL,
-		'include-xids', '1', 'skip-empty-xacts', '1') WHERE data LIKE 'COMMIT %'`, l.slot)
+	rows, err := conn.Query(qctx, `SELECT xid::text::bigint, data FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL,
+		'proto_version', '1', 'publication_names', 'marquee_order') WHERE get_byte(data, 0) = 67`, l.slot)
 	if err != nil {
 		return err
 	}
 	var last pglogrepl.LSN
 	for rows.Next() {
-		var at, data string
-		if err := rows.Scan(&at, &data); err != nil {
+		var xid int64
+		var data []byte
+		if err := rows.Scan(&xid, &data); err != nil {
 			return err
 		}
-		var xid int64
-		if _, err := fmt.Sscanf(data, "COMMIT %d", &xid); err != nil {
-			return fmt.Errorf("the oracle's slot: %q: %w", data, err)
+		msg, err := pglogrepl.Parse(data)
+		if err != nil {
+			return err
 		}
-		end := lsn(at)
+		cm, ok := msg.(*pglogrepl.CommitMessage)
+		if !ok {
+			return fmt.Errorf("the oracle's slot: %T", msg)
+		}
+		end := cm.TransactionEndLSN
 		last = max(last, end)
 		l.mu.Lock()
 		if !l.seen[xid] {
 			l.seen[xid] = true
-			l.order = append(l.order, commitRow{Xid: xid, EndLSN: end})
+			l.order = append(l.order, commitRow{Xid: xid, CommitLSN: cm.CommitLSN, EndLSN: end})
 		}
 		l.mu.Unlock()
 	}

@@ -41,7 +41,7 @@ func TestOracleStreamOrderIsNumeric(t *testing.T) {
 		{Scope: "owner:a", CommitLSN: lo, Table: "notes", PK: "n1", Op: "upsert", Version: "v1", Image: canonImage(a1)},
 	}
 	sortStream(txns, effects)
-	order := []commitRow{{Xid: 1, EndLSN: lo + 0x30}, {Xid: 2, EndLSN: hi + 0x30}}
+	order := []commitRow{{Xid: 1, CommitLSN: lo, EndLSN: lo + 0x30}, {Xid: 2, CommitLSN: hi, EndLSN: hi + 0x30}}
 	v := judge(audit, txns, events, effects, order, snapshot{rows: map[string]map[string]map[string]any{"notes": {}, "tasks": {}, "project_members": {}}})
 	if v.loss != 0 || v.dups != 0 || len(v.problems) != 0 {
 		t.Fatalf("loss=%d dups=%d %v", v.loss, v.dups, v.problems)
@@ -95,7 +95,7 @@ func newScenario() *scenario {
 			s.events[clsn] = append(s.events[clsn], eventRow{CommitLSN: clsn, Ordinal: j, Rel: rs[j].Rel, PK: rs[j].PK, Op: rs[j].Op, Version: rs[j].Version})
 		}
 		s.txns = append(s.txns, txnRow{Xid: xid, CommitLSN: clsn, EndLSN: clsn + 0x30, EventCount: len(rs)})
-		s.order = append(s.order, commitRow{Xid: xid, EndLSN: clsn + 0x30})
+		s.order = append(s.order, commitRow{Xid: xid, CommitLSN: clsn, EndLSN: clsn + 0x30})
 		s.effects = append(s.effects, m.apply(clsn, rs)...)
 	}
 	sortStream(s.txns, s.effects)
@@ -162,7 +162,7 @@ func TestOracleChecksGoRed(t *testing.T) {
 		}, "commit order: xid 10 committed after xid 11"},
 		{"a transaction's end is not its commit record's", func(t *testing.T, s *scenario) {
 			s.txns[2].EndLSN++
-		}, "ends at"},
+		}, "its commit record at"},
 		{"a commit the slot did not see", func(t *testing.T, s *scenario) {
 			s.order = s.order[:2]
 		}, "missing from the commit order"},
