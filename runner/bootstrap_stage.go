@@ -65,7 +65,9 @@ func (r *Runner) serveBootstrap(work, stop context.Context, resetOpen bool) (err
 		if err != nil && work.Err() == nil && stop.Err() == nil {
 			// A session that could not be opened says nothing about the stage: a
 			// fatal refusal stops the runner, and the stage is retried after it.
-			if v := Classify(err); v.Disposition != Transient && !isConnectFailure(err) {
+			if v := Classify(err); v.Disposition != Transient && !isConnectFailure(err) && checkPack(context.WithoutCancel(work), conn) == nil {
+				// (A pack newer than this runner: the release mismatch's failure, not
+				// the stage's; nothing recorded, the next step waits: pack.go.)
 				detail := v.Class
 				if detail == "" {
 					detail = "staging_failed"

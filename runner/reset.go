@@ -324,6 +324,13 @@ func (r *Runner) resetFailure(ctx context.Context, conn *pgx.Conn, resetID strin
 		// A session that could not be opened fails the runner, not the reset.
 		return err
 	}
+	// A deploy that migrated the pack past this runner's release while it served the
+	// reset: the functions it calls changed under it (42883 and the like). The release
+	// mismatch's failure, not the reset's: the runner waits for its replacement
+	// instead of failing the reset for good (pack.go, as the quarantine's path does).
+	if perr := checkPack(ctx, conn); perr != nil {
+		return fmt.Errorf("%w (a reset failure with SQLSTATE %s not recorded)", perr, v.SQLState)
+	}
 	class := v.Class
 	if class == "" {
 		class = "reset_failed"

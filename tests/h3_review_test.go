@@ -1,0 +1,127 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/synchro/synchro"
+)
+
+// A runner streaming under write load while the same release's install runs again and
+// again (synchro.Install: goose with nothing to apply, every function file re-applied,
+// the fence refresh): nothing is refused, quarantined or stalled.
+func TestH3InstallSameReleaseUnderLoad(t *testing.T) {
+	db := runnerSetup(t)
+	logs := &syncLog{}
+	cfg := testRunnerConfig(t, db)
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	startRunner(t, cfg)
+	waitStream(t, db)
+
+	ctx := context.Background()
+	var n atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := 0; w < 2; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				id := 1000 + w*100000 + i
+				if _, err := db.Pool.Exec(ctx, `INSERT INTO items (id, owner) VALUES ($1, 'a')`, id); err != nil {
+					t.Errorf("insert: %v", err)
+					return
+				}
+				n.Add(1)
+				time.Sleep(2 * time.Millisecond)
+			}
+		}(w)
+	}
+	var maxInstall time.Duration
+	for i := 0; i < 6; i++ {
+		st := time.Now()
+		require.NoError(t, synchro.Install(ctx, db.SQL))
+		maxInstall = max(maxInstall, time.Since(st))
+	}
+	close(stop)
+	wg.Wait()
+	total := int(n.Load())
+	st := time.Now()
+	waitEffects(t, db, total+0)
+	t.Logf("inserted %d, longest install %s, drained in %s", total, maxInstall, time.Since(st))
+	require.Empty(t, quarantines(t, db))
+	require.Empty(t, logs.lines("runner_release"))
+	require.Empty(t, logs.lines("newer than this runner"))
+	t.Log(len(logs.lines("level=WARN")), "warnings")
+	for _, l := range logs.lines("level=WARN") {
+		t.Log(l)
+	}
+}
+
+func TestH3PackVersionEdges(t *testing.T) {
+	db := runnerSetup(t)
+	own := synchro.PackVersion()
+	var v int64
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT synchro.runner_pack_version()`).Scan(&v))
+	require.Equal(t, own, v)
+	// A runner declaring junk / a value that overflows
+	for _, decl := range []string{"abc", "99999999999999999999", " 36", "-1", "0036", ""} {
+		_, err := db.Pool.Exec(context.Background(), fmt.Sprintf(`SET synchro.runner_pack = '%s'; SELECT synchro.runner_stage_open(); RESET synchro.runner_pack`, decl))
+		t.Logf("declared %q: %v", decl, err)
+	}
+}
+
+// A deploy that migrates the pack past a runner while the runner serves a stream reset,
+// and changes a reset function it calls: the reset must wait for the matching release,
+// as a materialization does, not be failed for good.
+func TestH3ResetOlderThanThePack(t *testing.T) {
+	db := runnerSetup(t)
+	logs := &syncLog{}
+	cfg := testRunnerConfig(t, db)
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	startRunner(t, cfg)
+	waitStream(t, db)
+	ctx := context.Background()
+
+	// An xid-holding transaction: the candidate slot waits for it, after the step's
+	// pack check.
+	blocker, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = blocker.Exec(ctx, `SELECT txid_current()`)
+	require.NoError(t, err)
+
+	op := newOperator(t, db)
+	id := op.begin(t, "h3")
+	_, _ = db.Pool.Exec(ctx, `INSERT INTO items (id, owner) VALUES (77, 'a')`)
+	eventually(t, 20*time.Second, "the candidate slot to wait", func() bool {
+		return countOf(t, db, `SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND query ILIKE 'CREATE_REPLICATION_SLOT%'`) >= 1
+	}, func() { t.Log(logs.String()) })
+	newer := synchro.PackVersion() + 1
+	mustExec(t, db, fmt.Sprintf(`INSERT INTO synchro.goose_version (version_id, is_applied) VALUES (%d, true)`, newer)+
+		`; ALTER FUNCTION synchro.runner_reset_baseline(uuid, text, pg_lsn) RENAME TO runner_reset_baseline_gone`)
+	require.NoError(t, blocker.Rollback(ctx))
+
+	time.Sleep(3 * time.Second)
+	s := op.status(t, id)
+	t.Logf("reset phase %s detail %v", s.Phase, s.Detail)
+	for _, l := range logs.lines("reset") {
+		t.Log(l)
+	}
+	require.NotEqual(t, "failed", s.Phase, "a release mismatch failed the reset for good")
+	// The matching release in place: the reset goes on.
+	mustExec(t, db, fmt.Sprintf(`DELETE FROM synchro.goose_version WHERE version_id = %d`, newer)+
+		`; ALTER FUNCTION synchro.runner_reset_baseline_gone(uuid, text, pg_lsn) RENAME TO runner_reset_baseline`)
+	op.waitPhase(t, id, "ready")
+}
