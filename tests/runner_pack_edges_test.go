@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/synchro/synchro"
@@ -17,7 +19,8 @@ import (
 // A runner streaming under write load while the same release's install runs again and
 // again (synchro.Install: goose with nothing to apply, every function file re-applied,
 // the fence refresh): nothing is refused, quarantined or stalled.
-func TestH3InstallSameReleaseUnderLoad(t *testing.T) {
+func TestInstallSameReleaseWhileStreaming(t *testing.T) {
+	t.Parallel()
 	db := runnerSetup(t)
 	logs := &syncLog{}
 	cfg := testRunnerConfig(t, db)
@@ -83,23 +86,55 @@ func TestH3InstallSameReleaseUnderLoad(t *testing.T) {
 	}
 }
 
-func TestH3PackVersionEdges(t *testing.T) {
+// synchro.runner_pack as a session declares it: the pack's version and anything that
+// reads as a number no older pass; anything else is refused (SYW02), never read as
+// "no declaration". No declaration at all (psql, direct calls) is not checked.
+func TestRunnerPackDeclarationEdges(t *testing.T) {
+	t.Parallel()
 	db := runnerSetup(t)
+	ctx := context.Background()
 	own := synchro.PackVersion()
 	var v int64
-	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT synchro.runner_pack_version()`).Scan(&v))
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT synchro.runner_pack_version()`).Scan(&v))
 	require.Equal(t, own, v)
-	// A runner declaring junk / a value that overflows
-	for _, decl := range []string{"abc", "99999999999999999999", " 36", "-1", "0036", ""} {
-		_, err := db.Pool.Exec(context.Background(), fmt.Sprintf(`SET synchro.runner_pack = '%s'; SELECT synchro.runner_stage_open(); RESET synchro.runner_pack`, decl))
-		t.Logf("declared %q: %v", decl, err)
+	for _, c := range []struct {
+		declared string
+		refused  bool
+	}{
+		{fmt.Sprint(own), false}, {fmt.Sprintf("00%d", own), false}, {fmt.Sprint(own + 1), false}, {"", false},
+		{fmt.Sprint(own - 1), true}, {"abc", true}, {"99999999999999999999", true}, {" " + fmt.Sprint(own), true},
+		{"-1", true},
+	} {
+		// In a transaction of its own, rolled back: the session's tables and the
+		// setting go with it.
+		err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SELECT set_config('synchro.runner_pack', $1, true)`, c.declared); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `SELECT synchro.runner_stage_open()`)
+			if err == nil {
+				err = errRollback
+			}
+			return err
+		})
+		if c.refused {
+			pe := requireSQLState(t, err, "SYW02")
+			if c.declared == "abc" || len(c.declared) > 18 {
+				require.NotContains(t, pe.Message+pe.Detail, c.declared, "the message carries no declared value")
+			}
+		} else {
+			require.ErrorIs(t, err, errRollback, "declared %q", c.declared)
+		}
 	}
 }
+
+var errRollback = errors.New("rolled back on purpose")
 
 // A deploy that migrates the pack past a runner while the runner serves a stream reset,
 // and changes a reset function it calls: the reset must wait for the matching release,
 // as a materialization does, not be failed for good.
-func TestH3ResetOlderThanThePack(t *testing.T) {
+func TestResetOlderThanThePack(t *testing.T) {
+	t.Parallel()
 	db := runnerSetup(t)
 	logs := &syncLog{}
 	cfg := testRunnerConfig(t, db)
@@ -116,7 +151,7 @@ func TestH3ResetOlderThanThePack(t *testing.T) {
 	require.NoError(t, err)
 
 	op := newOperator(t, db)
-	id := op.begin(t, "h3")
+	id := op.begin(t, "pack newer while resetting")
 	_, _ = db.Pool.Exec(ctx, `INSERT INTO items (id, owner) VALUES (77, 'a')`)
 	eventually(t, 20*time.Second, "the candidate slot to wait", func() bool {
 		return countOf(t, db, `SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND query ILIKE 'CREATE_REPLICATION_SLOT%'`) >= 1
@@ -126,7 +161,9 @@ func TestH3ResetOlderThanThePack(t *testing.T) {
 		`; ALTER FUNCTION synchro.runner_reset_baseline(uuid, text, pg_lsn) RENAME TO runner_reset_baseline_gone`)
 	require.NoError(t, blocker.Rollback(ctx))
 
-	time.Sleep(3 * time.Second)
+	eventually(t, 20*time.Second, "the reset's failure to be taken for the release mismatch", func() bool {
+		return len(logs.lines("a reset failure with SQLSTATE")) >= 1
+	}, func() { t.Log(logs.String()) })
 	s := op.status(t, id)
 	t.Logf("reset phase %s detail %v", s.Phase, s.Detail)
 	for _, l := range logs.lines("reset") {
