@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,9 +21,7 @@ import (
 func TestInstallSameReleaseWhileStreaming(t *testing.T) {
 	t.Parallel()
 	db := runnerSetup(t)
-	logs := &syncLog{}
-	cfg := testRunnerConfig(t, db)
-	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	cfg, logs := loggedConfig(t, db)
 	startRunner(t, cfg)
 	waitStream(t, db)
 
@@ -136,9 +133,7 @@ var errRollback = errors.New("rolled back on purpose")
 func TestResetOlderThanThePack(t *testing.T) {
 	t.Parallel()
 	db := runnerSetup(t)
-	logs := &syncLog{}
-	cfg := testRunnerConfig(t, db)
-	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	cfg, logs := loggedConfig(t, db)
 	startRunner(t, cfg)
 	waitStream(t, db)
 	ctx := context.Background()

@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/synchro/synchro"
+	"github.com/synchro/synchro/runner"
+	"github.com/synchro/synchro/tests/testdb"
 )
 
 // materializeRenamed is what a deploy of a later release that changed the
@@ -35,6 +37,14 @@ const (
 		  END LOOP;
 		END $$`
 )
+
+// loggedConfig is testRunnerConfig with the runner's log kept for the test to read.
+func loggedConfig(t *testing.T, db *testdb.DB) (runner.Config, *syncLog) {
+	logs := &syncLog{}
+	cfg := testRunnerConfig(t, db)
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	return cfg, logs
+}
 
 // A runner runs only against the pack of its own release (docs/install.md). One whose
 // database records a newer migration than its release ships starts no stream; one
@@ -66,9 +76,7 @@ func olderThanThePack(t *testing.T, perTxn bool) {
 
 	// A first start on a newer pack: nothing is streamed, not even the baseline.
 	mustExec(t, db, markNewer)
-	logs := &syncLog{}
-	cfg := testRunnerConfig(t, db)
-	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	cfg, logs := loggedConfig(t, db)
 	cfg.PerTransaction = perTxn
 	startRunner(t, cfg)
 	eventually(t, 10*time.Second, "the runner to refuse the newer pack twice", func() bool {

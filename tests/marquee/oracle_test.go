@@ -723,6 +723,13 @@ type slotSampler struct {
 }
 
 func (s *slotSampler) run(ctx context.Context) {
+	pollReconnecting(ctx, s.url, 50*time.Millisecond, 20*time.Millisecond, s.sample)
+}
+
+// pollReconnecting runs step on a connection to url every interval until ctx ends,
+// reconnecting through PostgreSQL's crashes: a failed step drops the connection, a
+// failed connection attempt is tried again after retry.
+func pollReconnecting(ctx context.Context, url string, retry, every time.Duration, step func(context.Context, *pgx.Conn) error) {
 	var conn *pgx.Conn
 	defer func() {
 		if conn != nil {
@@ -732,19 +739,19 @@ func (s *slotSampler) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		if conn == nil || conn.IsClosed() {
 			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			c, err := pgx.Connect(cctx, s.url)
+			c, err := pgx.Connect(cctx, url)
 			cancel()
 			if err != nil {
-				sleep(ctx, 50*time.Millisecond)
+				sleep(ctx, retry)
 				continue
 			}
 			conn = c
 		}
-		if err := s.sample(ctx, conn); err != nil {
+		if err := step(ctx, conn); err != nil {
 			conn.Close(context.WithoutCancel(ctx))
 			conn = nil
 		}
-		sleep(ctx, 20*time.Millisecond)
+		sleep(ctx, every)
 	}
 }
 
@@ -830,29 +837,7 @@ func newCommitLog(ctx context.Context, url, slot string) (*commitLog, error) {
 
 // run reads until ctx ends, reconnecting through PostgreSQL's crashes.
 func (l *commitLog) run(ctx context.Context) {
-	var conn *pgx.Conn
-	defer func() {
-		if conn != nil {
-			conn.Close(context.WithoutCancel(ctx))
-		}
-	}()
-	for ctx.Err() == nil {
-		if conn == nil || conn.IsClosed() {
-			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			c, err := pgx.Connect(cctx, l.url)
-			cancel()
-			if err != nil {
-				sleep(ctx, 100*time.Millisecond)
-				continue
-			}
-			conn = c
-		}
-		if err := l.read(ctx, conn); err != nil {
-			conn.Close(context.WithoutCancel(ctx))
-			conn = nil
-		}
-		sleep(ctx, 30*time.Second)
-	}
+	pollReconnecting(ctx, l.url, 100*time.Millisecond, 30*time.Second, l.read)
 }
 
 // read records the commits decoded since the last read and advances the slot past
