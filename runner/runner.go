@@ -427,6 +427,12 @@ func (r *Runner) step(work, stop context.Context) error {
 	if !ok {
 		if err := r.bootstrap(work, stop); err != nil {
 			if v := Classify(err); v.Disposition != Transient {
+				// A deploy that migrated the pack past this runner during the baseline
+				// (the step's check came before it): the release mismatch's failure,
+				// not a fatal state; the next step waits (pack.go).
+				if perr := r.ctl.checkPack(work); perr != nil {
+					return fmt.Errorf("%w (a baseline failure with SQLSTATE %s)", perr, v.SQLState)
+				}
 				return &fatalError{err: err}
 			}
 			return err

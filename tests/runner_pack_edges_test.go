@@ -170,3 +170,44 @@ func TestResetOlderThanThePack(t *testing.T) {
 		`; ALTER FUNCTION synchro.runner_reset_baseline_gone(uuid, text, pg_lsn) RENAME TO runner_reset_baseline`)
 	op.waitPhase(t, id, "ready")
 }
+
+// A deploy that migrates the pack past a runner while its first start copies the
+// baseline (after the step's own pack check), and changes the baseline's function: the
+// runner waits for the matching release instead of stopping as in a fatal state.
+func TestRunnerBaselineOlderThanThePack(t *testing.T) {
+	t.Parallel()
+	db := runnerSetup(t)
+	ctx := context.Background()
+	// An xid-holding transaction: the first start's slot creation waits for it, after
+	// the step's pack check.
+	blocker, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = blocker.Exec(ctx, `SELECT txid_current()`)
+	require.NoError(t, err)
+	cfg, logs := loggedConfig(t, db)
+	rr := startRunner(t, cfg)
+	eventually(t, 20*time.Second, "the first start's slot to wait", func() bool {
+		return countOf(t, db, `SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid()
+			AND datname = current_database() AND query ILIKE 'CREATE_REPLICATION_SLOT%'`) >= 1
+	}, func() { t.Log(logs.String()) })
+	newer := synchro.PackVersion() + 1
+	mustExec(t, db, fmt.Sprintf(`INSERT INTO synchro.goose_version (version_id, is_applied) VALUES (%d, true)`, newer)+
+		`; ALTER FUNCTION synchro.runner_baseline(text, text, pg_lsn) RENAME TO runner_baseline_gone`)
+	require.NoError(t, blocker.Rollback(ctx))
+
+	eventually(t, 20*time.Second, "the baseline's failure to be taken for the release mismatch", func() bool {
+		return len(logs.lines("a baseline failure with SQLSTATE")) >= 1
+	}, func() { t.Log(logs.String()) })
+	select {
+	case err := <-rr.done:
+		rr.stopped, rr.err = true, err
+		t.Fatalf("the runner stopped on a pack newer than itself: %v", err)
+	default:
+	}
+	// The matching release in place: the first start completes.
+	mustExec(t, db, fmt.Sprintf(`DELETE FROM synchro.goose_version WHERE version_id = %d`, newer)+
+		`; ALTER FUNCTION synchro.runner_baseline_gone(text, text, pg_lsn) RENAME TO runner_baseline`)
+	waitStream(t, db)
+	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (3, 'a')`)
+	waitEffects(t, db, 1)
+}
