@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/synchro/synchro"
+	"github.com/synchro/synchro/tests/testdb"
 )
 
 // A runner streaming under write load while the same release's install runs again and
@@ -140,22 +142,12 @@ func TestResetOlderThanThePack(t *testing.T) {
 
 	// An xid-holding transaction: the candidate slot waits for it, after the step's
 	// pack check.
-	blocker, err := db.Pool.Begin(ctx)
-	require.NoError(t, err)
-	_, err = blocker.Exec(ctx, `SELECT txid_current()`)
-	require.NoError(t, err)
+	release := holdXid(t, db)
 
 	op := newOperator(t, db)
 	id := op.begin(t, "pack newer while resetting")
 	_, _ = db.Pool.Exec(ctx, `INSERT INTO items (id, owner) VALUES (77, 'a')`)
-	eventually(t, 20*time.Second, "the candidate slot to wait", func() bool {
-		return countOf(t, db, `SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND query ILIKE 'CREATE_REPLICATION_SLOT%'`) >= 1
-	}, func() { t.Log(logs.String()) })
-	newer := synchro.PackVersion() + 1
-	mustExec(t, db, fmt.Sprintf(`INSERT INTO synchro.goose_version (version_id, is_applied) VALUES (%d, true)`, newer)+
-		`; ALTER FUNCTION synchro.runner_reset_baseline(uuid, text, pg_lsn) RENAME TO runner_reset_baseline_gone`)
-	require.NoError(t, blocker.Rollback(ctx))
-
+	restore := migrateWhileSlotWaits(t, db, logs, release, "runner_reset_baseline(uuid, text, pg_lsn)")
 	eventually(t, 20*time.Second, "the reset's failure to be taken for the release mismatch", func() bool {
 		return len(logs.lines("a reset failure with SQLSTATE")) >= 1
 	}, func() { t.Log(logs.String()) })
@@ -166,8 +158,7 @@ func TestResetOlderThanThePack(t *testing.T) {
 	}
 	require.NotEqual(t, "failed", s.Phase, "a release mismatch failed the reset for good")
 	// The matching release in place: the reset goes on.
-	mustExec(t, db, fmt.Sprintf(`DELETE FROM synchro.goose_version WHERE version_id = %d`, newer)+
-		`; ALTER FUNCTION synchro.runner_reset_baseline_gone(uuid, text, pg_lsn) RENAME TO runner_reset_baseline`)
+	restore()
 	op.waitPhase(t, id, "ready")
 }
 
@@ -177,23 +168,12 @@ func TestResetOlderThanThePack(t *testing.T) {
 func TestRunnerBaselineOlderThanThePack(t *testing.T) {
 	t.Parallel()
 	db := runnerSetup(t)
-	ctx := context.Background()
 	// An xid-holding transaction: the first start's slot creation waits for it, after
 	// the step's pack check.
-	blocker, err := db.Pool.Begin(ctx)
-	require.NoError(t, err)
-	_, err = blocker.Exec(ctx, `SELECT txid_current()`)
-	require.NoError(t, err)
+	release := holdXid(t, db)
 	cfg, logs := loggedConfig(t, db)
 	rr := startRunner(t, cfg)
-	eventually(t, 20*time.Second, "the first start's slot to wait", func() bool {
-		return countOf(t, db, `SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid()
-			AND datname = current_database() AND query ILIKE 'CREATE_REPLICATION_SLOT%'`) >= 1
-	}, func() { t.Log(logs.String()) })
-	newer := synchro.PackVersion() + 1
-	mustExec(t, db, fmt.Sprintf(`INSERT INTO synchro.goose_version (version_id, is_applied) VALUES (%d, true)`, newer)+
-		`; ALTER FUNCTION synchro.runner_baseline(text, text, pg_lsn) RENAME TO runner_baseline_gone`)
-	require.NoError(t, blocker.Rollback(ctx))
+	restore := migrateWhileSlotWaits(t, db, logs, release, "runner_baseline(text, text, pg_lsn)")
 
 	eventually(t, 20*time.Second, "the baseline's failure to be taken for the release mismatch", func() bool {
 		return len(logs.lines("a baseline failure with SQLSTATE")) >= 1
@@ -205,9 +185,31 @@ func TestRunnerBaselineOlderThanThePack(t *testing.T) {
 	default:
 	}
 	// The matching release in place: the first start completes.
-	mustExec(t, db, fmt.Sprintf(`DELETE FROM synchro.goose_version WHERE version_id = %d`, newer)+
-		`; ALTER FUNCTION synchro.runner_baseline_gone(text, text, pg_lsn) RENAME TO runner_baseline`)
+	restore()
 	waitStream(t, db)
 	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (3, 'a')`)
 	waitEffects(t, db, 1)
+}
+
+// migrateWhileSlotWaits waits until a replication slot's creation in this database
+// waits for the transaction release ends (after the step's own pack check), then does
+// what a deploy of a later release does: records a newer migration and takes the
+// function fn (a signature in schema synchro) away under its name; then it lets the
+// slot's creation go on. restore puts the pack back at the runner's release.
+func migrateWhileSlotWaits(t *testing.T, db *testdb.DB, logs *syncLog, release func(), fn string) (restore func()) {
+	t.Helper()
+	// Filtered to this database: a parallel test's slot creation is not this one's.
+	eventually(t, 20*time.Second, "a slot's creation to wait", func() bool {
+		return countOf(t, db, `SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid()
+			AND datname = current_database() AND query ILIKE 'CREATE_REPLICATION_SLOT%'`) >= 1
+	}, func() { t.Log(logs.String()) })
+	name, args, _ := strings.Cut(fn, "(")
+	newer := synchro.PackVersion() + 1
+	mustExec(t, db, fmt.Sprintf(`INSERT INTO synchro.goose_version (version_id, is_applied) VALUES (%d, true);
+		ALTER FUNCTION synchro.%s(%s RENAME TO %s_gone`, newer, name, args, name))
+	release()
+	return func() {
+		mustExec(t, db, fmt.Sprintf(`DELETE FROM synchro.goose_version WHERE version_id = %d;
+			ALTER FUNCTION synchro.%s_gone(%s RENAME TO %s`, newer, name, args, name))
+	}
 }
