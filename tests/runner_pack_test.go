@@ -15,28 +15,19 @@ import (
 
 // materializeRenamed is what a deploy of a later release that changed the
 // materialization functions' signatures does to a runner of this release left running:
-// the functions it calls are gone under their names (renamed with the suffix _gone;
-// the reverse statement puts them back).
-const (
-	materializeGone = `DO $$
+// the functions it calls (named with the suffix from) are renamed to the suffix to
+// ("", "_gone" takes them away; "_gone", "" puts them back).
+func materializeRenamed(from, to string) string {
+	return fmt.Sprintf(`DO $$
 		DECLARE r record;
 		BEGIN
 		  FOR r IN SELECT p.oid::regprocedure AS f, p.proname FROM pg_proc p
 		            WHERE p.pronamespace = 'synchro'::regnamespace
-		              AND p.proname IN ('materialize_batch', 'materialize_prepare', 'materialize_write') LOOP
-		    EXECUTE format('ALTER FUNCTION %s RENAME TO %I', r.f, r.proname || '_gone');
+		              AND p.proname IN ('materialize_batch%[1]s', 'materialize_prepare%[1]s', 'materialize_write%[1]s') LOOP
+		    EXECUTE format('ALTER FUNCTION %%s RENAME TO %%I', r.f, left(r.proname, length(r.proname) - %[2]d) || '%[3]s');
 		  END LOOP;
-		END $$`
-	materializeBack = `DO $$
-		DECLARE r record;
-		BEGIN
-		  FOR r IN SELECT p.oid::regprocedure AS f, p.proname FROM pg_proc p
-		            WHERE p.pronamespace = 'synchro'::regnamespace
-		              AND p.proname IN ('materialize_batch_gone', 'materialize_prepare_gone', 'materialize_write_gone') LOOP
-		    EXECUTE format('ALTER FUNCTION %s RENAME TO %I', r.f, left(r.proname, -5));
-		  END LOOP;
-		END $$`
-)
+		END $$`, from, len(from), to)
+}
 
 // loggedConfig is testRunnerConfig with the runner's log kept for the test to read.
 func loggedConfig(t *testing.T, db *testdb.DB) (runner.Config, *syncLog) {
@@ -112,7 +103,7 @@ func olderThanThePack(t *testing.T, perTxn bool) {
 
 	// A deploy that changed the functions it calls, in the same transaction: the next
 	// source transaction's materialization fails.
-	mustExec(t, db, markNewer+`; `+materializeGone)
+	mustExec(t, db, markNewer+`; `+materializeRenamed("", "_gone"))
 	mustExec(t, db, `INSERT INTO items (id, owner) VALUES (5, 'a')`)
 	failed := "re-running it one transaction at a time"
 	if perTxn {
@@ -127,7 +118,7 @@ func olderThanThePack(t *testing.T, perTxn bool) {
 	require.Len(t, effects(t, db), 2, "row 5 waits")
 
 	// The matching release in place: row 5 is materialized, once.
-	mustExec(t, db, materializeBack+`; `+unmarkNewer)
+	mustExec(t, db, materializeRenamed("_gone", "")+`; `+unmarkNewer)
 	got = waitEffects(t, db, 3)
 	require.Equal(t, "5", got[2].PK)
 	waitAcked(t, db)
